@@ -1,0 +1,65 @@
+//! CNI_ARGS: `KEY=VALUE;KEY=VALUE`, as runtimes pass it.
+
+use crate::error::{CniError, Result};
+
+/// The parsed CNI_ARGS, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CniArgs(Vec<(String, String)>);
+
+impl CniArgs {
+    /// Parses CNI_ARGS; a pair without `=` or with an empty key is error 4.
+    pub fn parse(raw: &str) -> Result<Self> {
+        let mut pairs = Vec::new();
+        for pair in raw.split(';').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some((key, value)) if !key.is_empty() => pairs.push((key.to_string(), value.to_string())),
+                _ => return Err(CniError::env("CNI_ARGS", format!("invalid pair {pair:?}, expected KEY=VALUE"))),
+            }
+        }
+        Ok(CniArgs(pairs))
+    }
+
+    /// The value of `key`; the last one wins if it is given twice.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// A comma-separated value as a list, blanks dropped (`IP=a,b`).
+    pub fn list(&self, key: &str) -> Option<Vec<String>> {
+        self.get(key).map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+    }
+}
+
+/// Who holds an address: one attachment of one network, as the spec defines
+/// it — `(CNI_CONTAINERID, CNI_IFNAME)` — scoped by the network name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Attachment {
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_runtime_style_args() {
+        let a = CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;IP=10.1.2.3, fd00::3 ;X=a=b").unwrap();
+        assert_eq!(a.get("K8S_POD_NAMESPACE"), Some("prod"));
+        assert_eq!(a.get("X"), Some("a=b"));
+        assert_eq!(a.list("IP").unwrap(), vec!["10.1.2.3", "fd00::3"]);
+        assert_eq!(a.get("missing"), None);
+        assert_eq!(CniArgs::parse("").unwrap(), CniArgs::default());
+        assert_eq!(CniArgs::parse("A=1;;A=2;").unwrap().get("A"), Some("2"));
+    }
+
+    #[test]
+    fn malformed_pairs_are_error_4_naming_cni_args() {
+        for bad in ["NOEQUALS", "A=1;B", "=x"] {
+            let e = CniArgs::parse(bad).unwrap_err();
+            assert_eq!(e.code, 4);
+            assert!(e.msg.contains("CNI_ARGS"), "{}", e.msg);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Pool model: placeholder, filled in by the pool-model work.

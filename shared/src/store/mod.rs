@@ -1,0 +1,1 @@
+//! Allocation store: placeholder, filled in by the store work.
