@@ -2,6 +2,7 @@
 //! configuration, results in every spec version, errors, delegation, logging),
 //! the pool model, and the SQLite allocation store.
 
+pub mod addr;
 pub mod args;
 pub mod error;
 pub mod pool;
