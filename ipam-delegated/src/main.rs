@@ -1,1 +1,44 @@
-fn main() {}
+//! ipam-delegated: runs the IPAM delegates named in `ipam.delegates`, in order,
+//! each with the full configuration plus the previous one's result as
+//! `prevResult`. A failed ADD is rolled back with DEL on every delegate that ran.
+
+mod stack;
+
+use std::process::ExitCode;
+
+use shared::{About, Command, Plugin, Reply, Request, Result};
+use stack::Stack;
+
+const ABOUT: About = About {
+    name: "ipam-delegated",
+    version: env!("CARGO_PKG_VERSION"),
+    summary: "runs a stack of IPAM delegates (selection, then allocation)",
+};
+
+struct Orchestrator;
+
+impl Plugin for Orchestrator {
+    fn add(&self, req: &Request) -> Result<Reply> {
+        Stack::new(req)?.add().map(Reply::Result)
+    }
+
+    fn del(&self, req: &Request) -> Result<Reply> {
+        Stack::new(req)?.run_all(Command::Del).map(|()| Reply::Nothing)
+    }
+
+    fn check(&self, req: &Request) -> Result<Reply> {
+        Stack::new(req)?.run_all(Command::Check).map(|()| Reply::Nothing)
+    }
+
+    fn gc(&self, req: &Request) -> Result<Reply> {
+        Stack::new(req)?.gc().map(|()| Reply::Nothing)
+    }
+
+    fn status(&self, req: &Request) -> Result<Reply> {
+        Stack::new(req)?.status().map(|()| Reply::Nothing)
+    }
+}
+
+fn main() -> ExitCode {
+    shared::plugin::run(&ABOUT, &Orchestrator)
+}

@@ -4,13 +4,21 @@
 
 pub mod addr;
 pub mod args;
+pub mod config;
+pub mod delegate;
+pub mod env;
 pub mod error;
+pub mod logging;
+pub mod plugin;
 pub mod pool;
 pub mod result;
 pub mod store;
 pub mod version;
 
 pub use args::{Attachment, CniArgs};
+pub use config::NetConf;
+pub use env::{Command, Env};
 pub use error::{CniError, Code, Result};
+pub use plugin::{About, Plugin, Reply, Request};
 pub use result::{Dns, IpConfig, IpamResult, Route};
 pub use version::SpecVersion;

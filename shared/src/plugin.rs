@@ -1,0 +1,268 @@
+//! The frame every executable runs in: read the environment and stdin, answer
+//! VERSION, dispatch the command to a [`Plugin`], print exactly one JSON answer
+//! on stdout, and turn every failure, panics included, into a CNI error object.
+
+use std::io::Write;
+use std::panic::{self, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+use crate::args::Attachment;
+use crate::config::{read_bounded, NetConf};
+use crate::env::{Command, Env};
+use crate::error::{CniError, Code, Result};
+use crate::logging::{self, LogSettings};
+use crate::result::IpamResult;
+use crate::version::{self, SpecVersion};
+
+/// Who the executable is, for the about text and the logs.
+pub struct About {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub summary: &'static str,
+}
+
+/// One invocation: the validated environment and the configuration.
+pub struct Request {
+    pub env: Env,
+    pub config: NetConf,
+}
+
+impl Request {
+    /// The attachment ADD, DEL and CHECK act on, scoped by the network name.
+    pub fn attachment(&self) -> Result<Attachment> {
+        Ok(self.env.attachment(self.config.name()?))
+    }
+}
+
+/// What a command prints on success. (Made once per process, so its size does not matter.)
+#[allow(clippy::large_enum_variant)]
+pub enum Reply {
+    Result(IpamResult),
+    Nothing,
+}
+
+/// The CNI verbs. VERSION is answered by the frame.
+pub trait Plugin {
+    fn add(&self, req: &Request) -> Result<Reply>;
+    fn del(&self, req: &Request) -> Result<Reply>;
+    fn check(&self, req: &Request) -> Result<Reply>;
+    fn gc(&self, req: &Request) -> Result<Reply>;
+    fn status(&self, req: &Request) -> Result<Reply>;
+}
+
+/// The whole life of a plugin process; `main` returns this.
+pub fn run(about: &About, plugin: &impl Plugin) -> ExitCode {
+    install_panic_hook(about.name);
+    let env = match Env::from_process() {
+        Ok(None) => {
+            eprintln!("{}", about_text(about));
+            return ExitCode::SUCCESS;
+        }
+        Ok(Some(env)) => Ok(env),
+        Err(e) => Err(e),
+    };
+    let stdin = read_bounded(std::io::stdin().lock(), "stdin");
+    let (answer, success) = respond(about, plugin, env, stdin);
+    let mut out = std::io::stdout().lock();
+    if let Some(json) = answer {
+        // Nothing useful can be done if the caller closed our stdout.
+        let _ = writeln!(out, "{json}").and_then(|()| out.flush());
+    }
+    if success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The answer (stdout's content) and whether it is a success. Separate from
+/// [`run`] so that the frame is testable without a process.
+pub fn respond(
+    about: &About,
+    plugin: &impl Plugin,
+    env: Result<Env>,
+    stdin: Result<Vec<u8>>,
+) -> (Option<serde_json::Value>, bool) {
+    let error_version =
+        stdin.as_deref().map(NetConf::error_version).unwrap_or_else(|_| SpecVersion::LATEST.to_string());
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| dispatch(about, plugin, env?, &stdin?)))
+        .unwrap_or_else(|_| Err(panic_error()));
+    match outcome {
+        Ok(answer) => (answer, true),
+        Err(e) => {
+            tracing::error!("{e}");
+            (Some(e.to_json(&error_version)), false)
+        }
+    }
+}
+
+fn dispatch(about: &About, plugin: &impl Plugin, env: Env, stdin: &[u8]) -> Result<Option<serde_json::Value>> {
+    if env.command == Command::Version {
+        let requested: Option<serde_json::Value> = serde_json::from_slice(stdin).ok();
+        let requested = requested.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
+        return Ok(Some(version::version_answer(requested)));
+    }
+    let config = NetConf::parse(stdin)?;
+    let settings = LogSettings::from_ipam(about.name, config.raw.get("ipam").and_then(|v| v.as_object()))?;
+    logging::init(about.name, &settings);
+    let span = tracing::error_span!(
+        "cni",
+        command = env.command.as_str(),
+        container = env.container_id.as_deref().unwrap_or("-"),
+        ifname = env.ifname.as_deref().unwrap_or("-")
+    );
+    let _entered = span.enter();
+    tracing::debug!("{} {} starting", about.name, about.version);
+
+    let minimum = match env.command {
+        Command::Check => SpecVersion::V0_4_0,
+        Command::Gc | Command::Status => SpecVersion::V1_1_0,
+        _ => SpecVersion::V0_1_0,
+    };
+    if config.version < minimum {
+        return Err(CniError::new(
+            Code::IncompatibleVersion,
+            format!(
+                "cniVersion {} does not allow {}; it needs {minimum} or later",
+                config.version,
+                env.command.as_str()
+            ),
+        ));
+    }
+    let version = config.version;
+    let req = Request { env, config };
+    let reply = match req.env.command {
+        Command::Add => plugin.add(&req),
+        Command::Del => plugin.del(&req),
+        Command::Check => plugin.check(&req),
+        Command::Gc => plugin.gc(&req),
+        Command::Status => plugin.status(&req),
+        Command::Version => unreachable!("answered above"),
+    }?;
+    Ok(match reply {
+        Reply::Result(result) => Some(result.to_json(version)),
+        Reply::Nothing => None,
+    })
+}
+
+/// Name, version and spec versions, for a person who runs the executable by hand.
+pub fn about_text(about: &About) -> String {
+    format!(
+        "{} {}: {}\nCNI protocol versions supported: {}\nThis is a CNI plugin: it is run by a container runtime with CNI_COMMAND set.",
+        about.name,
+        about.version,
+        about.summary,
+        version::supported_list()
+    )
+}
+
+static PANIC_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
+
+fn install_panic_hook(executable: &'static str) {
+    panic::set_hook(Box::new(move |info| {
+        let message = info.to_string();
+        eprintln!("{executable}: bug: {message}");
+        if let Ok(mut slot) = PANIC_MESSAGE.lock() {
+            *slot = Some(message);
+        }
+    }));
+}
+
+fn panic_error() -> CniError {
+    let message = PANIC_MESSAGE.lock().ok().and_then(|mut m| m.take()).unwrap_or_else(|| "unknown panic".into());
+    CniError::new(Code::Internal, "internal error (a bug in the plugin; please report it)").with_details(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Echo;
+    impl Plugin for Echo {
+        fn add(&self, req: &Request) -> Result<Reply> {
+            Ok(Reply::Result(req.config.prev_result()?.unwrap_or_default()))
+        }
+        fn del(&self, _: &Request) -> Result<Reply> {
+            Ok(Reply::Nothing)
+        }
+        fn check(&self, _: &Request) -> Result<Reply> {
+            Err(CniError::new(Code::NotRecorded, "not recorded"))
+        }
+        fn gc(&self, _: &Request) -> Result<Reply> {
+            panic!("boom")
+        }
+        fn status(&self, _: &Request) -> Result<Reply> {
+            Ok(Reply::Nothing)
+        }
+    }
+
+    const ABOUT: About = About { name: "echo", version: "0.0.1", summary: "test" };
+
+    fn call(command: &str, stdin: serde_json::Value) -> (Option<serde_json::Value>, bool) {
+        let vars = [("CNI_COMMAND", command), ("CNI_CONTAINERID", "c"), ("CNI_NETNS", "/x"), ("CNI_IFNAME", "eth0")];
+        let env =
+            Env::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).map(|e| e.unwrap());
+        respond(&ABOUT, &Echo, env, Ok(stdin.to_string().into_bytes()))
+    }
+
+    #[test]
+    fn version_is_answered_without_a_config() {
+        let (out, ok) = call("VERSION", json!({"cniVersion": "0.3.1"}));
+        assert!(ok);
+        assert_eq!(out.unwrap()["cniVersion"], "0.3.1");
+        let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "VERSION".to_string())).map(|e| e.unwrap());
+        let (out, ok) = respond(&ABOUT, &Echo, env, Ok(Vec::new()));
+        assert!(ok && out.unwrap()["supportedVersions"].as_array().unwrap().len() == 7);
+    }
+
+    #[test]
+    fn results_are_rendered_in_the_requested_version() {
+        let prev = json!({"ips": [{"address": "10.0.0.2/24"}]});
+        let (out, ok) = call("ADD", json!({"cniVersion": "0.4.0", "name": "n", "prevResult": prev}));
+        assert!(ok);
+        assert_eq!(out.unwrap()["ips"][0]["version"], "4");
+        let (out, _) = call("ADD", json!({"name": "n", "prevResult": prev}));
+        assert_eq!(out.unwrap()["ip4"]["ip"], "10.0.0.2/24");
+        assert_eq!(call("DEL", json!({"cniVersion": "1.0.0"})), (None, true));
+    }
+
+    #[test]
+    fn errors_are_objects_in_the_configs_version() {
+        let (out, ok) = call("CHECK", json!({"cniVersion": "1.0.0"}));
+        assert!(!ok);
+        assert_eq!(out.unwrap(), json!({"cniVersion": "1.0.0", "code": 104, "msg": "not recorded", "details": ""}));
+        let (out, _) = call("ADD", json!({"cniVersion": "7.0.0"}));
+        let out = out.unwrap();
+        assert_eq!((out["code"].clone(), out["cniVersion"].clone()), (json!(1), json!("7.0.0")));
+    }
+
+    #[test]
+    fn commands_newer_than_the_config_version_are_error_1() {
+        for (cmd, version) in [("CHECK", "0.3.1"), ("GC", "1.0.0"), ("STATUS", "0.4.0")] {
+            let (out, ok) = call(cmd, json!({"cniVersion": version}));
+            assert!(!ok);
+            assert_eq!(out.unwrap()["code"], 1, "{cmd} at {version}");
+        }
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_object() {
+        install_panic_hook("echo");
+        let (out, ok) = call("GC", json!({"cniVersion": "1.1.0"}));
+        assert!(!ok);
+        let out = out.unwrap();
+        assert_eq!(out["code"], 999);
+        assert!(out["details"].as_str().unwrap().contains("boom"));
+    }
+
+    #[test]
+    fn environment_and_stdin_errors_come_first() {
+        let (out, _) = respond(&ABOUT, &Echo, Err(CniError::env("CNI_IFNAME", "missing")), Ok(b"{}".to_vec()));
+        assert_eq!(out.unwrap()["code"], 4);
+        let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "STATUS".to_string())).map(|e| e.unwrap());
+        let (out, _) = respond(&ABOUT, &Echo, env, Err(CniError::io("stdin", "too big")));
+        assert_eq!(out.unwrap()["code"], 5);
+    }
+}
