@@ -1,1 +1,88 @@
-fn main() {}
+//! ipam-ds-pool: the selection delegate. It works out which pools this
+//! attachment draws from — `runtimeConfig.ipRanges` first, then the configured
+//! pools whose `match` holds, narrowed by `IPAM_POOL` or `args.cni.pools` —,
+//! validates and records them in the allocation database, and hands them to the
+//! allocators as `pools` next to the prevResult it was given.
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+
+use shared::pool::{self, Pool};
+use shared::{allocator, About, CniError, Code, Plugin, Reply, Request, Result};
+
+const ABOUT: About = About {
+    name: "ipam-ds-pool",
+    version: env!("CARGO_PKG_VERSION"),
+    summary: "IPAM selection delegate: picks the pools an attachment draws from",
+};
+
+struct Selector;
+
+impl Plugin for Selector {
+    fn add(&self, req: &Request) -> Result<Reply> {
+        let candidates = pool::candidates(&req.config.raw, &req.env.args)?;
+        tracing::debug!("candidate pools: {}", names(&candidates));
+        let mut store = allocator::open_store(req)?;
+        // Recording is a no-op for pools already recorded as they are; reading
+        // first keeps the common case free of the lock and of a commit.
+        let recorded = store.read(|tx| {
+            candidates.iter().try_fold(true, |all, p| {
+                Ok(all && tx.registered_pool(&p.name)?.is_some_and(|r| r.definition == p.to_json()))
+            })
+        })?;
+        if !recorded {
+            allocator::write(&mut store, |tx| candidates.iter().try_for_each(|p| allocator::register(tx, p).map(drop)))?;
+        }
+        let mut result = req.config.prev_result()?.unwrap_or_default();
+        result.pools = Some(candidates.iter().map(Pool::to_json).collect());
+        Ok(Reply::Result(result))
+    }
+
+    fn del(&self, req: &Request) -> Result<Reply> {
+        allocator::pass_through(req)
+    }
+
+    fn check(&self, _: &Request) -> Result<Reply> {
+        Ok(Reply::Nothing)
+    }
+
+    fn gc(&self, _: &Request) -> Result<Reply> {
+        Ok(Reply::Nothing)
+    }
+
+    /// Ready when the database is usable and every IP family among the pools
+    /// has a pool with a free address.
+    fn status(&self, req: &Request) -> Result<Reply> {
+        let pools = pool::all_pools(&req.config.raw)?;
+        let mut store = allocator::usable_store(req)?;
+        let families: BTreeSet<bool> = pools.iter().map(Pool::is_ipv4).collect();
+        store.read(|tx| {
+            for ipv4 in families {
+                let mut has_room = false;
+                for p in pools.iter().filter(|p| p.is_ipv4() == ipv4) {
+                    let cursor = tx.registered_pool(&p.name)?.and_then(|r| r.cursor);
+                    if p.find_free(cursor, &mut &*tx)?.is_some() {
+                        has_room = true;
+                        break;
+                    }
+                }
+                if !has_room {
+                    let family = if ipv4 { "IPv4" } else { "IPv6" };
+                    return Err(CniError::new(Code::NotReady, format!("no {family} pool has a free address"))
+                        .with_details(format!("pools: {}", names(&pools))));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(Reply::Nothing)
+    }
+}
+
+fn names(pools: &[Pool]) -> String {
+    let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+    names.join(", ")
+}
+
+fn main() -> ExitCode {
+    shared::plugin::run(&ABOUT, &Selector)
+}

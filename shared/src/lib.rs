@@ -3,6 +3,7 @@
 //! the pool model, and the SQLite allocation store.
 
 pub mod addr;
+pub mod allocator;
 pub mod args;
 pub mod config;
 pub mod delegate;

@@ -1,0 +1,159 @@
+//! What the allocation delegates (`ipam-da-static`, `ipam-da-sequential`) and
+//! the selector share: opening the database a configuration names, reading
+//! pools from `prevResult.pools`, recording pools, and the verbs other than ADD,
+//! which are the same for every allocator.
+
+use std::net::IpAddr;
+use std::time::Instant;
+
+use ipnet::IpNet;
+
+use crate::error::{CniError, Code, Result};
+use crate::plugin::{Reply, Request};
+use crate::pool::{LeaseIndex, Pool, Range};
+use crate::result::{IpConfig, IpamResult};
+use crate::store::{AllocationStore, Tx};
+
+impl LeaseIndex for Tx<'_> {
+    fn first_unleased(&mut self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>> {
+        Tx::first_unleased(self, lo, hi)
+    }
+}
+
+/// The allocation database `ipam.database` names.
+pub fn open_store(req: &Request) -> Result<AllocationStore> {
+    let started = Instant::now();
+    let store = AllocationStore::open(&req.config.database_path()?, req.config.lock_timeout()?)?;
+    tracing::debug!("opened {} in {:?}", store.path().display(), started.elapsed());
+    Ok(store)
+}
+
+/// Runs `f` in one write transaction, logging how long the lock wait and the
+/// transaction took.
+pub fn write<T>(store: &mut AllocationStore, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    let out = store.write(f);
+    tracing::debug!("write transaction (lock wait, work, durable commit) took {:?}", started.elapsed());
+    out
+}
+
+/// The `prevResult` an allocator needs, and the candidate pools in it.
+/// Allocators read pools only from there, so that any selector can feed them.
+pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
+    const HINT: &str = "put a selector such as ipam-ds-pool before the allocators in ipam.delegates";
+    let prev = req
+        .config
+        .prev_result()?
+        .ok_or_else(|| CniError::config("prevResult", format!("missing: allocators read their pools from prevResult.pools; {HINT}")))?;
+    let pools = prev
+        .pools
+        .as_ref()
+        .ok_or_else(|| CniError::config("prevResult.pools", format!("missing; {HINT}")))?
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Pool::from_json(p, &format!("prevResult.pools[{i}]")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((prev, pools))
+}
+
+/// Records the pool (a no-op when it is registered as it is) and returns its
+/// round-robin cursor.
+pub fn register(tx: &Tx, pool: &Pool) -> Result<Option<IpAddr>> {
+    tx.register_pool(&pool.name, &pool.subnets(), &pool.to_json())?;
+    Ok(tx.registered_pool(&pool.name)?.and_then(|p| p.cursor))
+}
+
+/// Adds an address of `pool` to `result`, with the range's prefix length and
+/// gateway and the pool's routes and DNS.
+pub fn add_address(result: &mut IpamResult, pool: &Pool, range: &Range, address: IpAddr) {
+    let address = IpNet::new(address, range.subnet.prefix_len()).unwrap_or(range.subnet);
+    if !result.ips.iter().any(|ip| ip.address.addr() == address.addr()) {
+        result.ips.push(IpConfig { address, gateway: range.gateway, interface: None });
+    }
+    for route in &pool.routes {
+        result.add_route(route);
+    }
+    if let Some(dns) = &pool.dns {
+        result.merge_dns(dns);
+    }
+}
+
+/// DEL: releases everything the attachment holds in this database, whatever
+/// the prevResult says, and passes the prevResult on.
+pub fn del(req: &Request) -> Result<Reply> {
+    let attachment = req.attachment()?;
+    let mut store = open_store(req)?;
+    let released = write(&mut store, |tx| tx.release(&attachment))?;
+    for lease in &released {
+        tracing::info!("released {} of pool {}", lease.address, lease.pool);
+    }
+    pass_through(req)
+}
+
+/// CHECK: every address of `prevResult.ips` inside a pool of this database
+/// must be recorded for this attachment (104 otherwise).
+pub fn check(req: &Request) -> Result<Reply> {
+    let attachment = req.attachment()?;
+    let prev = req.config.prev_result()?.ok_or_else(|| CniError::config("prevResult", "missing: CHECK needs the result of the ADD"))?;
+    let mut store = open_store(req)?;
+    store.read(|tx| {
+        let pools = tx.registered_pools()?;
+        for ip in &prev.ips {
+            let address = ip.address.addr();
+            let Some(pool) = pools.iter().find(|p| p.subnets.iter().any(|s| s.contains(&address))) else { continue };
+            match tx.holder(address)? {
+                Some(lease) if lease.owner == attachment => {}
+                other => {
+                    let held = match other {
+                        Some(lease) => format!("it is held by container {} ifname {}", lease.owner.container_id, lease.owner.ifname),
+                        None => "it is not held by anyone".to_string(),
+                    };
+                    return Err(CniError::new(
+                        Code::NotRecorded,
+                        format!("address {address} of pool {} is not recorded for this attachment", pool.name),
+                    )
+                    .with_details(format!("network {:?}: {held}", attachment.network)));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Reply::Nothing)
+}
+
+/// GC: releases this network's allocations of attachments that are not in
+/// `cni.dev/valid-attachments`.
+pub fn gc(req: &Request) -> Result<Reply> {
+    let network = req.config.name()?;
+    let valid = req.config.valid_attachments()?;
+    let mut store = open_store(req)?;
+    let released = write(&mut store, |tx| tx.gc(network, &valid))?;
+    for lease in &released {
+        tracing::info!("GC released {} held by {} {}", lease.address, lease.owner.container_id, lease.owner.ifname);
+    }
+    Ok(Reply::Nothing)
+}
+
+/// STATUS: error 50 unless the database can be opened and written.
+pub fn status(req: &Request) -> Result<Reply> {
+    usable_store(req)?;
+    Ok(Reply::Nothing)
+}
+
+/// The store, opened and proven writable; error 50 otherwise.
+pub fn usable_store(req: &Request) -> Result<AllocationStore> {
+    let not_ready = |e: CniError| {
+        CniError::new(Code::NotReady, "the allocation database cannot be used").with_details(e.to_string())
+    };
+    let mut store = open_store(req).map_err(not_ready)?;
+    store.probe_writable().map_err(not_ready)?;
+    Ok(store)
+}
+
+/// The `prevResult` unchanged, so that a DEL chain keeps its information.
+pub fn pass_through(req: &Request) -> Result<Reply> {
+    Ok(match req.config.prev_result()? {
+        Some(prev) => Reply::Result(prev),
+        None => Reply::Nothing,
+    })
+}
