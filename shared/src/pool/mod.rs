@@ -15,8 +15,10 @@ use crate::args::CniArgs;
 use crate::result::{Dns, Route};
 
 mod parse;
+pub mod search;
 pub mod subnet;
 
+pub use search::LeaseIndex;
 
 /// A named set of ranges of one IP family, with what results from it carry.
 #[derive(Debug, Clone, PartialEq)]
