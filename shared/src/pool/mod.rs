@@ -16,9 +16,11 @@ use crate::result::{Dns, Route};
 
 mod parse;
 pub mod search;
+pub mod select;
 pub mod subnet;
 
 pub use search::LeaseIndex;
+pub use select::{all_pools, candidates, from_ip_ranges};
 
 /// A named set of ranges of one IP family, with what results from it carry.
 #[derive(Debug, Clone, PartialEq)]
