@@ -1,1 +1,165 @@
-//! Pool model: placeholder, filled in by the pool-model work.
+//! The pool model: what a pool is, how its JSON is read and written, which
+//! addresses sequential allocation may hand out, and which pools are the
+//! candidates of an attachment.
+//!
+//! This is policy only. Persistence answers one question — the first unleased
+//! address in an interval (see [`search::LeaseIndex`]) — and everything else
+//! is decided here.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use crate::args::CniArgs;
+use crate::result::{Dns, Route};
+
+mod parse;
+pub mod search;
+pub mod select;
+pub mod subnet;
+
+pub use search::LeaseIndex;
+pub use select::{all_pools, candidates, from_ip_ranges};
+
+/// A named set of ranges of one IP family, with what results from it carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pool {
+    pub name: String,
+    pub ranges: Vec<Range>,
+    /// Never handed out by sequential allocation (a static request may claim them).
+    pub exclude: Vec<IpNet>,
+    pub routes: Vec<Route>,
+    pub dns: Option<Dns>,
+    /// CNI_ARGS key → value that must all hold for the pool to be a candidate.
+    pub matches: BTreeMap<String, String>,
+    pub requested_ip: Option<IpAddr>,
+}
+
+/// One subnet of a pool and the part of it that is allocated dynamically.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Range {
+    pub subnet: IpNet,
+    pub range_start: IpAddr,
+    /// Inclusive.
+    pub range_end: IpAddr,
+    pub gateway: Option<IpAddr>,
+}
+
+impl Pool {
+    /// The family of the pool; ranges are validated to share one.
+    pub fn is_ipv4(&self) -> bool {
+        self.ranges.first().is_some_and(|r| r.subnet.network().is_ipv4())
+    }
+
+    pub fn subnets(&self) -> Vec<IpNet> {
+        self.ranges.iter().map(|r| r.subnet).collect()
+    }
+
+    /// Whether some subnet of `self` shares an address with some subnet of `other`.
+    pub fn overlaps(&self, other: &Pool) -> bool {
+        self.ranges.iter().any(|a| other.ranges.iter().any(|b| subnet::subnets_overlap(&a.subnet, &b.subnet)))
+    }
+
+    /// The range whose subnet contains `addr`.
+    pub fn range_for_subnet_member(&self, addr: IpAddr) -> Option<&Range> {
+        self.ranges.iter().find(|r| r.subnet.contains(&addr))
+    }
+
+    /// Whether a static request may claim `addr` in this pool: it must be a
+    /// usable address of some range's subnet and not that range's gateway.
+    /// Unlike sequential allocation it may lie outside rangeStart..rangeEnd
+    /// and may be excluded — the administrator asked for it by name.
+    /// The error says why not, for the caller's message.
+    pub fn check_static(&self, addr: IpAddr) -> Result<&Range, String> {
+        let Some(range) = self.range_for_subnet_member(addr) else {
+            let subnets: Vec<String> = self.ranges.iter().map(|r| r.subnet.to_string()).collect();
+            return Err(format!("{addr} is outside the subnets of pool {:?} ({})", self.name, subnets.join(", ")));
+        };
+        if let Some(reason) = subnet::unusable_reason(&range.subnet, addr) {
+            return Err(reason);
+        }
+        if range.gateway == Some(addr) {
+            return Err(format!("{addr} is the gateway of {}", range.subnet));
+        }
+        Ok(range)
+    }
+
+    /// Whether every `match` key is present in CNI_ARGS with an equal value.
+    pub fn matches_args(&self, args: &CniArgs) -> bool {
+        self.matches.iter().all(|(key, value)| args.get(key) == Some(value.as_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(v: serde_json::Value) -> Pool {
+        Pool::from_json(&v, "ipam.pools[0]").unwrap()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn check_static_allows_outside_range_and_excluded_but_not_reserved() {
+        let p = pool(json!({"name": "blue", "ranges": [{"subnet": "10.22.0.0/16", "rangeStart": "10.22.1.0",
+            "rangeEnd": "10.22.1.255"}], "exclude": ["10.22.1.128/28"]}));
+        assert_eq!(p.check_static(ip("10.22.5.5")).unwrap().subnet.to_string(), "10.22.0.0/16");
+        assert!(p.check_static(ip("10.22.1.130")).is_ok());
+        assert_eq!(p.check_static(ip("10.22.0.1")).unwrap_err(), "10.22.0.1 is the gateway of 10.22.0.0/16");
+        assert_eq!(p.check_static(ip("10.22.0.0")).unwrap_err(), "10.22.0.0 is the network address of 10.22.0.0/16");
+        assert_eq!(
+            p.check_static(ip("10.22.255.255")).unwrap_err(),
+            "10.22.255.255 is the broadcast address of 10.22.0.0/16"
+        );
+        assert_eq!(
+            p.check_static(ip("10.23.0.5")).unwrap_err(),
+            "10.23.0.5 is outside the subnets of pool \"blue\" (10.22.0.0/16)"
+        );
+        assert!(p.check_static(ip("fd00::5")).is_err());
+    }
+
+    #[test]
+    fn check_static_on_small_subnets() {
+        let p31 = pool(json!({"name": "p", "ranges": [{"subnet": "10.0.0.4/31"}]}));
+        assert!(p31.check_static(ip("10.0.0.4")).is_ok());
+        assert!(p31.check_static(ip("10.0.0.5")).is_err(), "the default gateway");
+        let p32 = pool(json!({"name": "p", "ranges": [{"subnet": "10.0.0.4/32"}]}));
+        assert!(p32.check_static(ip("10.0.0.4")).is_ok());
+        let p6 = pool(json!({"name": "p", "ranges": [{"subnet": "fd00::/64"}]}));
+        assert!(p6.check_static(ip("fd00::")).is_err());
+        assert!(p6.check_static(ip("fd00::ffff:ffff:ffff:ffff")).is_ok());
+    }
+
+    #[test]
+    fn family_subnets_and_overlap() {
+        let a = pool(json!({"name": "a", "ranges": [{"subnet": "10.0.0.0/24"}, {"subnet": "10.1.0.0/24"}]}));
+        let b = pool(json!({"name": "b", "ranges": [{"subnet": "10.1.0.128/25"}]}));
+        let c = pool(json!({"name": "c", "ranges": [{"subnet": "10.2.0.0/24"}]}));
+        let v6 = pool(json!({"name": "v6", "ranges": [{"subnet": "fd00::/64"}]}));
+        assert!(a.is_ipv4());
+        assert!(!v6.is_ipv4());
+        assert_eq!(a.subnets(), vec!["10.0.0.0/24".parse::<IpNet>().unwrap(), "10.1.0.0/24".parse().unwrap()]);
+        assert!(a.overlaps(&b));
+        assert!(b.overlaps(&a));
+        assert!(!a.overlaps(&c));
+        assert!(!a.overlaps(&v6));
+        assert_eq!(a.range_for_subnet_member(ip("10.1.0.200")).unwrap().subnet.to_string(), "10.1.0.0/24");
+        assert_eq!(a.range_for_subnet_member(ip("10.3.0.1")), None);
+    }
+
+    #[test]
+    fn matches_args_needs_every_key_with_equal_value() {
+        let p =
+            pool(json!({"name": "prod", "match": {"NS": "prod", "TIER": "db"}, "ranges": [{"subnet": "10.0.0.0/24"}]}));
+        assert!(p.matches_args(&CniArgs::parse("NS=prod;TIER=db;X=1").unwrap()));
+        assert!(!p.matches_args(&CniArgs::parse("NS=prod").unwrap()));
+        assert!(!p.matches_args(&CniArgs::parse("NS=dev;TIER=db").unwrap()));
+        let any = pool(json!({"name": "any", "ranges": [{"subnet": "10.0.0.0/24"}]}));
+        assert!(any.matches_args(&CniArgs::default()));
+    }
+}

@@ -1,0 +1,192 @@
+//! Candidate selection, as the selector delegate does it: the runtime's
+//! `ipRanges` and the configured pools, kept when their `match` holds and
+//! narrowed by name on the attachment's request.
+
+use serde_json::Value;
+
+use super::parse::{check_ranges, parse_range};
+use super::Pool;
+use crate::args::CniArgs;
+use crate::error::{CniError, Result};
+
+const IP_RANGES: &str = "runtimeConfig.ipRanges";
+const POOLS: &str = "ipam.pools";
+const ARGS_POOLS: &str = "args.cni.pools";
+const CNI_ARGS_POOLS: &str = "CNI_ARGS IPAM_POOL";
+
+/// A pool with the JSON path it came from, for messages.
+struct Sourced {
+    path: String,
+    pool: Pool,
+}
+
+impl Sourced {
+    fn label(&self) -> String {
+        format!("{} (pool {:?})", self.path, self.pool.name)
+    }
+}
+
+/// The candidate pools of one attachment, in order: `ipRanges` pools first,
+/// then the configured pools whose `match` holds, narrowed by name.
+pub fn candidates(config: &Value, cni_args: &CniArgs) -> Result<Vec<Pool>> {
+    let pools = sourced_pools(config)?;
+    let narrowing = narrowing(config, cni_args)?;
+    if let Some((source, names)) = &narrowing {
+        if let Some(unknown) = names.iter().find(|n| !pools.iter().any(|p| &p.pool.name == *n)) {
+            return Err(CniError::config(
+                source,
+                format!("no pool is named {unknown:?} (pools: {})", name_list(&pools)),
+            ));
+        }
+    }
+    let named = |pool: &Pool| match &narrowing {
+        Some((_, names)) => names.contains(&pool.name),
+        None => true,
+    };
+    let kept: Vec<Pool> =
+        pools.iter().filter(|p| p.pool.matches_args(cni_args) && named(&p.pool)).map(|p| p.pool.clone()).collect();
+    if kept.is_empty() {
+        let reasons: Vec<String> = pools
+            .iter()
+            .map(|p| {
+                let why = match &narrowing {
+                    Some((source, _)) if !named(&p.pool) => format!("not named by {source}"),
+                    _ => match_failure(&p.pool, cni_args).unwrap_or_default(),
+                };
+                format!("{:?}: {why}", p.pool.name)
+            })
+            .collect();
+        return Err(CniError::config(POOLS, format!("no pool applies to this attachment ({})", reasons.join("; "))));
+    }
+    Ok(kept)
+}
+
+/// Every pool of the configuration — `ipRanges` pools first, then
+/// `ipam.pools` — validated, without `match` or narrowing (for STATUS).
+pub fn all_pools(config: &Value) -> Result<Vec<Pool>> {
+    Ok(sourced_pools(config)?.into_iter().map(|p| p.pool).collect())
+}
+
+/// `runtimeConfig.ipRanges`, host-local's list of range sets: each set
+/// becomes a pool named `ipRanges-<index>`.
+pub fn from_ip_ranges(ip_ranges: &Value) -> Result<Vec<Pool>> {
+    Ok(ip_range_pools(ip_ranges)?.into_iter().map(|p| p.pool).collect())
+}
+
+fn ip_range_pools(ip_ranges: &Value) -> Result<Vec<Sourced>> {
+    let Value::Array(sets) = ip_ranges else {
+        return Err(CniError::config(IP_RANGES, format!("must be an array of range sets, got {ip_ranges}")));
+    };
+    let mut pools = Vec::with_capacity(sets.len());
+    for (i, set) in sets.iter().enumerate() {
+        let path = format!("{IP_RANGES}[{i}]");
+        let items = match set {
+            Value::Array(items) if !items.is_empty() => items,
+            Value::Array(_) => return Err(CniError::config(&path, "must not be empty")),
+            other => return Err(CniError::config(&path, format!("must be an array of ranges, got {other}"))),
+        };
+        let paths: Vec<String> = (0..items.len()).map(|j| format!("{path}[{j}]")).collect();
+        let ranges = items.iter().zip(&paths).map(|(item, p)| parse_range(item, p)).collect::<Result<Vec<_>>>()?;
+        check_ranges(&ranges, &paths)?;
+        let pool = Pool {
+            name: format!("ipRanges-{i}"),
+            ranges,
+            exclude: Vec::new(),
+            routes: Vec::new(),
+            dns: None,
+            matches: Default::default(),
+            requested_ip: None,
+        };
+        pools.push(Sourced { path, pool });
+    }
+    Ok(pools)
+}
+
+/// `ipam.pools`; required and non-empty unless the runtime gave ranges.
+fn configured_pools(config: &Value, required: bool) -> Result<Vec<Sourced>> {
+    let items = match config.get("ipam").and_then(|ipam| ipam.get("pools")).filter(|v| !v.is_null()) {
+        None if required => return Err(CniError::config(POOLS, "is required (a non-empty array of pools)")),
+        None => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(other) => return Err(CniError::config(POOLS, format!("must be an array of pools, got {other}"))),
+    };
+    if items.is_empty() && required {
+        return Err(CniError::config(POOLS, "must not be empty"));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let path = format!("{POOLS}[{i}]");
+            Ok(Sourced { pool: Pool::from_json(item, &path)?, path })
+        })
+        .collect()
+}
+
+/// All pools with their sources, checked against each other: names are
+/// unique and no two pools share an address, so that an address belongs to
+/// one pool.
+fn sourced_pools(config: &Value) -> Result<Vec<Sourced>> {
+    let ip_ranges = config.get("runtimeConfig").and_then(|rc| rc.get("ipRanges")).filter(|v| !v.is_null());
+    let mut pools = match ip_ranges {
+        Some(v) => ip_range_pools(v)?,
+        None => Vec::new(),
+    };
+    pools.extend(configured_pools(config, pools.is_empty())?);
+    for (i, later) in pools.iter().enumerate() {
+        for earlier in &pools[..i] {
+            if earlier.pool.name == later.pool.name {
+                return Err(CniError::config(
+                    &format!("{}.name", later.path),
+                    format!("{:?} is also the name of {}", later.pool.name, earlier.path),
+                ));
+            }
+            if let Some((mine, theirs)) = overlapping_subnets(&later.pool, &earlier.pool) {
+                return Err(CniError::config(
+                    &later.label(),
+                    format!("its subnet {mine} overlaps {theirs} of {}", earlier.label()),
+                ));
+            }
+        }
+    }
+    Ok(pools)
+}
+
+fn overlapping_subnets(a: &Pool, b: &Pool) -> Option<(ipnet::IpNet, ipnet::IpNet)> {
+    a.subnets().into_iter().find_map(|mine| {
+        b.subnets().into_iter().find(|theirs| super::subnet::subnets_overlap(&mine, theirs)).map(|t| (mine, t))
+    })
+}
+
+/// The names the attachment narrows to, and where they came from:
+/// `args.cni.pools` wins over CNI_ARGS `IPAM_POOL`; an empty list narrows nothing.
+fn narrowing(config: &Value, cni_args: &CniArgs) -> Result<Option<(&'static str, Vec<String>)>> {
+    let from_config = config.pointer("/args/cni/pools").filter(|v| !v.is_null());
+    if let Some(value) = from_config {
+        let names = value
+            .as_array()
+            .and_then(|items| items.iter().map(|v| v.as_str().map(String::from)).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| CniError::config(ARGS_POOLS, format!("must be an array of pool names, got {value}")))?;
+        if !names.is_empty() {
+            return Ok(Some((ARGS_POOLS, names)));
+        }
+    }
+    Ok(cni_args.list("IPAM_POOL").filter(|names| !names.is_empty()).map(|names| (CNI_ARGS_POOLS, names)))
+}
+
+/// Why the pool's `match` does not hold, or `None` when it does.
+fn match_failure(pool: &Pool, cni_args: &CniArgs) -> Option<String> {
+    pool.matches.iter().find_map(|(key, want)| match cni_args.get(key) {
+        Some(have) if have == want => None,
+        Some(have) => Some(format!("match {key}={want} does not hold, CNI_ARGS has {key}={have}")),
+        None => Some(format!("match {key}={want} does not hold, CNI_ARGS has no {key}")),
+    })
+}
+
+fn name_list(pools: &[Sourced]) -> String {
+    pools.iter().map(|p| p.pool.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+#[path = "select_tests.rs"]
+mod tests;
