@@ -166,6 +166,11 @@ fn a_million_leases() {
     let one_by_one = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
+    let from_middle = store.read(|tx| tx.first_unleased(ip("11.7.0.0"), ip("11.255.255.254"))).unwrap();
+    let query_from_middle = started.elapsed();
+    assert_eq!(from_middle, Some(from_u128(to_u128(single) + 1_000_000)));
+
+    let started = Instant::now();
     store.write(|tx| tx.insert_lease(ip("12.0.0.1"), "r", &owner("net", "x", "eth0"))).unwrap();
     let one_add = started.elapsed();
     let started = Instant::now();
@@ -177,7 +182,8 @@ fn a_million_leases() {
     let check = started.elapsed();
     println!(
         "1M leases: bulk fill {bulk:.2}s, insert_lease one by one {one_by_one:.2}s; \
-         first_unleased at 2M leases {query:?}; one ADD transaction {one_add:?}, one DEL {one_del:?}; \
+         first_unleased at 1M leases {query:?}, \
+         at 2M leases from the middle of a run of 1M {query_from_middle:?}; one ADD transaction {one_add:?}, one DEL {one_del:?}; \
          integrity_problems {check:?} ({} problems: leases are outside unregistered pools)",
         problems.len()
     );
