@@ -145,3 +145,33 @@ fn a_waiting_writer_gets_the_lock_as_soon_as_it_is_released() {
     println!("writer waited {waited:?} for a lock released after 300ms");
     assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "{waited:?}");
 }
+
+#[test]
+fn concurrent_handles_create_the_schema_once_and_serialize_their_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new/ipam.db");
+    let writers: Vec<_> = (0..4u8)
+        .map(|w| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+                for i in 0..25u8 {
+                    let a = owner("n", &format!("c{w}-{i}"), "eth0");
+                    store
+                        .write(|tx| {
+                            let free = tx.first_unleased(ip("10.0.0.1"), ip("10.0.0.254"))?.unwrap();
+                            tx.insert_lease(free, "p", &a)
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    let leases = store.read(|tx| tx.leases(&LeaseFilter::default())).unwrap();
+    assert_eq!(leases.len(), 100);
+    assert_eq!(store.read(|tx| tx.first_unleased(ip("10.0.0.1"), ip("10.0.0.254"))).unwrap(), Some(ip("10.0.0.101")));
+}
