@@ -1,1 +1,171 @@
-//! Allocation store: placeholder, filled in by the store work.
+//! The allocation database: a SQLite file shared by the selector and the
+//! allocators. Persistence only: which address to pick is decided elsewhere;
+//! the store answers questions and records changes.
+//!
+//! Writers are serialized across processes by an exclusive lock on
+//! `<database>.lock` (see [`lock`]), so SQLite itself never makes a writer
+//! wait; readers use WAL snapshots and take no lock.
+
+mod integrity;
+mod leases;
+mod lock;
+mod pools;
+mod runs;
+mod schema;
+#[cfg(test)]
+mod testing;
+
+use std::fmt;
+use std::fs::{DirBuilder, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
+
+use crate::error::{CniError, Code, Result};
+
+pub use leases::{Lease, LeaseFilter};
+pub use pools::RegisteredPool;
+pub use schema::SCHEMA_VERSION;
+
+use lock::LockFile;
+
+/// How long a writer waits for the lock before giving up with error 11.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An open allocation database and its lock file.
+pub struct AllocationStore {
+    conn: Connection,
+    lock: LockFile,
+    path: PathBuf,
+    lock_timeout: Duration,
+}
+
+/// One transaction on the store: every question and change goes through it.
+pub struct Tx<'conn> {
+    sql: rusqlite::Transaction<'conn>,
+    path: &'conn Path,
+}
+
+impl AllocationStore {
+    /// Opens (creating if missing) the database at an absolute path. Missing
+    /// parent directories are created 0700, a new database file and the lock
+    /// file `<name>.lock` beside it 0600. Creating or migrating the schema
+    /// happens under the lock; when the schema is current, opening only reads
+    /// `user_version`.
+    pub fn open(path: &Path, lock_timeout: Duration) -> Result<Self> {
+        if !path.is_absolute() {
+            return Err(CniError::config("ipam.database", format!("{} is not an absolute path", path.display())));
+        }
+        let Some(file_name) = path.file_name() else {
+            return Err(CniError::config("ipam.database", format!("{} does not name a file", path.display())));
+        };
+        if let Some(parent) = path.parent() {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
+        }
+        // SQLite would create the file with the umask's mode; create it first so
+        // that it never exists with wider permissions. Its -wal and -shm files
+        // inherit this mode from it.
+        create_private_file(path).map_err(|e| unusable(path, e))?;
+        let mut lock_name = file_name.to_os_string();
+        lock_name.push(".lock");
+        let lock = LockFile::open(&path.with_file_name(lock_name)).map_err(|e| unusable(path, e))?;
+
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).in_db(path)?;
+        // SQLite silently falls back to read-only; an ADD must not find out late.
+        if conn.is_readonly("main").in_db(path)? {
+            return Err(unusable(path, "the file is read-only"));
+        }
+        // Waits only for outside writers such as the sqlite3 shell: our own
+        // writers are serialized by the lock file.
+        conn.busy_timeout(lock_timeout).in_db(path)?;
+        // A committed ADD must be on disk before the process exits.
+        conn.pragma_update(None, "synchronous", "FULL").in_db(path)?;
+
+        let mut store = AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout };
+        let found = schema::user_version(&store.conn).in_db(path)?;
+        schema::refuse_unknown(found, path)?;
+        if found < SCHEMA_VERSION {
+            let _held = store.lock.acquire(store.lock_timeout, &store.path)?;
+            schema::migrate(&mut store.conn, &store.path)?;
+        }
+        Ok(store)
+    }
+
+    /// Runs `f` in one write transaction while holding the lock: commits if
+    /// `f` succeeds, rolls back otherwise, and releases the lock after.
+    pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
+        let tx = Tx { sql, path: &self.path };
+        let value = f(&tx)?;
+        tx.sql.commit().in_db(&self.path)?;
+        Ok(value)
+    }
+
+    /// Runs `f` in a read transaction (a consistent WAL snapshot) without the
+    /// lock. It always rolls back; a write attempted in it is a bug and fails.
+    pub fn read<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        let changes_before = self.conn.total_changes();
+        let sql = self.conn.transaction_with_behavior(TransactionBehavior::Deferred).in_db(&self.path)?;
+        let tx = Tx { sql, path: &self.path };
+        let value = f(&tx);
+        let changed = tx.sql.total_changes() != changes_before;
+        tx.sql.rollback().in_db(&self.path)?;
+        if changed {
+            return Err(CniError::new(
+                Code::Internal,
+                "bug: write attempted in a read transaction of the allocation database",
+            ));
+        }
+        value
+    }
+
+    /// Ok when the database can be written now (for STATUS): takes the lock,
+    /// begins a write transaction and rolls it back.
+    pub fn probe_writable(&mut self) -> Result<()> {
+        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
+        sql.rollback().in_db(&self.path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path).map(drop)
+}
+
+/// Error 103 naming the database and the cause.
+fn unusable(path: &Path, cause: impl fmt::Display) -> CniError {
+    CniError::new(Code::DatabaseUnusable, format!("allocation database {} is unusable: {cause}", path.display()))
+}
+
+/// Maps SQLite failures to the contract's codes: busy or locked (an outside
+/// writer such as the sqlite3 shell) is 11, anything else 103.
+trait InDatabase<T> {
+    fn in_db(self, path: &Path) -> Result<T>;
+}
+
+impl<T> InDatabase<T> for rusqlite::Result<T> {
+    fn in_db(self, path: &Path) -> Result<T> {
+        self.map_err(|err| match err.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => CniError::new(
+                Code::TryAgainLater,
+                format!("allocation database {} is busy ({err}): try again later", path.display()),
+            ),
+            _ => unusable(path, err),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

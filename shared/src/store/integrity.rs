@@ -1,0 +1,140 @@
+//! The operator's invariant check: SQLite's own, then ours.
+
+use std::collections::HashMap;
+
+use rusqlite::Row;
+
+use super::{runs, InDatabase, Tx};
+use crate::addr::{from_u128, to_u128};
+use crate::error::Result;
+
+/// Past this many problems of one kind the rest are summarized: a broken
+/// million-lease database should not print a million lines.
+const REPORTED_PER_KIND: usize = 20;
+
+struct Problems {
+    list: Vec<String>,
+}
+
+impl Problems {
+    /// Records one problem of a kind counted by `seen`.
+    fn add(&mut self, seen: &mut usize, problem: impl FnOnce() -> String) {
+        *seen += 1;
+        if *seen <= REPORTED_PER_KIND {
+            self.list.push(problem());
+        }
+    }
+
+    fn summarize(&mut self, seen: usize, kind: &str) {
+        if seen > REPORTED_PER_KIND {
+            self.list.push(format!("... {seen} {kind} in all"));
+        }
+    }
+}
+
+impl Tx<'_> {
+    /// Problems found (empty when healthy): SQLite's integrity check, every
+    /// lease inside a subnet of its registered pool, its text address
+    /// matching its key, and `leased_runs` agreeing with `leases`.
+    pub fn integrity_problems(&self) -> Result<Vec<String>> {
+        let mut problems = Problems { list: Vec::new() };
+        let mut stmt = self.sql.prepare("PRAGMA integrity_check").in_db(self.path)?;
+        let sqlite_says: Vec<String> =
+            stmt.query_map([], |row| row.get(0)).and_then(Iterator::collect).in_db(self.path)?;
+        if sqlite_says != ["ok"] {
+            problems.list.extend(sqlite_says.into_iter().map(|s| format!("sqlite: {s}")));
+            // Our own checks would read through the damage.
+            return Ok(problems.list);
+        }
+        self.check_leases(&mut problems)?;
+        Ok(problems.list)
+    }
+
+    fn check_leases(&self, problems: &mut Problems) -> Result<()> {
+        let pools: HashMap<String, _> =
+            self.registered_pools()?.into_iter().map(|pool| (pool.name, pool.subnets)).collect();
+        let mut stmt = self.sql.prepare("SELECT key, address, pool FROM leases ORDER BY key").in_db(self.path)?;
+        let mut rows = stmt.query([]).in_db(self.path)?;
+        let (mut misplaced, mut mislabelled) = (0, 0);
+        let mut derived_runs: Vec<(u128, u128)> = Vec::new();
+        while let Some(row) = rows.next().in_db(self.path)? {
+            let (address, label, pool) = lease_row(row).in_db(self.path)?;
+            if label != address.to_string() {
+                problems.add(&mut mislabelled, || format!("lease on {address} has address text {label:?}"));
+            }
+            match pools.get(&pool) {
+                Some(subnets) if subnets.iter().any(|s| s.contains(&address)) => {}
+                Some(_) => problems.add(&mut misplaced, || format!("lease on {address} lies outside its pool {pool}")),
+                None => problems.add(&mut misplaced, || format!("lease on {address} names unregistered pool {pool}")),
+            }
+            let n = to_u128(address);
+            match derived_runs.last_mut() {
+                Some(run) if run.1.checked_add(1) == Some(n) => run.1 = n,
+                _ => derived_runs.push((n, n)),
+            }
+        }
+        problems.summarize(mislabelled, "leases with wrong address text");
+        problems.summarize(misplaced, "leases outside their pools");
+
+        let stored_runs = runs::stored_runs(self)?;
+        if stored_runs != derived_runs {
+            let first_difference = stored_runs.iter().zip(&derived_runs).position(|(a, b)| a != b);
+            let at = first_difference.unwrap_or(stored_runs.len().min(derived_runs.len()));
+            let show = |runs: &[(u128, u128)]| {
+                runs.get(at).map_or("nothing".to_string(), |&(a, b)| format!("{}-{}", from_u128(a), from_u128(b)))
+            };
+            problems.list.push(format!(
+                "leased_runs disagrees with leases: {} runs stored, {} derived; run #{at} is {} but should be {}",
+                stored_runs.len(),
+                derived_runs.len(),
+                show(&stored_runs),
+                show(&derived_runs)
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn lease_row(row: &Row) -> rusqlite::Result<(std::net::IpAddr, String, String)> {
+    Ok((super::leases::address_column(row, 0)?, row.get(1)?, row.get(2)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{ip, owner, temp_store};
+    use serde_json::json;
+
+    #[test]
+    fn a_healthy_database_has_no_problems_and_damage_is_named() {
+        let (_dir, mut store) = temp_store();
+        let a = owner("net", "c1", "eth0");
+        store
+            .write(|tx| {
+                tx.register_pool("p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?;
+                for last in [1, 2, 3, 7] {
+                    tx.insert_lease(ip(&format!("10.0.0.{last}")), "p", &a)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap(), Vec::<String>::new());
+
+        store.write(|tx| tx.insert_lease(ip("10.9.0.1"), "p", &a)).unwrap();
+        store.write(|tx| tx.insert_lease(ip("10.0.0.9"), "ghost", &a)).unwrap();
+        store
+            .write(|tx| {
+                tx.sql
+                    .execute("DELETE FROM leased_runs WHERE first = ?1", [&crate::addr::to_key(ip("10.0.0.7"))[..]])
+                    .unwrap();
+                tx.sql.execute("UPDATE leases SET address = 'x' WHERE address = '10.0.0.2'", []).unwrap();
+                Ok(())
+            })
+            .unwrap();
+        let problems = store.read(|tx| tx.integrity_problems()).unwrap();
+        assert_eq!(problems.len(), 4, "{problems:#?}");
+        assert!(problems[0].contains("10.0.0.2") && problems[0].contains("\"x\""), "{}", problems[0]);
+        assert!(problems[1].contains("10.0.0.9") && problems[1].contains("ghost"), "{}", problems[1]);
+        assert!(problems[2].contains("10.9.0.1") && problems[2].contains("outside"), "{}", problems[2]);
+        assert!(problems[3].contains("leased_runs") && problems[3].contains("10.0.0.7-10.0.0.7"), "{}", problems[3]);
+    }
+}

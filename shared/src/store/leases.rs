@@ -1,0 +1,305 @@
+//! Leases: which attachment holds which address.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::types::Type;
+use rusqlite::{params, Row};
+
+use super::{runs, InDatabase, Tx};
+use crate::addr::{from_key, to_key, to_u128};
+use crate::args::Attachment;
+use crate::error::{CniError, Code, Result};
+
+/// One address held by one attachment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub address: IpAddr,
+    pub pool: String,
+    pub owner: Attachment,
+    /// Unix seconds.
+    pub since: i64,
+}
+
+/// Which leases the operator listing shows; `None` matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseFilter {
+    pub network: Option<String>,
+    pub pool: Option<String>,
+    pub container_id: Option<String>,
+}
+
+const LEASE_COLUMNS: &str = "key, pool, network, container_id, ifname, since";
+
+fn lease_from_row(row: &Row) -> rusqlite::Result<Lease> {
+    Ok(Lease {
+        address: address_column(row, 0)?,
+        pool: row.get(1)?,
+        owner: Attachment { network: row.get(2)?, container_id: row.get(3)?, ifname: row.get(4)? },
+        since: row.get(5)?,
+    })
+}
+
+/// Reads a key column; a key that is not 16 bytes is corruption.
+pub(super) fn address_column(row: &Row, index: usize) -> rusqlite::Result<IpAddr> {
+    let key: Vec<u8> = row.get(index)?;
+    from_key(&key).ok_or_else(|| {
+        let problem = format!("address key of {} bytes instead of 16", key.len());
+        rusqlite::Error::FromSqlConversionFailure(index, Type::Blob, problem.into())
+    })
+}
+
+fn now_unix() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Tx<'_> {
+    /// The lease on `address`, if any.
+    pub fn holder(&self, address: IpAddr) -> Result<Option<Lease>> {
+        let mut stmt =
+            self.sql.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE key = ?1")).in_db(self.path)?;
+        let mut rows = stmt.query_map([&to_key(address)[..]], lease_from_row).in_db(self.path)?;
+        rows.next().transpose().in_db(self.path)
+    }
+
+    /// Records a lease; error 101 if the address is already held by anyone.
+    pub fn insert_lease(&self, address: IpAddr, pool: &str, owner: &Attachment) -> Result<()> {
+        self.insert_lease_row(address, pool, owner, now_unix())?;
+        let n = to_u128(address);
+        runs::mark_leased(self, n, n)
+    }
+
+    /// Records many leases at once, each as [`Tx::insert_lease`] would, but
+    /// updating the runs once per run of consecutive new addresses rather than
+    /// once per address. Returns how many were recorded.
+    pub fn insert_leases_bulk<'p>(
+        &self,
+        leases: impl IntoIterator<Item = (IpAddr, &'p str, Attachment)>,
+    ) -> Result<usize> {
+        let since = now_unix();
+        let mut numbers = Vec::new();
+        for (address, pool, owner) in leases {
+            self.insert_lease_row(address, pool, &owner, since)?;
+            numbers.push(to_u128(address));
+        }
+        numbers.sort_unstable();
+        let mut rest = numbers.as_slice();
+        while let Some(&first) = rest.first() {
+            // Distinct (the inserts succeeded) and sorted: a run is where n - i is constant.
+            let len = rest.iter().enumerate().take_while(|&(i, &n)| n - first == i as u128).count();
+            runs::mark_leased(self, first, rest[len - 1])?;
+            rest = &rest[len..];
+        }
+        Ok(numbers.len())
+    }
+
+    fn insert_lease_row(&self, address: IpAddr, pool: &str, owner: &Attachment, since: i64) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "INSERT INTO leases (key, address, pool, network, container_id, ifname, since)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (key) DO NOTHING",
+            )
+            .in_db(self.path)?;
+        let key = to_key(address);
+        let inserted = stmt
+            .execute(params![
+                &key[..],
+                address.to_string(),
+                pool,
+                owner.network,
+                owner.container_id,
+                owner.ifname,
+                since
+            ])
+            .in_db(self.path)?;
+        if inserted == 0 {
+            let held_by = match self.holder(address)? {
+                Some(lease) => format!(
+                    "container {} interface {} of network {}",
+                    lease.owner.container_id, lease.owner.ifname, lease.owner.network
+                ),
+                None => "another attachment".to_string(),
+            };
+            return Err(CniError::new(Code::AddressInUse, format!("address {address} is already held by {held_by}")));
+        }
+        Ok(())
+    }
+
+    /// The leases of one attachment, in address order.
+    pub fn leases_of(&self, owner: &Attachment) -> Result<Vec<Lease>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS} FROM leases
+                 WHERE network = ?1 AND container_id = ?2 AND ifname = ?3 ORDER BY key"
+            ))
+            .in_db(self.path)?;
+        let rows = stmt.query_map(params![owner.network, owner.container_id, owner.ifname], lease_from_row);
+        rows.and_then(Iterator::collect).in_db(self.path)
+    }
+
+    /// Releases every lease of `owner` (none is fine) and returns them.
+    pub fn release(&self, owner: &Attachment) -> Result<Vec<Lease>> {
+        let leases = self.leases_of(owner)?;
+        self.delete_leases(&leases)?;
+        Ok(leases)
+    }
+
+    /// Releases every lease of `network` whose (container id, interface) is
+    /// not in `keep`; other networks' leases are untouched.
+    pub fn gc(&self, network: &str, keep: &HashSet<(String, String)>) -> Result<Vec<Lease>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE network = ?1 ORDER BY key"))
+            .in_db(self.path)?;
+        let all: Vec<Lease> = stmt.query_map([network], lease_from_row).and_then(Iterator::collect).in_db(self.path)?;
+        // Clones only to probe the set, whose keys are owned pairs.
+        let stale: Vec<Lease> = all
+            .into_iter()
+            .filter(|l| !keep.contains(&(l.owner.container_id.clone(), l.owner.ifname.clone())))
+            .collect();
+        self.delete_leases(&stale)?;
+        Ok(stale)
+    }
+
+    fn delete_leases(&self, leases: &[Lease]) -> Result<()> {
+        let mut stmt = self.sql.prepare_cached("DELETE FROM leases WHERE key = ?1").in_db(self.path)?;
+        for lease in leases {
+            stmt.execute([&to_key(lease.address)[..]]).in_db(self.path)?;
+            runs::mark_free(self, to_u128(lease.address))?;
+        }
+        Ok(())
+    }
+
+    /// All leases matching `filter`, in address order (the operator listing).
+    pub fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS} FROM leases
+                 WHERE (?1 IS NULL OR network = ?1) AND (?2 IS NULL OR pool = ?2) AND (?3 IS NULL OR container_id = ?3)
+                 ORDER BY key"
+            ))
+            .in_db(self.path)?;
+        let rows = stmt.query_map(params![filter.network, filter.pool, filter.container_id], lease_from_row);
+        rows.and_then(Iterator::collect).in_db(self.path)
+    }
+
+    /// How many leases lie in `[lo, hi]` (pool statistics).
+    pub fn count_leases(&self, lo: IpAddr, hi: IpAddr) -> Result<u64> {
+        let mut stmt =
+            self.sql.prepare_cached("SELECT count(*) FROM leases WHERE key BETWEEN ?1 AND ?2").in_db(self.path)?;
+        stmt.query_row([&to_key(lo)[..], &to_key(hi)[..]], |row| row.get(0)).in_db(self.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{ip, owner, temp_store};
+    use super::*;
+
+    #[test]
+    fn insert_then_holder_then_release() {
+        let (_dir, mut store) = temp_store();
+        let a = owner("net", "c1", "eth0");
+        store
+            .write(|tx| {
+                tx.insert_lease(ip("10.0.0.2"), "p", &a)?;
+                tx.insert_lease(ip("fd00::2"), "p6", &a)
+            })
+            .unwrap();
+        let held = store.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap().unwrap();
+        assert_eq!((held.address, held.pool.as_str(), &held.owner), (ip("10.0.0.2"), "p", &a));
+        assert!(held.since > 1_600_000_000);
+        assert_eq!(store.read(|tx| tx.holder(ip("10.0.0.3"))).unwrap(), None);
+        let mine: Vec<IpAddr> = store.read(|tx| tx.leases_of(&a)).unwrap().iter().map(|l| l.address).collect();
+        assert_eq!(mine, vec![ip("10.0.0.2"), ip("fd00::2")]);
+
+        let released = store.write(|tx| tx.release(&a)).unwrap();
+        assert_eq!(released.len(), 2);
+        assert_eq!(store.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap(), None);
+        assert!(store.read(|tx| tx.leases_of(&a)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn releasing_an_unknown_owner_is_ok_and_empty() {
+        let (_dir, mut store) = temp_store();
+        assert!(store.write(|tx| tx.release(&owner("net", "nobody", "eth0"))).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_held_address_is_error_101_for_anyone_and_the_transaction_rolls_back() {
+        let (_dir, mut store) = temp_store();
+        let a = owner("net", "c1", "eth0");
+        store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &a)).unwrap();
+        for other in [a.clone(), owner("net", "c2", "eth0"), owner("other", "c1", "eth0")] {
+            let e = store
+                .write(|tx| {
+                    tx.insert_lease(ip("10.0.0.3"), "p", &other)?;
+                    tx.insert_lease(ip("10.0.0.2"), "p", &other)
+                })
+                .unwrap_err();
+            assert_eq!(e.code, 101);
+            assert!(e.msg.contains("10.0.0.2") && e.msg.contains("c1"), "{}", e.msg);
+            assert_eq!(store.read(|tx| tx.holder(ip("10.0.0.3"))).unwrap(), None, "rolled back");
+        }
+        let bulk = store.write(|tx| tx.insert_leases_bulk([(ip("10.0.0.2"), "p", owner("net", "c3", "eth0"))]));
+        assert_eq!(bulk.unwrap_err().code, 101);
+    }
+
+    #[test]
+    fn gc_releases_only_stale_attachments_of_its_network() {
+        let (_dir, mut store) = temp_store();
+        let kept = owner("blue", "c1", "eth0");
+        let stale = owner("blue", "c2", "eth0");
+        let stale_ifname = owner("blue", "c1", "eth1");
+        let other_network = owner("red", "c2", "eth0");
+        store
+            .write(|tx| {
+                tx.insert_lease(ip("10.0.0.1"), "p", &kept)?;
+                tx.insert_lease(ip("10.0.0.2"), "p", &stale)?;
+                tx.insert_lease(ip("10.0.0.3"), "p", &stale_ifname)?;
+                tx.insert_lease(ip("10.1.0.2"), "q", &other_network)
+            })
+            .unwrap();
+        let keep: HashSet<(String, String)> = [("c1".to_string(), "eth0".to_string())].into();
+        let released = store.write(|tx| tx.gc("blue", &keep)).unwrap();
+        let released: Vec<IpAddr> = released.iter().map(|l| l.address).collect();
+        assert_eq!(released, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
+        let left: Vec<IpAddr> =
+            store.read(|tx| tx.leases(&LeaseFilter::default())).unwrap().iter().map(|l| l.address).collect();
+        assert_eq!(left, vec![ip("10.0.0.1"), ip("10.1.0.2")]);
+    }
+
+    #[test]
+    fn listing_filters_and_counts() {
+        let (_dir, mut store) = temp_store();
+        store
+            .write(|tx| {
+                tx.insert_lease(ip("10.0.0.9"), "p", &owner("blue", "c1", "eth0"))?;
+                tx.insert_lease(ip("10.0.0.1"), "p", &owner("blue", "c2", "eth0"))?;
+                tx.insert_lease(ip("10.1.0.1"), "q", &owner("red", "c1", "eth0"))?;
+                tx.insert_lease(ip("fd00::1"), "p6", &owner("red", "c1", "eth0"))
+            })
+            .unwrap();
+        let mut list = |filter: LeaseFilter| -> Vec<IpAddr> {
+            store.read(|tx| tx.leases(&filter)).unwrap().iter().map(|l| l.address).collect()
+        };
+        assert_eq!(
+            list(LeaseFilter::default()),
+            vec![ip("10.0.0.1"), ip("10.0.0.9"), ip("10.1.0.1"), ip("fd00::1")],
+            "address order, IPv4 first"
+        );
+        assert_eq!(list(LeaseFilter { network: Some("red".into()), ..Default::default() }).len(), 2);
+        assert_eq!(list(LeaseFilter { pool: Some("p".into()), ..Default::default() }).len(), 2);
+        assert_eq!(
+            list(LeaseFilter { network: Some("blue".into()), container_id: Some("c1".into()), pool: None }),
+            vec![ip("10.0.0.9")]
+        );
+        assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.255.255"))).unwrap(), 2);
+        assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.1"), ip("10.0.0.1"))).unwrap(), 1);
+        assert_eq!(store.read(|tx| tx.count_leases(ip("fd00::"), ip("fd00::ffff"))).unwrap(), 1);
+    }
+}

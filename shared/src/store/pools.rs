@@ -1,0 +1,199 @@
+//! Registered pools: each pool's subnets and definition as last configured,
+//! and its cursor (the last address handed out) for round-robin allocation.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use rusqlite::{params, Row};
+use serde_json::Value;
+
+use super::{unusable, InDatabase, Tx};
+use crate::error::{CniError, Code, Result};
+
+/// A pool as recorded in the database.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegisteredPool {
+    pub name: String,
+    pub subnets: Vec<IpNet>,
+    pub definition: Value,
+    pub cursor: Option<IpAddr>,
+}
+
+/// The row's text columns, parsed outside rusqlite so that a bad value names
+/// its pool in the error.
+struct PoolRow {
+    name: String,
+    subnets: String,
+    definition: String,
+    cursor: Option<String>,
+}
+
+fn pool_row(row: &Row) -> rusqlite::Result<PoolRow> {
+    Ok(PoolRow { name: row.get(0)?, subnets: row.get(1)?, definition: row.get(2)?, cursor: row.get(3)? })
+}
+
+impl Tx<'_> {
+    pub fn registered_pool(&self, name: &str) -> Result<Option<RegisteredPool>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached("SELECT name, subnets, definition, cursor FROM pools WHERE name = ?1")
+            .in_db(self.path)?;
+        let mut rows = stmt.query_map([name], pool_row).in_db(self.path)?;
+        rows.next().transpose().in_db(self.path)?.map(|row| self.parse_pool(row)).transpose()
+    }
+
+    /// Every registered pool, by name.
+    pub fn registered_pools(&self) -> Result<Vec<RegisteredPool>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached("SELECT name, subnets, definition, cursor FROM pools ORDER BY name")
+            .in_db(self.path)?;
+        let rows: Vec<PoolRow> = stmt.query_map([], pool_row).and_then(Iterator::collect).in_db(self.path)?;
+        rows.into_iter().map(|row| self.parse_pool(row)).collect()
+    }
+
+    /// Records a pool's subnets and definition. Writes nothing when they are
+    /// already recorded as given, so the common case stays read-only. Error 7
+    /// when a subnet overlaps one of a pool with another name; a changed
+    /// definition replaces the old one and keeps the cursor.
+    pub fn register_pool(&self, name: &str, subnets: &[IpNet], definition: &Value) -> Result<()> {
+        if let Some(known) = self.registered_pool(name)? {
+            if known.subnets == subnets && known.definition == *definition {
+                return Ok(());
+            }
+        }
+        for other in self.registered_pools()?.iter().filter(|other| other.name != name) {
+            for mine in subnets {
+                if let Some(theirs) = other.subnets.iter().find(|theirs| overlap(mine, theirs)) {
+                    return Err(CniError::config(
+                        &format!("pool {name}"),
+                        format!(
+                            "subnet {mine} overlaps subnet {theirs} of pool {}, recorded in allocation database {}",
+                            other.name,
+                            self.path.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "INSERT INTO pools (name, family, subnets, definition) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO UPDATE SET
+                     family = excluded.family, subnets = excluded.subnets, definition = excluded.definition",
+            )
+            .in_db(self.path)?;
+        let subnet_list: Vec<String> = subnets.iter().map(IpNet::to_string).collect();
+        stmt.execute(params![name, family(subnets), subnet_list.join(","), definition.to_string()])
+            .in_db(self.path)
+            .map(drop)
+    }
+
+    /// Records `last` as the pool's last handed-out address.
+    pub fn set_cursor(&self, pool: &str, last: IpAddr) -> Result<()> {
+        let mut stmt = self.sql.prepare_cached("UPDATE pools SET cursor = ?2 WHERE name = ?1").in_db(self.path)?;
+        if stmt.execute(params![pool, last.to_string()]).in_db(self.path)? == 0 {
+            return Err(CniError::new(Code::Internal, format!("bug: cursor set for unregistered pool {pool}")));
+        }
+        Ok(())
+    }
+
+    fn parse_pool(&self, row: PoolRow) -> Result<RegisteredPool> {
+        let corrupt =
+            |what: &str, err: &dyn std::fmt::Display| unusable(self.path, format!("pool {}: {what}: {err}", row.name));
+        let subnets = row
+            .subnets
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::parse)
+            .collect::<std::result::Result<Vec<IpNet>, _>>()
+            .map_err(|e| corrupt("subnets", &e))?;
+        let definition = serde_json::from_str(&row.definition).map_err(|e| corrupt("definition", &e))?;
+        let cursor = row.cursor.as_deref().map(str::parse).transpose().map_err(|e| corrupt("cursor", &e))?;
+        Ok(RegisteredPool { name: row.name, subnets, definition, cursor })
+    }
+}
+
+fn overlap(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+/// For people reading the table: which families the subnets cover.
+fn family(subnets: &[IpNet]) -> &'static str {
+    let v4 = subnets.iter().any(|s| matches!(s, IpNet::V4(_)));
+    let v6 = subnets.iter().any(|s| matches!(s, IpNet::V6(_)));
+    match (v4, v6) {
+        (true, true) => "ipv4,ipv6",
+        (false, true) => "ipv6",
+        _ => "ipv4",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{ip, temp_store};
+    use super::super::{AllocationStore, DEFAULT_LOCK_TIMEOUT};
+    use super::*;
+    use serde_json::json;
+
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn overlapping_subnets_of_another_pool_are_error_7_naming_both() {
+        let (_dir, mut store) = temp_store();
+        store.write(|tx| tx.register_pool("a", &nets(&["10.0.0.0/16", "fd00::/64"]), &json!({"n": 1}))).unwrap();
+        for (mine, theirs) in
+            [("10.0.3.0/24", "10.0.0.0/16"), ("10.0.0.0/8", "10.0.0.0/16"), ("fd00::/48", "fd00::/64")]
+        {
+            let e = store.write(|tx| tx.register_pool("b", &nets(&["192.168.0.0/24", mine]), &json!({}))).unwrap_err();
+            assert_eq!(e.code, 7);
+            for part in ["pool b", mine, theirs, "pool a"] {
+                assert!(e.msg.contains(part), "{part} in {}", e.msg);
+            }
+        }
+        assert_eq!(store.read(|tx| tx.registered_pool("b")).unwrap(), None);
+        store.write(|tx| tx.register_pool("b", &nets(&["10.1.0.0/16", "fd01::/64"]), &json!({}))).unwrap();
+        let names: Vec<String> = store.read(|tx| tx.registered_pools()).unwrap().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn identical_registration_writes_nothing_and_a_changed_one_keeps_the_cursor() {
+        let (_dir, mut store) = temp_store();
+        let subnets = nets(&["10.0.0.0/24"]);
+        store.write(|tx| tx.register_pool("a", &subnets, &json!({"range": [1, 2]}))).unwrap();
+        store.write(|tx| tx.set_cursor("a", ip("10.0.0.7"))).unwrap();
+
+        let writes = |tx: &Tx| tx.sql.total_changes();
+        let changes =
+            store.write(|tx| Ok((writes(tx), tx.register_pool("a", &subnets, &json!({"range": [1, 2]}))?, writes(tx))));
+        let (before, (), after) = changes.unwrap();
+        assert_eq!(before, after, "identical re-registration must not write");
+
+        // Shrinking the pool is also a change of subnets on the same name: allowed.
+        store.write(|tx| tx.register_pool("a", &nets(&["10.0.0.0/25"]), &json!({"range": [1, 3]}))).unwrap();
+        let pool = store.read(|tx| tx.registered_pool("a")).unwrap().unwrap();
+        assert_eq!(pool.subnets, nets(&["10.0.0.0/25"]));
+        assert_eq!(pool.definition, json!({"range": [1, 3]}));
+        assert_eq!(pool.cursor, Some(ip("10.0.0.7")));
+    }
+
+    #[test]
+    fn the_cursor_survives_reopening() {
+        let (dir, mut store) = temp_store();
+        store
+            .write(|tx| {
+                tx.register_pool("v6", &nets(&["fd00::/64"]), &json!(null))?;
+                tx.set_cursor("v6", ip("fd00::42"))
+            })
+            .unwrap();
+        drop(store);
+        let mut store = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+        let pool = store.read(|tx| tx.registered_pool("v6")).unwrap().unwrap();
+        assert_eq!(pool.cursor, Some(ip("fd00::42")));
+        assert_eq!(store.write(|tx| tx.set_cursor("missing", ip("fd00::1"))).unwrap_err().code, 999);
+    }
+}

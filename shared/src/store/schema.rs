@@ -1,0 +1,91 @@
+//! The schema, versioned with `PRAGMA user_version`, and its migrations.
+//!
+//! Addresses are keyed by 16-byte big-endian BLOBs (see [`crate::addr::to_key`]),
+//! so that SQLite's BLOB order is numeric order; text columns beside them are
+//! for people reading the file with the sqlite3 shell.
+
+use std::path::Path;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::{unusable, InDatabase};
+use crate::error::Result;
+
+/// The schema version this build reads and writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
+/// entries never change, new versions append.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
+
+const V1: &str = "
+CREATE TABLE pools (
+    name       TEXT PRIMARY KEY NOT NULL,
+    family     TEXT NOT NULL,        -- ipv4, ipv6 or ipv4,ipv6
+    subnets    TEXT NOT NULL,        -- comma-separated CIDRs
+    definition TEXT NOT NULL,        -- the pool as configured, JSON
+    cursor     TEXT                  -- last address handed out, or NULL
+);
+
+CREATE TABLE leases (
+    key          BLOB PRIMARY KEY NOT NULL,  -- the address as 16 bytes, big-endian, IPv4 mapped
+    address      TEXT NOT NULL,
+    pool         TEXT NOT NULL,
+    network      TEXT NOT NULL,
+    container_id TEXT NOT NULL,
+    ifname       TEXT NOT NULL,
+    since        INTEGER NOT NULL            -- unix seconds
+) WITHOUT ROWID;
+
+CREATE INDEX leases_by_owner ON leases (network, container_id, ifname);
+
+-- Derived from leases: the maximal runs of consecutive leased addresses, so
+-- that the first free address after any point is one lookup away.
+CREATE TABLE leased_runs (
+    first BLOB PRIMARY KEY NOT NULL,
+    last  BLOB NOT NULL
+) WITHOUT ROWID;
+";
+
+pub(super) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+}
+
+/// Error 103 for a database written by a newer build (or a version no build writes).
+pub(super) fn refuse_unknown(found: i64, path: &Path) -> Result<()> {
+    if found < 0 {
+        return Err(unusable(path, format!("invalid schema version {found}")));
+    }
+    if found > SCHEMA_VERSION {
+        return Err(unusable(
+            path,
+            format!(
+                "its schema version {found} is newer than this build's version {SCHEMA_VERSION}: upgrade the plugins"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`]. Call with the lock held: the
+/// version is read again because another process may have migrated first.
+pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+    let found = user_version(conn).in_db(path)?;
+    refuse_unknown(found, path)?;
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    if found == 0 {
+        // Persistent, and impossible inside a transaction: set once at creation.
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).in_db(path)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(unusable(path, format!("cannot switch to WAL journal mode (got {mode})")));
+        }
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(path)?;
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(migration).map_err(|e| unusable(path, format!("migration from version {from}: {e}")))?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)?;
+    tx.commit().in_db(path)
+}
