@@ -45,7 +45,7 @@ impl Plugin for SequentialAllocator {
                     }
                     for pool in &family {
                         let cursor = allocator::register(tx, pool)?;
-                        if let Some(address) = pool.find_free(cursor, &mut &*tx)? {
+                        if let Some(address) = pool.find_free(cursor, tx)? {
                             tx.insert_lease(address, &pool.name, &attachment)?;
                             tx.set_cursor(&pool.name, address)?;
                             tracing::info!("allocated {address} from pool {} (after {cursor:?})", pool.name);

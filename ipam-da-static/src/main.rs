@@ -85,7 +85,9 @@ impl Plugin for StaticAllocator {
 /// The addresses asked for, from the first source that has any.
 fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
     let from_list = |field: &str, value: &Value| -> Result<Vec<IpAddr>> {
-        let list = value.as_array().ok_or_else(|| CniError::config(field, format!("must be an array of addresses, got {value}")))?;
+        let list = value
+            .as_array()
+            .ok_or_else(|| CniError::config(field, format!("must be an array of addresses, got {value}")))?;
         list.iter().map(|v| parse_request(field, v.as_str().unwrap_or_default(), v)).collect()
     };
     if let Some(v) = req.config.runtime_config("ips") {
@@ -101,7 +103,10 @@ fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
         }
     }
     if let Some(list) = req.env.args.list("IP") {
-        let found = list.iter().map(|s| parse_request("CNI_ARGS IP", s, &Value::from(s.as_str()))).collect::<Result<Vec<_>>>()?;
+        let found = list
+            .iter()
+            .map(|s| parse_request("CNI_ARGS IP", s, &Value::from(s.as_str())))
+            .collect::<Result<Vec<_>>>()?;
         if !found.is_empty() {
             return Ok(found);
         }
@@ -125,7 +130,9 @@ fn claim_target(pools: &[Pool], address: IpAddr) -> Result<&Pool> {
     for pool in pools {
         match pool.check_static(address) {
             Ok(_) => return Ok(pool),
-            Err(reason) if pool.range_for_subnet_member(address).is_some() => reasons.push(format!("pool {}: {reason}", pool.name)),
+            Err(reason) if pool.range_for_subnet_member(address).is_some() => {
+                reasons.push(format!("pool {}: {reason}", pool.name))
+            }
             Err(_) => {}
         }
     }

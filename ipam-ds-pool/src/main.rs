@@ -31,7 +31,9 @@ impl Plugin for Selector {
             })
         })?;
         if !recorded {
-            allocator::write(&mut store, |tx| candidates.iter().try_for_each(|p| allocator::register(tx, p).map(drop)))?;
+            allocator::write(&mut store, |tx| {
+                candidates.iter().try_for_each(|p| allocator::register(tx, p).map(drop))
+            })?;
         }
         let mut result = req.config.prev_result()?.unwrap_or_default();
         result.pools = Some(candidates.iter().map(Pool::to_json).collect());
@@ -61,7 +63,7 @@ impl Plugin for Selector {
                 let mut has_room = false;
                 for p in pools.iter().filter(|p| p.is_ipv4() == ipv4) {
                     let cursor = tx.registered_pool(&p.name)?.and_then(|r| r.cursor);
-                    if p.find_free(cursor, &mut &*tx)?.is_some() {
+                    if p.find_free(cursor, tx)?.is_some() {
                         has_room = true;
                         break;
                     }

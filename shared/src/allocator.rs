@@ -15,7 +15,7 @@ use crate::result::{IpConfig, IpamResult};
 use crate::store::{AllocationStore, Tx};
 
 impl LeaseIndex for Tx<'_> {
-    fn first_unleased(&mut self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>> {
+    fn first_unleased(&self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>> {
         Tx::first_unleased(self, lo, hi)
     }
 }
@@ -41,10 +41,9 @@ pub fn write<T>(store: &mut AllocationStore, f: impl FnOnce(&Tx) -> Result<T>) -
 /// Allocators read pools only from there, so that any selector can feed them.
 pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
     const HINT: &str = "put a selector such as ipam-ds-pool before the allocators in ipam.delegates";
-    let prev = req
-        .config
-        .prev_result()?
-        .ok_or_else(|| CniError::config("prevResult", format!("missing: allocators read their pools from prevResult.pools; {HINT}")))?;
+    let prev = req.config.prev_result()?.ok_or_else(|| {
+        CniError::config("prevResult", format!("missing: allocators read their pools from prevResult.pools; {HINT}"))
+    })?;
     let pools = prev
         .pools
         .as_ref()
@@ -94,7 +93,10 @@ pub fn del(req: &Request) -> Result<Reply> {
 /// must be recorded for this attachment (104 otherwise).
 pub fn check(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
-    let prev = req.config.prev_result()?.ok_or_else(|| CniError::config("prevResult", "missing: CHECK needs the result of the ADD"))?;
+    let prev = req
+        .config
+        .prev_result()?
+        .ok_or_else(|| CniError::config("prevResult", "missing: CHECK needs the result of the ADD"))?;
     let mut store = open_store(req)?;
     store.read(|tx| {
         let pools = tx.registered_pools()?;
@@ -105,7 +107,10 @@ pub fn check(req: &Request) -> Result<Reply> {
                 Some(lease) if lease.owner == attachment => {}
                 other => {
                     let held = match other {
-                        Some(lease) => format!("it is held by container {} ifname {}", lease.owner.container_id, lease.owner.ifname),
+                        Some(lease) => format!(
+                            "it is held by container {} ifname {}",
+                            lease.owner.container_id, lease.owner.ifname
+                        ),
                         None => "it is not held by anyone".to_string(),
                     };
                     return Err(CniError::new(

@@ -15,7 +15,6 @@ use crate::version::SpecVersion;
 /// No configuration of ours is anywhere near this; a larger one is a mistake.
 pub const STDIN_LIMIT: u64 = 4 << 20;
 pub const DEFAULT_DATABASE: &str = "/var/lib/cni/ipam-delegated/allocations.sqlite";
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads all of `input`, at most [`STDIN_LIMIT`] bytes (more is error 5).
 pub fn read_bounded(input: impl Read, what: &str) -> Result<Vec<u8>> {
@@ -132,7 +131,7 @@ impl NetConf {
 
     /// `ipam.lockTimeout`: how long to wait for the allocation database's lock.
     pub fn lock_timeout(&self) -> Result<Duration> {
-        self.ipam_seconds("lockTimeout", DEFAULT_LOCK_TIMEOUT)
+        self.ipam_seconds("lockTimeout", crate::store::DEFAULT_LOCK_TIMEOUT)
     }
 
     /// `runtimeConfig.<capability>`, as the runtime passed it.

@@ -14,7 +14,7 @@ use crate::error::{CniError, Code, Result};
 /// What persistence must answer: the first address in [lo, hi] (inclusive,
 /// same family) that no attachment holds.
 pub trait LeaseIndex {
-    fn first_unleased(&mut self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>>;
+    fn first_unleased(&self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>>;
 }
 
 /// An allocatable interval (inclusive), with the index of its range so that
@@ -73,7 +73,7 @@ impl Pool {
 
     /// The next free address after `cursor`, or `None` when the pool is full.
     /// One `first_unleased` call per searched interval at most.
-    pub fn find_free(&self, cursor: Option<IpAddr>, index: &mut impl LeaseIndex) -> Result<Option<IpAddr>> {
+    pub fn find_free(&self, cursor: Option<IpAddr>, index: &impl LeaseIndex) -> Result<Option<IpAddr>> {
         for (lo, hi) in self.search_order(cursor) {
             if let Some(found) = index.first_unleased(lo, hi)? {
                 // An answer outside the interval could be a gateway or an

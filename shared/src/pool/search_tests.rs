@@ -10,18 +10,18 @@ use super::*;
 #[derive(Default)]
 struct Leases {
     held: BTreeSet<u128>,
-    calls: usize,
+    calls: std::cell::Cell<usize>,
 }
 
 impl Leases {
     fn holding(addrs: &[&str]) -> Self {
-        Leases { held: addrs.iter().map(|a| to_u128(ip(a))).collect(), calls: 0 }
+        Leases { held: addrs.iter().map(|a| to_u128(ip(a))).collect(), calls: Default::default() }
     }
 }
 
 impl LeaseIndex for Leases {
-    fn first_unleased(&mut self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>> {
-        self.calls += 1;
+    fn first_unleased(&self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>> {
+        self.calls.set(self.calls.get() + 1);
         let (lo, hi) = (to_u128(lo), to_u128(hi));
         // The first gap in the held set at or after lo.
         let mut n = lo;
@@ -39,7 +39,7 @@ impl LeaseIndex for Leases {
 struct Broken(IpAddr);
 
 impl LeaseIndex for Broken {
-    fn first_unleased(&mut self, _: IpAddr, _: IpAddr) -> Result<Option<IpAddr>> {
+    fn first_unleased(&self, _: IpAddr, _: IpAddr) -> Result<Option<IpAddr>> {
         Ok(Some(self.0))
     }
 }
@@ -60,7 +60,7 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(IpAddr, IpAddr)> {
     list.iter().map(|(a, b)| (ip(a), ip(b))).collect()
 }
 
-fn free(p: &Pool, cursor: Option<&str>, leases: &mut Leases) -> Option<String> {
+fn free(p: &Pool, cursor: Option<&str>, leases: &Leases) -> Option<String> {
     p.find_free(cursor.map(ip), leases).unwrap().map(|a| a.to_string())
 }
 
@@ -70,7 +70,7 @@ fn drain(p: &Pool, cursor: Option<&str>) -> Vec<String> {
     let mut leases = Leases::default();
     let mut cursor = cursor.map(ip);
     let mut out = Vec::new();
-    while let Some(a) = p.find_free(cursor, &mut leases).unwrap() {
+    while let Some(a) = p.find_free(cursor, &leases).unwrap() {
         assert!(leases.held.insert(to_u128(a)), "{a} handed out twice");
         out.push(a.to_string());
         cursor = Some(a);
@@ -83,13 +83,13 @@ fn round_robin_continues_after_the_cursor() {
     // 10.0.0.0/29: usable .1-.6, .1 is the gateway.
     let p = one_range(json!({"subnet": "10.0.0.0/29"}));
     assert_eq!(p.allocatable(), pairs(&[("10.0.0.2", "10.0.0.6")]));
-    let mut leases = Leases::default();
-    assert_eq!(free(&p, None, &mut leases).as_deref(), Some("10.0.0.2"));
-    assert_eq!(free(&p, Some("10.0.0.2"), &mut leases).as_deref(), Some("10.0.0.3"));
+    let leases = Leases::default();
+    assert_eq!(free(&p, None, &leases).as_deref(), Some("10.0.0.2"));
+    assert_eq!(free(&p, Some("10.0.0.2"), &leases).as_deref(), Some("10.0.0.3"));
     // An address released behind the cursor is not reused before the pool wraps.
-    let mut leases = Leases::holding(&["10.0.0.3", "10.0.0.4"]);
-    assert_eq!(free(&p, Some("10.0.0.4"), &mut leases).as_deref(), Some("10.0.0.5"));
-    assert_eq!(free(&p, Some("10.0.0.2"), &mut leases).as_deref(), Some("10.0.0.5"));
+    let leases = Leases::holding(&["10.0.0.3", "10.0.0.4"]);
+    assert_eq!(free(&p, Some("10.0.0.4"), &leases).as_deref(), Some("10.0.0.5"));
+    assert_eq!(free(&p, Some("10.0.0.2"), &leases).as_deref(), Some("10.0.0.5"));
     assert_eq!(drain(&p, None), ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]);
 }
 
@@ -99,12 +99,12 @@ fn wraps_around_and_ends_at_the_cursor() {
     assert_eq!(p.search_order(Some(ip("10.0.0.4"))), pairs(&[("10.0.0.5", "10.0.0.6"), ("10.0.0.2", "10.0.0.4")]));
     // A cursor at the end of the interval does not produce an empty piece.
     assert_eq!(p.search_order(Some(ip("10.0.0.6"))), pairs(&[("10.0.0.2", "10.0.0.6")]));
-    let mut leases = Leases::holding(&["10.0.0.5", "10.0.0.6"]);
-    assert_eq!(free(&p, Some("10.0.0.4"), &mut leases).as_deref(), Some("10.0.0.2"));
-    assert_eq!(free(&p, Some("10.0.0.6"), &mut leases).as_deref(), Some("10.0.0.2"));
+    let leases = Leases::holding(&["10.0.0.5", "10.0.0.6"]);
+    assert_eq!(free(&p, Some("10.0.0.4"), &leases).as_deref(), Some("10.0.0.2"));
+    assert_eq!(free(&p, Some("10.0.0.6"), &leases).as_deref(), Some("10.0.0.2"));
     // Only the cursor's own address is free again: found last.
-    let mut leases = Leases::holding(&["10.0.0.2", "10.0.0.3", "10.0.0.5", "10.0.0.6"]);
-    assert_eq!(free(&p, Some("10.0.0.4"), &mut leases).as_deref(), Some("10.0.0.4"));
+    let leases = Leases::holding(&["10.0.0.2", "10.0.0.3", "10.0.0.5", "10.0.0.6"]);
+    assert_eq!(free(&p, Some("10.0.0.4"), &leases).as_deref(), Some("10.0.0.4"));
     assert_eq!(drain(&p, Some("10.0.0.4")), ["10.0.0.5", "10.0.0.6", "10.0.0.2", "10.0.0.3", "10.0.0.4"]);
 }
 
@@ -113,8 +113,8 @@ fn skips_a_gateway_inside_the_range() {
     let p = one_range(json!({"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.5", "rangeEnd": "10.0.0.15",
                             "gateway": "10.0.0.10"}));
     assert_eq!(p.allocatable(), pairs(&[("10.0.0.5", "10.0.0.9"), ("10.0.0.11", "10.0.0.15")]));
-    let mut leases = Leases::default();
-    assert_eq!(free(&p, Some("10.0.0.9"), &mut leases).as_deref(), Some("10.0.0.11"));
+    let leases = Leases::default();
+    assert_eq!(free(&p, Some("10.0.0.9"), &leases).as_deref(), Some("10.0.0.11"));
     assert_eq!(p.capacity(), 10);
     assert!(!drain(&p, None).contains(&"10.0.0.10".to_string()));
 }
@@ -132,7 +132,7 @@ fn excludes_at_edges_and_overlapping() {
                            "rangeEnd": "10.0.0.40"}], "exclude": ["10.0.0.0/26"]}));
     assert_eq!(none.allocatable(), vec![]);
     assert_eq!(none.capacity(), 0);
-    assert_eq!(free(&none, None, &mut Leases::default()), None);
+    assert_eq!(free(&none, None, &Leases::default()), None);
     // The excluded address at the start of the range is skipped from the start.
     let edge = pool(json!({"name": "p", "ranges": [{"subnet": "10.0.0.0/28"}], "exclude": ["10.0.0.2", "10.0.0.14"]}));
     assert_eq!(edge.allocatable(), pairs(&[("10.0.0.3", "10.0.0.13")]));
@@ -148,12 +148,12 @@ fn exhaustion_is_none_with_one_question_per_interval() {
     );
     let all = drain(&p, None);
     assert_eq!(all.len(), 12);
-    let mut leases = Leases::holding(&all.iter().map(String::as_str).collect::<Vec<_>>());
-    assert_eq!(free(&p, None, &mut leases), None);
-    assert_eq!(leases.calls, 3);
-    leases.calls = 0;
-    assert_eq!(free(&p, Some("10.0.0.6"), &mut leases), None);
-    assert_eq!(leases.calls, 4, "the cursor's interval is asked about in two pieces");
+    let leases = Leases::holding(&all.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(free(&p, None, &leases), None);
+    assert_eq!(leases.calls.get(), 3);
+    leases.calls.set(0);
+    assert_eq!(free(&p, Some("10.0.0.6"), &leases), None);
+    assert_eq!(leases.calls.get(), 4, "the cursor's interval is asked about in two pieces");
 }
 
 #[test]
@@ -183,10 +183,10 @@ fn ipv6_64_with_a_cursor_in_the_middle() {
         p.search_order(Some(ip("fd00:22::1234"))),
         pairs(&[("fd00:22::1235", "fd00:22::ffff:ffff:ffff:ffff"), ("fd00:22::2", "fd00:22::1234")])
     );
-    let mut leases = Leases::holding(&["fd00:22::1235", "fd00:22::1236"]);
-    assert_eq!(free(&p, Some("fd00:22::1234"), &mut leases).as_deref(), Some("fd00:22::1237"));
-    let mut leases = Leases::holding(&["fd00:22::ffff:ffff:ffff:ffff"]);
-    assert_eq!(free(&p, Some("fd00:22::ffff:ffff:ffff:fffe"), &mut leases).as_deref(), Some("fd00:22::2"));
+    let leases = Leases::holding(&["fd00:22::1235", "fd00:22::1236"]);
+    assert_eq!(free(&p, Some("fd00:22::1234"), &leases).as_deref(), Some("fd00:22::1237"));
+    let leases = Leases::holding(&["fd00:22::ffff:ffff:ffff:ffff"]);
+    assert_eq!(free(&p, Some("fd00:22::ffff:ffff:ffff:fffe"), &leases).as_deref(), Some("fd00:22::2"));
 }
 
 #[test]
@@ -232,8 +232,8 @@ fn cursor_in_no_interval() {
     assert_eq!(p.search_order(Some(ip("10.9.0.0"))), all);
     assert_eq!(p.search_order(Some(ip("fd00::1"))), all);
     assert_eq!(p.search_order(None), all);
-    let mut leases = Leases::holding(&["10.0.2.11"]);
-    assert_eq!(free(&p, Some("10.0.2.10"), &mut leases).as_deref(), Some("10.0.2.12"));
+    let leases = Leases::holding(&["10.0.2.11"]);
+    assert_eq!(free(&p, Some("10.0.2.10"), &leases).as_deref(), Some("10.0.2.12"));
 }
 
 #[test]
@@ -248,8 +248,8 @@ fn hand_built_pool_never_yields_network_or_broadcast() {
 #[test]
 fn a_wrong_answer_of_the_index_is_refused() {
     let p = one_range(json!({"subnet": "10.0.0.0/29"}));
-    let e = p.find_free(None, &mut Broken(ip("10.0.0.1"))).unwrap_err();
+    let e = p.find_free(None, &Broken(ip("10.0.0.1"))).unwrap_err();
     assert_eq!(e.code, Code::Internal as u32);
     assert!(e.msg.contains("10.0.0.1"), "{}", e.msg);
-    assert_eq!(p.find_free(None, &mut Broken(ip("10.0.0.3"))).unwrap(), Some(ip("10.0.0.3")));
+    assert_eq!(p.find_free(None, &Broken(ip("10.0.0.3"))).unwrap(), Some(ip("10.0.0.3")));
 }
