@@ -710,3 +710,239 @@ fn oversized_or_broken_stdin_is_an_error_object() {
     }
     assert_eq!(sb.calls(), vec![]);
 }
+
+// ---------------------------------------------------------------------------
+// Randomized input
+
+/// splitmix64: small, deterministic, good enough to pick test inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+
+    fn percent(&mut self, p: usize) -> bool {
+        self.below(100) < p
+    }
+}
+
+/// Values that are not valid JSON numbers for a u64/f64, or deeply nested,
+/// spliced into the text in place of a placeholder string.
+const RAW_TOKENS: [&str; 6] =
+    ["1e400", "-1e400", "18446744073709551616", "-9223372036854775809", "123456789012345678901234567890", "-0"];
+
+fn random_value(rng: &mut Rng, raw: &mut Vec<String>) -> Value {
+    match rng.below(12) {
+        0 => Value::Null,
+        1 => json!(rng.percent(50)),
+        2 => json!(*rng.pick(&[0i64, -1, 1, 7, 65536, i64::MAX, i64::MIN])),
+        3 => json!(*rng.pick(&[0.5f64, 1e-9, 1e308, -2.5, 86400.0, 86401.0])),
+        4 => json!(*rng.pick(&["", "x", "a/b", ".", "..", "1.0.0", "0.2.0", "10.0.0.1/24", "fd00::1", "ä\u{0}", "ok"])),
+        5 => json!("x".repeat(rng.below(5000))),
+        6 => json!([]),
+        7 => json!({}),
+        8 => json!([random_leaf(rng), random_leaf(rng)]),
+        9 => json!({"address": random_leaf(rng), "gateway": random_leaf(rng), "dst": random_leaf(rng)}),
+        10 => {
+            // Nesting just below and well above serde_json's recursion limit.
+            let depth = *rng.pick(&[20usize, 120, 127, 128, 129, 500, 5000]);
+            raw.push(format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
+            json!(format!("@RAW{}@", raw.len() - 1))
+        }
+        _ => {
+            raw.push(rng.pick(&RAW_TOKENS).to_string());
+            json!(format!("@RAW{}@", raw.len() - 1))
+        }
+    }
+}
+
+fn random_leaf(rng: &mut Rng) -> Value {
+    rng.pick(&[json!(null), json!(1), json!("10.0.0.5/24"), json!("x"), json!(["a"]), json!({"k": 1})]).clone()
+}
+
+/// Sets the value at `path` (object keys, or array indexes as numbers),
+/// creating objects on the way; does nothing where the shape does not allow it.
+fn set_path(root: &mut Value, path: &[&str], value: Value) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut node = root;
+    for key in parents {
+        node = match (node, key.parse::<usize>()) {
+            (Value::Array(a), Ok(i)) if i < a.len() => &mut a[i],
+            (Value::Object(o), _) => o.entry(key.to_string()).or_insert_with(|| json!({})),
+            _ => return,
+        };
+    }
+    match (node, last.parse::<usize>()) {
+        (Value::Array(a), Ok(i)) if i < a.len() => a[i] = value,
+        (Value::Object(o), _) => drop(o.insert(last.to_string(), value)),
+        _ => {}
+    }
+}
+
+const KNOWN_PATHS: &[&[&str]] = &[
+    &["cniVersion"],
+    &["name"],
+    &["type"],
+    &["ipam"],
+    &["ipam", "type"],
+    &["ipam", "delegates"],
+    &["ipam", "delegates", "0"],
+    &["ipam", "delegates", "1"],
+    &["ipam", "timeout"],
+    &["ipam", "logLevel"],
+    &["ipam", "database"],
+    &["prevResult"],
+    &["prevResult", "cniVersion"],
+    &["prevResult", "ips"],
+    &["prevResult", "ips", "0"],
+    &["prevResult", "ips", "0", "address"],
+    &["prevResult", "ips", "0", "gateway"],
+    &["prevResult", "routes"],
+    &["prevResult", "dns"],
+    &["prevResult", "dns", "nameservers"],
+    &["prevResult", "pools"],
+    &["prevResult", "ip4"],
+    &["runtimeConfig"],
+    &["runtimeConfig", "ips"],
+    &["args", "cni"],
+    &["cni.dev/valid-attachments"],
+    &["cni.dev/valid-attachments", "0"],
+];
+
+/// One random invocation: (environment, stdin).
+fn random_case(rng: &mut Rng, sb: &Sandbox) -> (Vec<(String, String)>, Vec<u8>) {
+    let command = *rng.pick(&[
+        "ADD", "ADD", "ADD", "ADD", "ADD", "ADD", "DEL", "DEL", "DEL", "CHECK", "CHECK", "GC", "GC", "STATUS",
+        "STATUS", "VERSION", "", "add", "ADD ", "DELETE",
+    ]);
+    let mut overrides: Vec<(&str, String)> = Vec::new();
+    if rng.percent(12) {
+        let ifname = *rng.pick(&["", ".", "..", "a/b", "a:b", "a b", "0123456789abcdef", "ä", "net1.100", "x"]);
+        overrides.push(("CNI_IFNAME", ifname.into()));
+    }
+    if rng.percent(8) {
+        let id = *rng.pick(&["", "-x", "a/b", "ä", "c1", "x".repeat(300).leak()]);
+        overrides.push(("CNI_CONTAINERID", id.into()));
+    }
+    if rng.percent(8) {
+        let args = *rng.pick(&["", "IgnoreUnknown=1;IP=10.0.0.9", "=x", "NOEQ", "A=1;;B=2", "IP=;"]);
+        overrides.push(("CNI_ARGS", args.into()));
+    }
+    if rng.percent(5) {
+        overrides.push(("CNI_PATH", rng.pick(&["", ".", "/nonexistent", "fakes"]).to_string()));
+    }
+    let overrides: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut env = sb.env(command, &overrides);
+    if rng.percent(3) {
+        let drop = *rng.pick(&["CNI_CONTAINERID", "CNI_IFNAME", "CNI_NETNS", "CNI_PATH"]);
+        env.retain(|(k, _)| k != drop);
+    }
+
+    let delegates: &[&str] =
+        rng.pick::<&[&str]>(&[&["ok"][..], &["ok", "ok"], &["ok", "bad"], &["bad", "ok"], &["junk"]]);
+    let version = *rng.pick(&ALL_VERSIONS);
+    let mut conf = config(version, delegates);
+    if rng.percent(40) {
+        conf["prevResult"] = result(rng.below(250) as u8);
+    }
+    if rng.percent(20) {
+        conf["cni.dev/valid-attachments"] = json!([{"containerID": "c", "ifname": "eth0"}]);
+    }
+    if rng.percent(10) {
+        conf["ipam"]["logFile"] = json!(sb.path().join("log").join("delegated.log").display().to_string());
+    }
+    let mut raw = Vec::new();
+    for _ in 0..rng.below(4) {
+        let path = *rng.pick(KNOWN_PATHS);
+        let value = random_value(rng, &mut raw);
+        set_path(&mut conf, path, value);
+    }
+    let mut text = conf.to_string();
+    for (i, token) in raw.iter().enumerate() {
+        text = text.replace(&format!("\"@RAW{i}@\""), token);
+    }
+    let mut bytes = text.into_bytes();
+    if rng.percent(10) {
+        bytes.truncate(rng.below(bytes.len() + 1));
+    }
+    if rng.percent(8) {
+        let at = rng.below(bytes.len() + 1);
+        let junk: &[u8] = rng.pick::<&[u8]>(&[&b"\xff"[..], b"\xc3", b"\xed\xa0\x80", b"\x00", b"\"\xfe\""]);
+        bytes.splice(at..at, junk.iter().copied());
+    }
+    (env, bytes)
+}
+
+/// What every run must look like, whatever the input.
+fn assert_well_behaved(case: usize, env: &[(String, String)], stdin: &[u8], out: &Outcome) {
+    let command = env.iter().find(|(k, _)| k == "CNI_COMMAND").map(|(_, v)| v.as_str()).unwrap_or_default();
+    let shown = String::from_utf8_lossy(&stdin[..stdin.len().min(400)]);
+    let ctx = || format!("case {case}: env {env:?}\nstdin {shown:?}\n{out:#?}");
+    assert!(!out.stderr.contains("panicked") && !out.stderr.contains("bug:"), "panic: {}", ctx());
+    assert!(out.status == 0 || out.status == 1, "exit status: {}", ctx());
+    if out.stdout.is_empty() {
+        assert!(out.status == 0 && ["DEL", "CHECK", "GC", "STATUS"].contains(&command), "empty stdout: {}", ctx());
+        return;
+    }
+    let mut docs = serde_json::Deserializer::from_str(&out.stdout).into_iter::<Value>();
+    let first = docs.next().and_then(Result::ok);
+    assert!(docs.next().is_none() && out.stdout.ends_with('\n'), "not exactly one JSON document: {}", ctx());
+    let obj = first.as_ref().and_then(Value::as_object);
+    let obj = obj.unwrap_or_else(|| panic!("stdout is not a JSON object: {}", ctx()));
+    assert!(obj.get("cniVersion").is_some_and(Value::is_string), "cniVersion: {}", ctx());
+    if out.status != 0 {
+        let code = obj.get("code").and_then(Value::as_u64);
+        assert!(code.is_some_and(|c| c != 999), "error code: {}", ctx());
+        assert!(obj.get("msg").is_some_and(Value::is_string), "error msg: {}", ctx());
+        assert!(obj.get("details").is_some_and(Value::is_string), "error details: {}", ctx());
+    } else if command == "VERSION" {
+        assert_eq!(obj.get("supportedVersions"), Some(&json!(ALL_VERSIONS)), "{}", ctx());
+    } else {
+        assert_eq!(command, "ADD", "a result for another command: {}", ctx());
+        assert!(obj.get("code").is_none() && obj.get("dns").is_some(), "not a result: {}", ctx());
+    }
+}
+
+#[test]
+fn random_inputs_never_break_the_protocol() {
+    let sb = Sandbox::new();
+    for name in ["ok", "bad", "junk"] {
+        sb.fake(name);
+    }
+    for command in ["ADD", "DEL", "CHECK", "GC", "STATUS"] {
+        let ok = if command == "ADD" { Response::json(&result(1)) } else { Response::text("") };
+        sb.respond("ok", command, ok);
+        sb.respond("bad", command, Response::error(101, "bad"));
+        sb.respond("junk", command, Response::text("{\"half\": "));
+    }
+    sb.respond("ok", "DEL", Response::json(&result(2)));
+    // FUZZ_SEED and FUZZ_CASES explore further; the default is fixed.
+    let mut rng = Rng(std::env::var("FUZZ_SEED").map(|s| s.parse().unwrap()).unwrap_or(0x1bad_5eed_2026));
+    let n: usize = std::env::var("FUZZ_CASES").map(|s| s.parse().unwrap()).unwrap_or(300);
+    let start = Instant::now();
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for case in 0..n {
+        let (env, stdin) = random_case(&mut rng, &sb);
+        let out = sb.cni_env(DELEGATED, &env, &stdin);
+        assert_well_behaved(case, &env, &stdin, &out);
+        let code = out.json.as_ref().and_then(|j| j.get("code")).map_or("ok".to_string(), ToString::to_string);
+        *outcomes.entry(code).or_default() += 1;
+    }
+    // The inputs reach past parsing: successes and delegate failures happen too.
+    assert!(outcomes.get("ok").is_some_and(|&n| n >= 20), "{outcomes:?}");
+    assert!(outcomes.contains_key("101") && outcomes.contains_key("6"), "{outcomes:?}");
+    eprintln!("300 random cases in {:?}: {outcomes:?}", start.elapsed());
+}
