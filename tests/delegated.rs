@@ -481,6 +481,18 @@ fn status_fails_with_the_first_unready_delegate() {
     assert_eq!(sb.call_list()[3..5], calls(&["ipam-ds-alpha STATUS", "ipam-da-beta STATUS"]));
 }
 
+#[test]
+fn bad_timeouts_are_error_7_and_nothing_runs() {
+    let sb = Sandbox::new();
+    sb.fake("ipam-da-one");
+    for bad in [json!(0), json!(-1), json!("30"), json!(1e9), json!([1]), json!(true)] {
+        let mut conf = config("1.0.0", &["ipam-da-one"]);
+        conf["ipam"]["timeout"] = bad.clone();
+        assert_error(&sb.cni(DELEGATED, "ADD", &conf, &[]), 7, &["ipam.timeout"]);
+    }
+    assert_eq!(sb.calls(), vec![]);
+}
+
 // ---------------------------------------------------------------------------
 // Finding the delegates
 
