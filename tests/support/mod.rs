@@ -1,0 +1,404 @@
+//! The shared harness of the cross-executable tests: the suite's executables,
+//! freshly built; a per-test sandbox with scriptable fake delegates; and a
+//! way to run a CNI plugin with exactly the environment a runtime would give.
+//!
+//! Used by several test files through `mod support;`, so not every item is
+//! used by every one of them.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// How long one plugin run may take before the harness kills it and fails the test.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// The path of one of the suite's executables (`ipam-delegated`, `ipam-ds-pool`,
+/// `ipam-da-static`, `ipam-da-sequential`), built in the running test's target
+/// directory and profile. The first call in a process builds them, so that a
+/// test never runs a stale binary.
+pub fn suite_bin(name: &str) -> PathBuf {
+    bin_dir().join(name)
+}
+
+/// target/<profile>/, after `cargo build --workspace --bins` succeeded there.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // The test runs as target/<profile>/deps/<test>-<hash>.
+        let exe = std::env::current_exe().expect("current_exe");
+        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.parent().expect("target/<profile>").to_path_buf());
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "--quiet", "--workspace", "--bins", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .stdin(Stdio::null());
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let out = build.output().expect("running cargo build");
+        assert!(
+            out.status.success(),
+            "cargo build --workspace --bins failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+/// What a plugin run produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The exit code; 128+N when killed by signal N.
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// stdout parsed as JSON, when it is not blank and parses.
+    pub json: Option<Value>,
+}
+
+impl Outcome {
+    /// The error object of a failed run: asserts a non-zero exit and an error
+    /// object with the four keys on stdout, and returns (code, msg, details).
+    pub fn error(&self) -> (u64, String, String) {
+        assert_ne!(self.status, 0, "expected a failure, got success: {self:#?}");
+        let json = self.json.as_ref().unwrap_or_else(|| panic!("no JSON on stdout: {self:#?}"));
+        let obj = json.as_object().unwrap_or_else(|| panic!("stdout is not an object: {self:#?}"));
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["cniVersion", "code", "details", "msg"], "error object keys: {self:#?}");
+        let text = |k: &str| obj[k].as_str().unwrap_or_else(|| panic!("{k} is not a string: {self:#?}")).to_string();
+        let code = obj["code"].as_u64().unwrap_or_else(|| panic!("code is not an integer: {self:#?}"));
+        assert!(obj["cniVersion"].is_string(), "cniVersion: {self:#?}");
+        (code, text("msg"), text("details"))
+    }
+
+    /// The error code of a failed run (see [`Outcome::error`]).
+    pub fn code(&self) -> u64 {
+        self.error().0
+    }
+
+    /// The result of a successful run that printed one.
+    pub fn result(&self) -> &Value {
+        assert_eq!(self.status, 0, "expected success: {self:#?}");
+        self.json.as_ref().unwrap_or_else(|| panic!("no JSON result on stdout: {self:#?}"))
+    }
+
+    /// Asserts a success that printed nothing (DEL, CHECK, GC, STATUS).
+    pub fn assert_quiet_success(&self) {
+        assert_eq!((self.status, self.stdout.as_str()), (0, ""), "expected a silent success: {self:#?}");
+    }
+}
+
+/// Runs `exe` with `CNI_COMMAND=command`, the variables `env`, and `stdin`.
+/// No CNI_* variable of the test's own environment reaches it.
+pub fn run(exe: &Path, command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Outcome {
+    let mut all = vec![("CNI_COMMAND", command)];
+    all.extend_from_slice(env);
+    run_env(exe, &all, stdin, None)
+}
+
+/// Like [`run`] but with exactly `env` as the CNI_* variables (so CNI_COMMAND
+/// may be missing), in the working directory `cwd` if given.
+pub fn run_env(exe: &Path, env: &[(&str, &str)], stdin: &[u8], cwd: Option<&Path>) -> Outcome {
+    let mut cmd = Command::new(exe);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env.iter().copied()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()));
+    let pid = child.id() as libc::pid_t;
+    let mut pipe = child.stdin.take().expect("stdin");
+    let input = stdin.to_vec();
+    // The plugin may answer before reading everything; that is not our concern.
+    let writer = thread::spawn(move || drop(pipe.write_all(&input)));
+    let (done, finished) = mpsc::channel();
+    thread::spawn(move || drop(done.send(child.wait_with_output())));
+    let output = match finished.recv_timeout(RUN_LIMIT) {
+        Ok(output) => output.expect("waiting for the plugin"),
+        Err(_) => {
+            // SAFETY: plain syscall on our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{} did not finish within {RUN_LIMIT:?}", exe.display());
+        }
+    };
+    let _ = writer.join();
+    let status = output.status;
+    let status = status.code().unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap());
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let json = if stdout.trim().is_empty() { None } else { serde_json::from_str(&stdout).ok() };
+    Outcome { status, stdout, stderr: String::from_utf8_lossy(&output.stderr).into_owned(), json }
+}
+
+/// What a fake delegate does for one command.
+#[derive(Debug, Clone, Default)]
+pub struct Response {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit: i32,
+    /// Seconds to sleep before answering (fractions allowed); after the sleep
+    /// the fake leaves a marker, see [`Sandbox::woke`].
+    pub sleep_secs: f64,
+}
+
+impl Response {
+    /// Exit 0 printing `value`.
+    pub fn json(value: &Value) -> Self {
+        Response { stdout: value.to_string(), ..Response::default() }
+    }
+
+    /// Exit 0 printing `text` as is.
+    pub fn text(text: &str) -> Self {
+        Response { stdout: text.to_string(), ..Response::default() }
+    }
+
+    /// A CNI error object with `code`, `msg` and `details`, and exit 1.
+    pub fn error(code: u32, msg: &str) -> Self {
+        let obj = serde_json::json!({"cniVersion": "1.0.0", "code": code, "msg": msg, "details": "fake details"});
+        Response { stdout: obj.to_string(), exit: 1, ..Response::default() }
+    }
+
+    /// Exit `code` printing nothing.
+    pub fn exit(code: i32) -> Self {
+        Response { exit: code, ..Response::default() }
+    }
+}
+
+/// One temporary directory per test, removed on drop: fake delegates, their
+/// records, a database path and a working directory outside CNI_PATH.
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+pub const CONTAINER_ID: &str = "ctr-0123456789";
+pub const NETNS: &str = "/var/run/netns/test-ns";
+pub const IFNAME: &str = "eth0";
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::Builder::new().prefix("ipam-suite-").tempdir().expect("tempdir");
+        for sub in ["fakes", "responses", "records", "work"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        std::fs::write(dir.path().join("calls.log"), "").unwrap();
+        Sandbox { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where fake delegates live (first in CNI_PATH).
+    pub fn fakes_dir(&self) -> PathBuf {
+        self.path().join("fakes")
+    }
+
+    /// The working directory plugins run in; not part of CNI_PATH.
+    pub fn workdir(&self) -> PathBuf {
+        self.path().join("work")
+    }
+
+    /// The fakes' directory, then the suite's binaries.
+    pub fn cni_path(&self) -> String {
+        format!("{}:{}", self.fakes_dir().display(), bin_dir().display())
+    }
+
+    /// An allocation database path inside the sandbox (not created).
+    pub fn db(&self) -> PathBuf {
+        self.path().join("db").join("allocations.sqlite")
+    }
+
+    /// Writes the fake delegate `name` into the fakes' directory.
+    pub fn fake(&self, name: &str) -> PathBuf {
+        self.fake_in(&self.fakes_dir(), name)
+    }
+
+    /// Writes the fake delegate `name` into `dir`. It appends "<name> <CNI_COMMAND>"
+    /// to the calls log, records its stdin and CNI_* environment, then answers
+    /// as configured with [`Sandbox::respond`]; by default it exits 0 and, for
+    /// ADD, DEL and CHECK, prints the `prevResult` it was given, if any.
+    pub fn fake_in(&self, dir: &Path, name: &str) -> PathBuf {
+        let script = format!(
+            r#"#!/bin/sh
+# fake delegate {name}, written by tests/support
+dir='{root}'
+name='{name}'
+tmp=$(mktemp "$dir/records/tmp.XXXXXX")
+cat > "$tmp"
+{{
+  flock 9
+  n=$(wc -l < "$dir/calls.log")
+  printf '%s %s\n' "$name" "$CNI_COMMAND" >> "$dir/calls.log"
+}} 9>>"$dir/calls.lock"
+n=$((n + 0))
+env -0 | grep -z '^CNI_' | sort -z > "$dir/records/$n.env"
+mv "$tmp" "$dir/records/$n.stdin"
+r="$dir/responses/$name.$CNI_COMMAND"
+if [ -e "$r.sleep" ]; then
+  sleep "$(cat "$r.sleep")"
+  : > "$dir/records/$n.woke"
+fi
+if [ -e "$r.exit" ]; then
+  cat "$r.stderr" >&2
+  cat "$r.stdout"
+  exit "$(cat "$r.exit")"
+fi
+case "$CNI_COMMAND" in
+  ADD|DEL|CHECK) exec '{python}' -S -c '
+import json, sys
+try:
+    d = json.load(sys.stdin)
+except Exception:
+    sys.exit(0)
+if isinstance(d, dict) and "prevResult" in d:
+    print(json.dumps(d["prevResult"]))
+' < "$dir/records/$n.stdin" ;;
+esac
+exit 0
+"#,
+            root = self.path().display(),
+            python = python().display(),
+        );
+        let path = dir.join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// Sets what the fake `name` does for `command` (ADD, DEL, …).
+    pub fn respond(&self, name: &str, command: &str, r: Response) {
+        let file = |ext: &str| self.path().join("responses").join(format!("{name}.{command}.{ext}"));
+        std::fs::write(file("stdout"), &r.stdout).unwrap();
+        std::fs::write(file("stderr"), &r.stderr).unwrap();
+        if r.sleep_secs > 0.0 {
+            std::fs::write(file("sleep"), r.sleep_secs.to_string()).unwrap();
+        } else {
+            let _ = std::fs::remove_file(file("sleep"));
+        }
+        // Written last: the fake takes a configured response once this exists.
+        std::fs::write(file("exit"), r.exit.to_string()).unwrap();
+    }
+
+    /// The fakes' calls so far, in order: (name, CNI_COMMAND).
+    pub fn calls(&self) -> Vec<(String, String)> {
+        let log = std::fs::read_to_string(self.path().join("calls.log")).unwrap();
+        log.lines()
+            .map(|l| {
+                let (name, cmd) = l.rsplit_once(' ').unwrap_or((l, ""));
+                (name.to_string(), cmd.to_string())
+            })
+            .collect()
+    }
+
+    /// The calls as "name CMD" strings, for compact assertions.
+    pub fn call_list(&self) -> Vec<String> {
+        self.calls().into_iter().map(|(n, c)| format!("{n} {c}")).collect()
+    }
+
+    /// The exact stdin and the CNI_* environment of the fakes' call number `i` (from 0).
+    pub fn record(&self, i: usize) -> (Vec<u8>, BTreeMap<String, String>) {
+        let base = self.path().join("records");
+        let stdin = std::fs::read(base.join(format!("{i}.stdin"))).unwrap_or_else(|e| panic!("record {i}: {e}"));
+        let env = std::fs::read(base.join(format!("{i}.env"))).unwrap();
+        let env = env
+            .split(|&b| b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                let v = String::from_utf8_lossy(v);
+                let (k, val) = v.split_once('=').unwrap_or((&v, ""));
+                (k.to_string(), val.to_string())
+            })
+            .collect();
+        (stdin, env)
+    }
+
+    /// The stdin of call `i`, parsed as JSON.
+    pub fn record_json(&self, i: usize) -> Value {
+        let (stdin, _) = self.record(i);
+        serde_json::from_slice(&stdin).unwrap_or_else(|e| panic!("record {i} is not JSON ({e}): {stdin:?}"))
+    }
+
+    /// Whether call `i` finished a configured sleep (it was not killed during it).
+    pub fn woke(&self, i: usize) -> bool {
+        self.path().join("records").join(format!("{i}.woke")).exists()
+    }
+
+    /// The environment a runtime gives: CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS,
+    /// CNI_IFNAME and CNI_PATH with the sandbox defaults, each replaced by an
+    /// entry of `overrides` with the same key; other entries are added.
+    pub fn env(&self, command: &str, overrides: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = [
+            ("CNI_COMMAND", command.to_string()),
+            ("CNI_CONTAINERID", CONTAINER_ID.to_string()),
+            ("CNI_NETNS", NETNS.to_string()),
+            ("CNI_IFNAME", IFNAME.to_string()),
+            ("CNI_PATH", self.cni_path()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in overrides {
+            match env.iter_mut().find(|(key, _)| key == k) {
+                Some(slot) => slot.1 = v.to_string(),
+                None => env.push((k.to_string(), v.to_string())),
+            }
+        }
+        env
+    }
+
+    /// Runs a suite executable (by name) or any executable (by path) with
+    /// `config` on stdin and [`Sandbox::env`], in the sandbox's working directory.
+    pub fn cni(&self, exe: &str, command: &str, config: &Value, overrides: &[(&str, &str)]) -> Outcome {
+        self.cni_raw(exe, command, config.to_string().as_bytes(), overrides)
+    }
+
+    /// [`Sandbox::cni`] with raw stdin bytes.
+    pub fn cni_raw(&self, exe: &str, command: &str, stdin: &[u8], overrides: &[(&str, &str)]) -> Outcome {
+        let env = self.env(command, overrides);
+        self.cni_env(exe, &env, stdin)
+    }
+
+    /// Runs `exe` with exactly the variables `env` (see [`Sandbox::env`]), in the
+    /// sandbox's working directory.
+    pub fn cni_env(&self, exe: &str, env: &[(String, String)], stdin: &[u8]) -> Outcome {
+        let exe = if exe.contains('/') { PathBuf::from(exe) } else { suite_bin(exe) };
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        run_env(&exe, &env, stdin, Some(&self.workdir()))
+    }
+}
+
+/// The real python3 (not a version manager's shim, which is slow to start).
+fn python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 is needed by the fake delegates");
+        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    })
+}
