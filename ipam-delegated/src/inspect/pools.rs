@@ -59,7 +59,8 @@ pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
             figure(row.size),
             figure(row.used),
             figure(row.free),
-            row.percent_used.map_or("?".to_string(), |p| format!("{p:.1}%")),
+            // From the counts, not the rounded JSON figure, to round only once.
+            row.size.zip(row.used).map_or("?".to_string(), |(size, used)| format!("{:.1}%", share(used, size) * 100.0)),
             next,
         ]);
     }
@@ -109,12 +110,17 @@ fn figures(tx: &Tx, pool: &Pool, cursor: Option<std::net::IpAddr>) -> shared::Re
     Ok(Figures { size: pool.capacity(), used, next })
 }
 
-/// Rounded to two decimals; a pool with nothing allocatable counts as full.
+/// Percent used, rounded to two decimals for JSON.
 fn percent(used: u128, size: u128) -> f64 {
+    (share(used, size) * 10_000.0).round() / 100.0
+}
+
+/// The fraction used; a pool with nothing allocatable counts as full.
+fn share(used: u128, size: u128) -> f64 {
     if size == 0 {
-        return 100.0;
+        return 1.0;
     }
-    (used as f64 * 10_000.0 / size as f64).round() / 100.0
+    used as f64 / size as f64
 }
 
 #[cfg(test)]
