@@ -1,7 +1,10 @@
 //! ipam-delegated: runs the IPAM delegates named in `ipam.delegates`, in order,
 //! each with the full configuration plus the previous one's result as
 //! `prevResult`. A failed ADD is rolled back with DEL on every delegate that ran.
+//! Run with arguments, it is the operator's tool over the allocation database
+//! (see [`inspect`]).
 
+mod inspect;
 mod stack;
 
 use std::process::ExitCode;
@@ -14,6 +17,9 @@ const ABOUT: About = About {
     version: env!("CARGO_PKG_VERSION"),
     summary: "runs a stack of IPAM delegates (selection, then allocation)",
 };
+
+const OPERATOR_HINT: &str =
+    "Operator commands (list, pools, release, check) over the allocation database: ipam-delegated --help";
 
 struct Orchestrator;
 
@@ -40,5 +46,15 @@ impl Plugin for Orchestrator {
 }
 
 fn main() -> ExitCode {
+    // Runtimes never pass arguments to a CNI plugin: arguments mean a person.
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    if !args.is_empty() {
+        return inspect::main(&args);
+    }
+    // The frame would print the about text too; ours also points at the tool.
+    if std::env::var_os("CNI_COMMAND").is_none() {
+        eprintln!("{}\n{OPERATOR_HINT}", shared::plugin::about_text(&ABOUT));
+        return ExitCode::SUCCESS;
+    }
     shared::plugin::run(&ABOUT, &Orchestrator)
 }

@@ -1,0 +1,458 @@
+//! The operator's tool (`ipam-delegated` run with arguments) over a database
+//! filled by the real plugins.
+
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+/// How long one run may take before the test kills it and fails.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// target/<profile>/, after `cargo build --workspace --bins` there, so that
+/// the executables under test are never stale.
+fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+        let target = dir.parent().expect("target/<profile>").to_path_buf();
+        let mut build = Command::new(env!("CARGO"));
+        build
+            .args(["build", "--quiet", "--workspace", "--bins", "--manifest-path"])
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .stdin(Stdio::null());
+        if !cfg!(debug_assertions) {
+            build.arg("--release");
+        }
+        let out = build.output().expect("running cargo build");
+        assert!(out.status.success(), "cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        dir
+    })
+}
+
+#[derive(Debug)]
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs ipam-delegated with `args` and `env` (and no CNI_* variable of ours).
+/// Its stdin stays open and empty: a tool that read it would hang and fail.
+fn run(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>, cwd: Option<&Path>) -> Run {
+    let mut cmd = Command::new(bin_dir().join("ipam-delegated"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(args).envs(env.iter().copied()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn().expect("starting ipam-delegated");
+    let mut input = child.stdin.take();
+    if let (Some(pipe), Some(bytes)) = (input.as_mut(), stdin) {
+        std::io::Write::write_all(pipe, bytes).expect("writing stdin");
+        input = None;
+    }
+    let (mut out, mut err) = (child.stdout.take().expect("stdout"), child.stderr.take().expect("stderr"));
+    let reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        text
+    });
+    let mut stderr = String::new();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting") {
+            break status;
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = child.kill();
+            panic!("ipam-delegated {args:?} did not finish within {RUN_LIMIT:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    drop(input);
+    let _ = err.read_to_string(&mut stderr);
+    Run { status: status.code().unwrap_or(-1), stdout: reader.join().expect("stdout reader"), stderr }
+}
+
+/// The operator's tool on `db`.
+fn tool(db: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["--database", db.to_str().expect("UTF-8 path")];
+    all.extend_from_slice(args);
+    run(&all, &[], None, None)
+}
+
+/// A database filled by real ADDs: blue-net c1/eth0 and c2/eth0, red-net
+/// c3/net1, each with one address of pool blue (IPv4) and one of blue6.
+struct Sandbox {
+    dir: TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let sandbox = Sandbox { dir: tempfile::tempdir().expect("tempdir") };
+        for (network, container, ifname) in
+            [("blue-net", "c1", "eth0"), ("blue-net", "c2", "eth0"), ("red-net", "c3", "net1")]
+        {
+            let result = sandbox.add(network, container, ifname, "");
+            assert_eq!(result.status, 0, "ADD {network} {container}: {result:#?}");
+        }
+        sandbox
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("db.sqlite")
+    }
+
+    fn add(&self, network: &str, container: &str, ifname: &str, cni_args: &str) -> Run {
+        let config = json!({
+            "cniVersion": "1.1.0",
+            "name": network,
+            "type": "bridge",
+            "ipam": {
+                "type": "ipam-delegated",
+                "delegates": ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"],
+                "database": self.db(),
+                "pools": [
+                    {"name": "blue", "exclude": ["10.22.0.12"],
+                     "ranges": [{"subnet": "10.22.0.0/24", "rangeStart": "10.22.0.10", "rangeEnd": "10.22.0.20"}]},
+                    {"name": "blue6", "ranges": [{"subnet": "fd00:22::/120"}]}
+                ]
+            }
+        });
+        let cni_path = bin_dir().to_str().expect("UTF-8 path");
+        let env = [
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", container),
+            ("CNI_NETNS", "/proc/self/ns/net"),
+            ("CNI_IFNAME", ifname),
+            ("CNI_PATH", cni_path),
+            ("CNI_ARGS", cni_args),
+        ];
+        run(&[], &env, Some(config.to_string().as_bytes()), None)
+    }
+
+    fn sql(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.db()).expect("opening the database with rusqlite")
+    }
+}
+
+fn assert_success(run: &Run) {
+    assert_eq!((run.status, run.stderr.as_str()), (0, ""), "{run:#?}");
+}
+
+/// A failure: exit `status`, nothing on stdout, one line on stderr, returned.
+fn failure_line(run: &Run, status: i32) -> String {
+    assert_eq!(run.status, status, "{run:#?}");
+    assert_eq!(run.stdout, "", "{run:#?}");
+    assert_eq!(run.stderr.lines().count(), 1, "one error line: {run:#?}");
+    assert!(run.stderr.starts_with("ipam-delegated: "), "{run:#?}");
+    run.stderr.trim_end().to_string()
+}
+
+/// The table's rows without the SINCE column, which is checked apart.
+fn rows_without_since(table: &str) -> Vec<String> {
+    let header = table.lines().next().expect("header");
+    let since_at = header.find("SINCE").expect("SINCE column");
+    table
+        .lines()
+        .map(|line| {
+            let (head, since) = line.split_at(since_at);
+            assert!(since == "SINCE" || is_iso8601(since), "since {since:?} in {line:?}");
+            head.trim_end().to_string()
+        })
+        .collect()
+}
+
+fn is_iso8601(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| range.into_iter().all(|i| b[i].is_ascii_digit());
+    b.len() == 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b[19] == b'Z'
+}
+
+#[test]
+fn list_shows_every_lease_aligned_and_filters_narrow_it() {
+    let s = Sandbox::new();
+    let all = tool(&s.db(), &["list"]);
+    assert_success(&all);
+    assert_eq!(
+        rows_without_since(&all.stdout),
+        [
+            "POOL   ADDRESS     NETWORK   CONTAINER  IFNAME",
+            "blue   10.22.0.10  blue-net  c1         eth0",
+            "blue   10.22.0.11  blue-net  c2         eth0",
+            "blue   10.22.0.13  red-net   c3         net1",
+            "blue6  fd00:22::2  blue-net  c1         eth0",
+            "blue6  fd00:22::3  blue-net  c2         eth0",
+            "blue6  fd00:22::4  red-net   c3         net1",
+        ]
+    );
+    let addresses = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["list"];
+        all.extend_from_slice(args);
+        let out = tool(&s.db(), &all);
+        assert_success(&out);
+        out.stdout.lines().skip(1).map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_string()).collect()
+    };
+    assert_eq!(addresses(&["--network", "red-net"]), ["10.22.0.13", "fd00:22::4"]);
+    assert_eq!(addresses(&["--pool=blue6"]), ["fd00:22::2", "fd00:22::3", "fd00:22::4"]);
+    assert_eq!(addresses(&["--container", "c2"]), ["10.22.0.11", "fd00:22::3"]);
+    assert_eq!(addresses(&["--network", "blue-net", "--pool", "blue", "--container", "c1"]), ["10.22.0.10"]);
+    let none = tool(&s.db(), &["list", "--network", "green-net"]);
+    assert_eq!((none.status, none.stdout.as_str()), (0, "no leases match\n"));
+}
+
+#[test]
+fn list_json_has_one_object_per_lease() {
+    let s = Sandbox::new();
+    let out = tool(&s.db(), &["list", "--json", "--network", "red-net"]);
+    assert_success(&out);
+    let mut leases: Value = serde_json::from_str(&out.stdout).expect("JSON on stdout");
+    for lease in leases.as_array_mut().expect("an array") {
+        let since = lease.as_object_mut().and_then(|o| o.remove("since")).expect("since");
+        assert!(since.as_str().is_some_and(is_iso8601), "{since}");
+    }
+    assert_eq!(
+        leases,
+        json!([
+            {"pool": "blue", "address": "10.22.0.13", "network": "red-net", "container_id": "c3", "ifname": "net1"},
+            {"pool": "blue6", "address": "fd00:22::4", "network": "red-net", "container_id": "c3", "ifname": "net1"}
+        ])
+    );
+}
+
+#[test]
+fn pools_shows_size_use_and_the_next_address() {
+    let s = Sandbox::new();
+    let out = tool(&s.db(), &["pools"]);
+    assert_success(&out);
+    // blue: .10-.20 minus the excluded .12 is 10 addresses; blue6: ::2-::ff (::1 is the gateway).
+    assert_eq!(
+        out.stdout,
+        "NAME   SUBNETS        SIZE  USED  FREE  USED%  NEXT\n\
+         blue   10.22.0.0/24     10     3     7  30.0%  10.22.0.14\n\
+         blue6  fd00:22::/120   254     3   251   1.2%  fd00:22::5\n"
+    );
+    let out = tool(&s.db(), &["pools", "--json"]);
+    assert_success(&out);
+    let pools: Value = serde_json::from_str(&out.stdout).expect("JSON on stdout");
+    assert_eq!(
+        pools,
+        json!([
+            {"name": "blue", "subnets": ["10.22.0.0/24"], "size": 10, "used": 3, "free": 7,
+             "percent_used": 30.0, "next": "10.22.0.14"},
+            {"name": "blue6", "subnets": ["fd00:22::/120"], "size": 254, "used": 3, "free": 251,
+             "percent_used": 1.18, "next": "fd00:22::5"}
+        ])
+    );
+}
+
+#[test]
+fn a_full_pool_shows_no_next_address() {
+    let s = Sandbox::new();
+    for i in 4..=10 {
+        let added = s.add("blue-net", &format!("c{i}"), "eth0", "");
+        assert_eq!(added.status, 0, "{added:#?}");
+    }
+    let out = tool(&s.db(), &["pools"]);
+    assert_success(&out);
+    let blue = out.stdout.lines().nth(1).expect("row of blue");
+    assert_eq!(blue.split_whitespace().collect::<Vec<_>>(), ["blue", "10.22.0.0/24", "10", "10", "0", "100.0%", "-"]);
+    let json: Value = serde_json::from_str(&tool(&s.db(), &["pools", "--json"]).stdout).expect("JSON");
+    assert_eq!((&json[0]["free"], &json[0]["next"]), (&json!(0), &Value::Null));
+}
+
+#[test]
+fn release_frees_one_attachment_for_reuse() {
+    let s = Sandbox::new();
+    // Held by c2: a static request for it is refused.
+    let refused = s.add("blue-net", "c9", "eth0", "IP=10.22.0.11");
+    assert_ne!(refused.status, 0, "{refused:#?}");
+
+    let out = tool(&s.db(), &["release", "--network", "blue-net", "--container", "c2", "--ifname", "eth0"]);
+    assert_success(&out);
+    assert_eq!(
+        out.stdout,
+        "released 10.22.0.11 (pool blue) held by network \"blue-net\" container \"c2\" ifname \"eth0\"\n\
+         released fd00:22::3 (pool blue6) held by network \"blue-net\" container \"c2\" ifname \"eth0\"\n"
+    );
+    let list = tool(&s.db(), &["list", "--container", "c2"]);
+    assert_eq!((list.status, list.stdout.as_str()), (0, "no leases match\n"));
+    assert_eq!(tool(&s.db(), &["list"]).stdout.lines().count(), 1 + 4);
+
+    let again = tool(&s.db(), &["release", "--network", "blue-net", "--container", "c2", "--ifname", "eth0"]);
+    assert_success(&again);
+    assert_eq!(
+        again.stdout,
+        "nothing released: network \"blue-net\" container \"c2\" ifname \"eth0\" holds no lease\n"
+    );
+
+    let reused = s.add("blue-net", "c9", "eth0", "IP=10.22.0.11");
+    assert_eq!(reused.status, 0, "{reused:#?}");
+    let owner = tool(&s.db(), &["list", "--container", "c9", "--pool", "blue"]);
+    assert_eq!(owner.stdout.lines().nth(1).and_then(|l| l.split_whitespace().nth(1)), Some("10.22.0.11"));
+    assert_eq!(tool(&s.db(), &["check"]).stdout, "ok\n");
+}
+
+#[test]
+fn check_passes_a_healthy_database_and_names_damage() {
+    let s = Sandbox::new();
+    let ok = tool(&s.db(), &["check"]);
+    assert_success(&ok);
+    assert_eq!(ok.stdout, "ok\n");
+
+    // A lease in a pool no one registered, with its run, so that it is the only problem.
+    let n = 0xffff_0000_0000_u128 | u128::from(u32::from(Ipv4Addr::new(10, 99, 0, 1)));
+    let key = n.to_be_bytes().to_vec();
+    let sql = s.sql();
+    sql.execute(
+        "INSERT INTO leases (key, address, pool, network, container_id, ifname, since)
+         VALUES (?1, '10.99.0.1', 'ghost', 'blue-net', 'c7', 'eth0', 0)",
+        [&key],
+    )
+    .expect("insert");
+    sql.execute("INSERT INTO leased_runs (first, last) VALUES (?1, ?1)", [&key]).expect("insert run");
+    drop(sql);
+
+    let damaged = tool(&s.db(), &["check"]);
+    assert_eq!(damaged.status, 1, "{damaged:#?}");
+    assert_eq!(damaged.stdout, "lease on 10.99.0.1 names unregistered pool ghost\n");
+    assert_eq!(damaged.stderr, format!("ipam-delegated: integrity check of {} failed\n", s.db().display()));
+}
+
+#[test]
+fn a_missing_database_is_reported_and_not_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("nowhere").join("db.sqlite");
+    for command in
+        [&["list"][..], &["pools"], &["check"], &["release", "--network", "n", "--container", "c", "--ifname", "e"]]
+    {
+        let line = failure_line(&tool(&db, command), 1);
+        assert_eq!(line, format!("ipam-delegated: no allocation database at {}", db.display()), "{command:?}");
+    }
+    assert!(!dir.path().join("nowhere").exists(), "the tool must not create the database or its directory");
+}
+
+#[test]
+fn a_relative_database_path_is_taken_from_the_working_directory() {
+    let s = Sandbox::new();
+    let out = run(&["pools", "--database", "db.sqlite", "--json"], &[], None, Some(s.dir.path()));
+    assert_success(&out);
+    let pools: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert_eq!(pools.as_array().map(Vec::len), Some(2));
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let s = Sandbox::new();
+    s.sql().pragma_update(None, "user_version", 99).expect("set user_version");
+    let line = failure_line(&tool(&s.db(), &["list"]), 1);
+    assert!(line.contains("schema version 99 is newer"), "{line}");
+}
+
+#[test]
+fn release_gives_up_on_a_held_lock_within_its_bound_while_reads_go_on() {
+    let s = Sandbox::new();
+    let lock = std::fs::File::open(s.dir.path().join("db.sqlite.lock")).expect("lock file");
+    // SAFETY: flock on a descriptor we own; released when `lock` is closed.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0, "taking the lock");
+
+    let started = Instant::now();
+    let release = ["release", "--network", "red-net", "--container", "c3", "--ifname", "net1"];
+    let mut args = release.to_vec();
+    args.extend(["--lock-timeout", "1"]);
+    let line = failure_line(&tool(&s.db(), &args), 1);
+    assert!(line.contains("locked") && line.contains("try again later"), "{line}");
+    assert!(started.elapsed() < Duration::from_secs(8), "waited {:?}", started.elapsed());
+
+    // Readers take no lock.
+    assert_success(&tool(&s.db(), &["list", "--network", "red-net"]));
+
+    drop(lock);
+    let out = tool(&s.db(), &release);
+    assert_success(&out);
+    assert_eq!(out.stdout.lines().count(), 2, "{out:#?}");
+}
+
+#[test]
+fn usage_errors_exit_2_naming_the_culprit() {
+    let db = Path::new("/nonexistent/db.sqlite");
+    for (args, expected) in [
+        (&[][..], "ipam-delegated: no command given (see 'ipam-delegated --help')"),
+        (&["frobnicate"], "ipam-delegated: unknown command \"frobnicate\" (see 'ipam-delegated --help')"),
+        (&["list", "--frob"], "ipam-delegated: list: unknown option --frob (see 'ipam-delegated list --help')"),
+        (
+            &["pools", "extra"],
+            "ipam-delegated: pools: unexpected argument \"extra\" (see 'ipam-delegated pools --help')",
+        ),
+        (
+            &["release", "--network", "n", "--ifname", "e"],
+            "ipam-delegated: release: --container is required (see 'ipam-delegated release --help')",
+        ),
+        (&["list", "--network"], "ipam-delegated: list: --network needs a value (see 'ipam-delegated list --help')"),
+    ] {
+        assert_eq!(failure_line(&tool(db, args), 2), expected, "{args:?}");
+    }
+    assert_eq!(
+        failure_line(&run(&["--frob"], &[], None, None), 2),
+        "ipam-delegated: unknown option --frob (see 'ipam-delegated --help')"
+    );
+}
+
+#[test]
+fn help_for_the_tool_and_each_command() {
+    let main = run(&["--help"], &[], None, None);
+    assert_success(&main);
+    for part in
+        ["Usage: ipam-delegated [--database PATH] COMMAND", "list", "pools", "release", "check", "allocations.sqlite"]
+    {
+        assert!(main.stdout.contains(part), "{part} in {}", main.stdout);
+    }
+    for (command, part) in [
+        ("list", "--container ID"),
+        ("pools", "used counts the leases inside those"),
+        ("release", "--lock-timeout SECONDS"),
+        ("check", "Prints ok and exits 0"),
+    ] {
+        let help = run(&[command, "--help"], &[], None, None);
+        assert_success(&help);
+        assert!(help.stdout.starts_with(&format!("ipam-delegated {command}: ")), "{}", help.stdout);
+        assert!(help.stdout.contains(part), "{part} in {}", help.stdout);
+    }
+}
+
+#[test]
+fn without_arguments_it_is_the_plugin_and_its_about_text_points_at_the_tool() {
+    let about = run(&[], &[], None, None);
+    assert_eq!((about.status, about.stdout.as_str()), (0, ""), "{about:#?}");
+    assert!(about.stderr.contains("CNI protocol versions supported"), "{}", about.stderr);
+    assert!(about.stderr.contains("ipam-delegated --help"), "{}", about.stderr);
+    let version = run(&[], &[("CNI_COMMAND", "VERSION")], Some(b"{\"cniVersion\": \"1.0.0\"}"), None);
+    assert_eq!(version.status, 0, "{version:#?}");
+    assert!(version.stdout.contains("supportedVersions"), "{version:#?}");
+}
