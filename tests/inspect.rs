@@ -1,91 +1,22 @@
 //! The operator's tool (`ipam-delegated` run with arguments) over a database
 //! filled by the real plugins.
 
-use std::io::Read;
 use std::net::Ipv4Addr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::thread;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-/// How long one run may take before the test kills it and fails.
-const RUN_LIMIT: Duration = Duration::from_secs(60);
+mod support;
 
-/// target/<profile>/, after `cargo build --workspace --bins` there, so that
-/// the executables under test are never stale.
-fn bin_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
-        let target = dir.parent().expect("target/<profile>").to_path_buf();
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "--quiet", "--workspace", "--bins", "--manifest-path"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target)
-            .stdin(Stdio::null());
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
-        }
-        let out = build.output().expect("running cargo build");
-        assert!(out.status.success(), "cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        dir
-    })
-}
-
-#[derive(Debug)]
-struct Run {
-    status: i32,
-    stdout: String,
-    stderr: String,
-}
+use support::{bin_dir, run_args, Outcome as Run};
 
 /// Runs ipam-delegated with `args` and `env` (and no CNI_* variable of ours).
-/// Its stdin stays open and empty: a tool that read it would hang and fail.
 fn run(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>, cwd: Option<&Path>) -> Run {
-    let mut cmd = Command::new(bin_dir().join("ipam-delegated"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CNI_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.args(args).envs(env.iter().copied()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some(dir) = cwd {
-        cmd.current_dir(dir);
-    }
-    let mut child = cmd.spawn().expect("starting ipam-delegated");
-    let mut input = child.stdin.take();
-    if let (Some(pipe), Some(bytes)) = (input.as_mut(), stdin) {
-        std::io::Write::write_all(pipe, bytes).expect("writing stdin");
-        input = None;
-    }
-    let (mut out, mut err) = (child.stdout.take().expect("stdout"), child.stderr.take().expect("stderr"));
-    let reader = thread::spawn(move || {
-        let mut text = String::new();
-        let _ = out.read_to_string(&mut text);
-        text
-    });
-    let mut stderr = String::new();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting") {
-            break status;
-        }
-        if started.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            panic!("ipam-delegated {args:?} did not finish within {RUN_LIMIT:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    drop(input);
-    let _ = err.read_to_string(&mut stderr);
-    Run { status: status.code().unwrap_or(-1), stdout: reader.join().expect("stdout reader"), stderr }
+    run_args(&bin_dir().join("ipam-delegated"), args, env, stdin.unwrap_or_default(), cwd)
 }
 
 /// The operator's tool on `db`.

@@ -114,7 +114,13 @@ pub fn run(exe: &Path, command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Out
 /// Like [`run`] but with exactly `env` as the CNI_* variables (so CNI_COMMAND
 /// may be missing), in the working directory `cwd` if given.
 pub fn run_env(exe: &Path, env: &[(&str, &str)], stdin: &[u8], cwd: Option<&Path>) -> Outcome {
+    run_args(exe, &[], env, stdin, cwd)
+}
+
+/// Like [`run_env`], with command-line arguments (the operator's tool).
+pub fn run_args(exe: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8], cwd: Option<&Path>) -> Outcome {
     let mut cmd = Command::new(exe);
+    cmd.args(args);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CNI_") {
             cmd.env_remove(key);
