@@ -108,6 +108,7 @@ fn dispatch(about: &About, plugin: &impl Plugin, env: Env, stdin: &[u8]) -> Resu
     logging::init(about.name, &settings);
     let span = tracing::error_span!(
         "cni",
+        plugin = about.name,
         command = env.command.as_str(),
         container = env.container_id.as_deref().unwrap_or("-"),
         ifname = env.ifname.as_deref().unwrap_or("-")
