@@ -1,0 +1,456 @@
+//! Every example of examples/ run as a runtime would run it, so that the
+//! examples cannot rot: the IPAM plugin `ipam-delegated` called directly (as
+//! the main plugin calls it) with the suite's executables in CNI_PATH, and,
+//! as root with Debian's containernetworking-plugins, the real main plugin in
+//! a network namespace.
+//!
+//! A new example without a case here fails [`every_example_has_a_case`].
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::{bin_dir, suite_bin, Outcome, Sandbox};
+
+const DELEGATED: &str = "ipam-delegated";
+
+/// The examples that have a case below, by file stem.
+const CASES: [&str; 7] = ["bridge", "dual-stack", "ip-ranges", "macvlan", "per-namespace", "spillover", "static"];
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+/// The stems of examples/*.conflist, sorted.
+fn example_stems() -> Vec<String> {
+    let mut stems: Vec<String> = std::fs::read_dir(examples_dir())
+        .expect("reading examples/")
+        .map(|entry| entry.expect("examples/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "conflist"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    stems.sort();
+    stems
+}
+
+/// One example, read as a runtime reads it from /etc/cni/net.d/.
+struct Example {
+    stem: String,
+    conflist: Value,
+}
+
+impl Example {
+    fn load(stem: &str) -> Example {
+        let path = examples_dir().join(format!("{stem}.conflist"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let conflist = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+        Example { stem: stem.to_string(), conflist }
+    }
+
+    /// The one plugin of the list whose IPAM is ipam-delegated.
+    fn plugin(&self) -> &Value {
+        let plugins: Vec<&Value> = self.conflist["plugins"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}: no plugins array", self.stem))
+            .iter()
+            .filter(|p| p["ipam"]["type"] == DELEGATED)
+            .collect();
+        assert_eq!(plugins.len(), 1, "{}: expected one plugin with ipam-delegated", self.stem);
+        plugins[0]
+    }
+
+    /// The plugin's network configuration as a runtime builds it: the plugin
+    /// object with the list's `cniVersion` and `name`, and `runtimeConfig`
+    /// (each key must be a capability the plugin declares), with
+    /// `ipam.database` replaced by `db`.
+    fn config(&self, db: &Path, runtime_config: Option<Value>) -> Value {
+        let plugin = self.plugin();
+        let mut config = plugin.clone();
+        config["cniVersion"] = self.conflist["cniVersion"].clone();
+        config["name"] = self.conflist["name"].clone();
+        config["ipam"]["database"] = json!(db.to_str().unwrap());
+        if let Some(rc) = runtime_config {
+            for key in rc.as_object().expect("runtimeConfig is an object").keys() {
+                assert_eq!(
+                    plugin["capabilities"][key],
+                    json!(true),
+                    "{}: the plugin does not declare the capability {key:?}, so a runtime would not pass it",
+                    self.stem
+                );
+            }
+            config["runtimeConfig"] = rc;
+        }
+        config
+    }
+}
+
+/// ADD through ipam-delegated for the attachment `container`/eth0, with
+/// CNI_ARGS `args` if given.
+fn add(sb: &Sandbox, config: &Value, container: &str, args: Option<&str>) -> Outcome {
+    let mut env = vec![("CNI_CONTAINERID", container)];
+    if let Some(args) = args {
+        env.push(("CNI_ARGS", args));
+    }
+    sb.cni(DELEGATED, "ADD", config, &env)
+}
+
+/// The `address` of each entry of a successful result's `ips`.
+fn addresses(out: &Outcome) -> Vec<String> {
+    out.result()["ips"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no ips: {out:#?}"))
+        .iter()
+        .map(|ip| ip["address"].as_str().expect("address").to_string())
+        .collect()
+}
+
+/// The operator's lease listing of `db` as JSON.
+fn leases(db: &Path) -> Value {
+    let out = Command::new(suite_bin(DELEGATED))
+        .arg("--database")
+        .arg(db)
+        .args(["list", "--json"])
+        .output()
+        .expect("running ipam-delegated list");
+    assert!(out.status.success(), "ipam-delegated list: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("list --json prints JSON")
+}
+
+#[test]
+fn every_example_has_a_case() {
+    assert_eq!(example_stems(), CASES, "every examples/*.conflist needs a case in tests/examples.rs, and only those");
+    let readme = std::fs::read_to_string(examples_dir().join("README.md")).expect("examples/README.md");
+    for stem in CASES {
+        assert!(readme.contains(&format!("`{stem}.conflist`")), "examples/README.md does not describe {stem}.conflist");
+    }
+}
+
+/// One pool: the first address is rangeStart (usable in a /16), the excluded
+/// /28 is skipped once the addresses before it are taken, and the result
+/// carries the pool's gateway, route and DNS.
+#[test]
+fn bridge() {
+    let sb = Sandbox::new();
+    let config = Example::load("bridge").config(&sb.db(), None);
+    let first = add(&sb, &config, "ex-0", None);
+    assert_eq!(
+        first.result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.22.1.0/16", "gateway": "10.22.0.1"}],
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "dns": {"nameservers": ["10.22.0.1"]}
+        })
+    );
+    for i in 1..128 {
+        let out = add(&sb, &config, &format!("ex-{i}"), None);
+        assert_eq!(addresses(&out), [format!("10.22.1.{i}/16")], "ADD number {i}");
+    }
+    // 10.22.1.128/28 is excluded: after 10.22.1.127 comes 10.22.1.144.
+    let past = add(&sb, &config, "ex-128", None);
+    assert_eq!(addresses(&past), ["10.22.1.144/16"]);
+    let again = add(&sb, &config, "ex-129", None);
+    assert_eq!(addresses(&again), ["10.22.1.145/16"]);
+}
+
+/// Part of the LAN's subnet: the dynamic range starts at 10.30.0.100; the
+/// route names its gateway.
+#[test]
+fn macvlan() {
+    let sb = Sandbox::new();
+    let config = Example::load("macvlan").config(&sb.db(), None);
+    assert_eq!(
+        add(&sb, &config, "ex-0", None).result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.30.0.100/24", "gateway": "10.30.0.1"}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.30.0.1"}],
+            "dns": {}
+        })
+    );
+    assert_eq!(addresses(&add(&sb, &config, "ex-1", None)), ["10.30.0.101/24"]);
+}
+
+/// One IPv4 and one IPv6 address per attachment, each after its pool's gateway.
+#[test]
+fn dual_stack() {
+    let sb = Sandbox::new();
+    let config = Example::load("dual-stack").config(&sb.db(), None);
+    assert_eq!(
+        add(&sb, &config, "ex-0", None).result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [
+                {"address": "10.50.0.2/24", "gateway": "10.50.0.1"},
+                {"address": "fd00:50::2/64", "gateway": "fd00:50::1"}
+            ],
+            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+            "dns": {}
+        })
+    );
+    assert_eq!(addresses(&add(&sb, &config, "ex-1", None)), ["10.50.0.3/24", "fd00:50::3/64"]);
+}
+
+/// The /29 has five addresses to hand out (.2-.6; .1 is the gateway); the
+/// sixth attachment spills over into the overflow pool, and an address freed
+/// in the small pool is used again before the overflow pool.
+#[test]
+fn spillover() {
+    let sb = Sandbox::new();
+    let config = Example::load("spillover").config(&sb.db(), None);
+    for i in 2..=6 {
+        assert_eq!(addresses(&add(&sb, &config, &format!("ex-{i}"), None)), [format!("10.40.0.{i}/29")]);
+    }
+    assert_eq!(
+        add(&sb, &config, "ex-7", None).result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.41.0.2/24", "gateway": "10.41.0.1"}],
+            "routes": [],
+            "dns": {}
+        })
+    );
+    assert_eq!(addresses(&add(&sb, &config, "ex-8", None)), ["10.41.0.3/24"]);
+    sb.cni(DELEGATED, "DEL", &config, &[("CNI_CONTAINERID", "ex-4")]).assert_quiet_success();
+    assert_eq!(addresses(&add(&sb, &config, "ex-9", None)), ["10.40.0.4/29"]);
+}
+
+/// The pod's namespace (CNI_ARGS K8S_POD_NAMESPACE) picks the pool; any
+/// other namespace, or none, gets the shared pool.
+#[test]
+fn per_namespace() {
+    let sb = Sandbox::new();
+    let config = Example::load("per-namespace").config(&sb.db(), None);
+    let ns = |name: &str| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={name};K8S_POD_NAME=web");
+    assert_eq!(addresses(&add(&sb, &config, "ex-0", Some(&ns("prod")))), ["10.24.0.2/24"]);
+    assert_eq!(addresses(&add(&sb, &config, "ex-1", Some(&ns("prod")))), ["10.24.0.3/24"]);
+    assert_eq!(addresses(&add(&sb, &config, "ex-2", Some(&ns("staging")))), ["10.25.0.2/24"]);
+    assert_eq!(addresses(&add(&sb, &config, "ex-3", Some(&ns("dev")))), ["10.26.0.2/24"]);
+    assert_eq!(addresses(&add(&sb, &config, "ex-4", None)), ["10.26.0.3/24"]);
+}
+
+/// Each request source yields exactly the address asked for (outside the
+/// dynamic range 10.60.0.100-199), the first present source wins, and the
+/// IPv6 address comes from sequential allocation.
+#[test]
+fn static_addresses() {
+    let sb = Sandbox::new();
+    let example = Example::load("static");
+    let plain = example.config(&sb.db(), None);
+    let with_ips = |ips: &[&str]| example.config(&sb.db(), Some(json!({"ips": ips})));
+    let with_args = |config: &Value, ips: &[&str]| {
+        let mut config = config.clone();
+        config["args"] = json!({"cni": {"ips": ips}});
+        config
+    };
+
+    let from_capability = add(&sb, &with_ips(&["10.60.0.7/24"]), "ex-0", None);
+    assert_eq!(
+        from_capability.result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [
+                {"address": "10.60.0.7/24", "gateway": "10.60.0.1"},
+                {"address": "fd00:60::2/64", "gateway": "fd00:60::1"}
+            ],
+            "routes": [],
+            "dns": {}
+        })
+    );
+    let from_args = add(&sb, &with_args(&plain, &["10.60.0.8"]), "ex-1", None);
+    assert_eq!(addresses(&from_args), ["10.60.0.8/24", "fd00:60::3/64"]);
+    let from_cni_args = add(&sb, &plain, "ex-2", Some("IgnoreUnknown=1;IP=10.60.0.9"));
+    assert_eq!(addresses(&from_cni_args), ["10.60.0.9/24", "fd00:60::4/64"]);
+
+    // Precedence: runtimeConfig.ips, then args.cni.ips, then CNI_ARGS IP.
+    let all_three = add(&sb, &with_args(&with_ips(&["10.60.0.10"]), &["10.60.0.11"]), "ex-3", Some("IP=10.60.0.12"));
+    assert_eq!(addresses(&all_three), ["10.60.0.10/24", "fd00:60::5/64"]);
+    let two = add(&sb, &with_args(&plain, &["10.60.0.11"]), "ex-4", Some("IP=10.60.0.12"));
+    assert_eq!(addresses(&two), ["10.60.0.11/24", "fd00:60::6/64"]);
+
+    // Without a request, both families are sequential.
+    assert_eq!(addresses(&add(&sb, &plain, "ex-5", None)), ["10.60.0.100/24", "fd00:60::7/64"]);
+    // An address already held is error 101, and nothing of the ADD stays.
+    let taken = add(&sb, &plain, "ex-6", Some("IP=10.60.0.7"));
+    assert_eq!(taken.code(), 101);
+    let listed = leases(&sb.db());
+    let mut holders: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|l| l["container_id"].as_str()).collect();
+    holders.sort_unstable();
+    holders.dedup();
+    assert_eq!(holders, ["ex-0", "ex-1", "ex-2", "ex-3", "ex-4", "ex-5"], "the failed ADD must leave no lease");
+    assert_eq!(listed.as_array().unwrap().len(), 12);
+}
+
+/// The runtime hands out the range (`ipRanges` capability) and it becomes
+/// the pool `ipRanges-0`; without it the example has no pool at all.
+#[test]
+fn ip_ranges() {
+    let sb = Sandbox::new();
+    let example = Example::load("ip-ranges");
+    let ranges =
+        json!({"ipRanges": [[{"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.50", "rangeEnd": "10.70.0.60"}]]});
+    let given = add(&sb, &example.config(&sb.db(), Some(ranges)), "ex-0", None);
+    assert_eq!(
+        given.result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.70.0.50/24", "gateway": "10.70.0.1"}],
+            "routes": [],
+            "dns": {}
+        })
+    );
+    let listed = leases(&sb.db());
+    assert_eq!((&listed[0]["pool"], &listed[0]["address"]), (&json!("ipRanges-0"), &json!("10.70.0.50")));
+
+    let (code, msg, _) = add(&sb, &example.config(&sb.db(), None), "ex-1", None).error();
+    assert_eq!(code, 7);
+    assert!(msg.contains("ipam.pools"), "{msg}");
+}
+
+// ---------------------------------------------------------------------------
+// Through Debian's real main plugins
+
+const REAL_PLUGINS: &str = "/usr/lib/cni";
+
+/// What a real-plugin run of an example asks for and must get.
+struct RealCase {
+    runtime_config: Option<Value>,
+    cni_args: Option<&'static str>,
+    addresses: &'static [&'static str],
+}
+
+fn real_case(stem: &str) -> RealCase {
+    let plain = |addresses| RealCase { runtime_config: None, cni_args: None, addresses };
+    match stem {
+        "bridge" => plain(&["10.22.1.0/16"]),
+        "macvlan" => plain(&["10.30.0.100/24"]),
+        "dual-stack" => plain(&["10.50.0.2/24", "fd00:50::2/64"]),
+        "spillover" => plain(&["10.40.0.2/29"]),
+        "per-namespace" => {
+            RealCase { cni_args: Some("IgnoreUnknown=1;K8S_POD_NAMESPACE=staging"), ..plain(&["10.25.0.2/24"]) }
+        }
+        "static" => RealCase {
+            runtime_config: Some(json!({"ips": ["10.60.0.7/24"]})),
+            ..plain(&["10.60.0.7/24", "fd00:60::2/64"])
+        },
+        "ip-ranges" => RealCase {
+            runtime_config: Some(json!({"ipRanges": [[{"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.50"}]]})),
+            ..plain(&["10.70.0.50/24"])
+        },
+        other => panic!("no real-plugin case for examples/{other}.conflist"),
+    }
+}
+
+/// Removes what a real-plugin run created, whatever happened.
+struct Cleanup {
+    netns: String,
+    links: Vec<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.netns]).output();
+        for link in &self.links {
+            let _ = Command::new("ip").args(["link", "del", link]).output();
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The addresses of `dev` in the namespace, as "address/prefix".
+fn netns_addresses(netns: &str, dev: &str) -> Vec<String> {
+    let shown: Value = serde_json::from_str(&ip(&["-n", netns, "-j", "addr", "show", "dev", dev])).expect("ip -j");
+    shown[0]["addr_info"]
+        .as_array()
+        .expect("addr_info")
+        .iter()
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+        .collect()
+}
+
+fn assert_prerequisites() {
+    // SAFETY: plain syscall.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(uid, 0, "this test needs root (network namespaces, links): run it via scripts/test as root");
+    for plugin in ["bridge", "macvlan"] {
+        let path = Path::new(REAL_PLUGINS).join(plugin);
+        assert!(path.is_file(), "{} is missing: apt-get install containernetworking-plugins", path.display());
+    }
+    let ip_works = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+    assert!(ip_works, "the ip command is missing: apt-get install iproute2");
+}
+
+/// Each example through its real main plugin (bridge, or macvlan on a veth
+/// created for it) in a namespace of its own: the IPAM result's addresses are
+/// on eth0 in the namespace, and DEL leaves no lease behind. The bridge name
+/// is made unique and `ipMasq` is turned off so that the host's firewall is
+/// not touched; no traffic is sent.
+#[test]
+#[ignore = "needs root, network namespaces and containernetworking-plugins; run by scripts/test"]
+fn through_the_real_main_plugin() {
+    assert_prerequisites();
+    let pid = std::process::id() % 100_000;
+    for (i, stem) in example_stems().iter().enumerate() {
+        let case = real_case(stem);
+        let example = Example::load(stem);
+        let sb = Sandbox::new();
+        let netns = format!("ipam-ex-{pid}-{i}");
+        let mut cleanup = Cleanup { netns: netns.clone(), links: Vec::new() };
+        ip(&["netns", "add", &netns]);
+        let mut config = example.config(&sb.db(), case.runtime_config);
+        let plugin_type = config["type"].as_str().expect("type").to_string();
+        match plugin_type.as_str() {
+            "bridge" => {
+                let bridge = format!("ipx{pid}b{i}");
+                cleanup.links.push(bridge.clone());
+                config["bridge"] = json!(bridge);
+                if config.get("ipMasq").is_some() {
+                    config["ipMasq"] = json!(false);
+                }
+            }
+            "macvlan" => {
+                let (master, peer) = (format!("ipx{pid}m{i}"), format!("ipx{pid}p{i}"));
+                cleanup.links.push(master.clone());
+                ip(&["link", "add", &master, "type", "veth", "peer", "name", &peer]);
+                ip(&["link", "set", &master, "up"]);
+                config["master"] = json!(master);
+            }
+            other => panic!("{stem}: no real-plugin setup for main plugin type {other:?}"),
+        }
+        let exe = Path::new(REAL_PLUGINS).join(&plugin_type);
+        let exe = exe.to_str().unwrap();
+        let netns_path = format!("/var/run/netns/{netns}");
+        let cni_path = format!("{}:{REAL_PLUGINS}", bin_dir().display());
+        let container = format!("real-{i}");
+        let mut env = vec![
+            ("CNI_NETNS", netns_path.as_str()),
+            ("CNI_PATH", cni_path.as_str()),
+            ("CNI_CONTAINERID", container.as_str()),
+        ];
+        if let Some(args) = case.cni_args {
+            env.push(("CNI_ARGS", args));
+        }
+
+        let added = sb.cni(exe, "ADD", &config, &env);
+        assert_eq!(added.status, 0, "{stem}: ADD through {plugin_type}: {added:#?}");
+        let got = addresses(&added);
+        assert_eq!(got, case.addresses, "{stem}: the result's addresses");
+        let on_eth0 = netns_addresses(&netns, "eth0");
+        for address in &got {
+            assert!(on_eth0.contains(address), "{stem}: {address} is not on eth0 in {netns}: {on_eth0:?}");
+        }
+        assert_eq!(leases(&sb.db()).as_array().unwrap().len(), got.len(), "{stem}: leases after ADD");
+
+        let deleted = sb.cni(exe, "DEL", &config, &env);
+        assert_eq!((deleted.status, deleted.stdout.trim()), (0, ""), "{stem}: DEL through {plugin_type}: {deleted:#?}");
+        assert_eq!(leases(&sb.db()), json!([]), "{stem}: leases after DEL");
+        drop(cleanup);
+    }
+}
