@@ -48,7 +48,10 @@ impl Plugin for Selector {
         Ok(Reply::Nothing)
     }
 
-    fn gc(&self, _: &Request) -> Result<Reply> {
+    /// The selector holds no allocations; it only refuses a GC that names no
+    /// valid attachments, as every delegate of the suite does.
+    fn gc(&self, req: &Request) -> Result<Reply> {
+        req.config.valid_attachments()?;
         Ok(Reply::Nothing)
     }
 

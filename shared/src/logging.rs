@@ -22,13 +22,18 @@ pub struct LogSettings {
 }
 
 impl LogSettings {
-    /// Settings from `ipam.logFile` / `ipam.logLevel`, over the build's default.
-    pub fn from_ipam(executable: &str, ipam: Option<&Map<String, Value>>) -> Result<LogSettings> {
+    /// The build's default: the verbose flavour keeps a debug log file.
+    pub fn build_default(executable: &str) -> LogSettings {
         let verbose = cfg!(feature = "verbose");
-        let mut settings = LogSettings {
+        LogSettings {
             file: verbose.then(|| Path::new(VERBOSE_DIR).join(format!("{executable}.log"))),
             level: if verbose { LevelFilter::DEBUG } else { LevelFilter::INFO },
-        };
+        }
+    }
+
+    /// Settings from `ipam.logFile` / `ipam.logLevel`, over the build's default.
+    pub fn from_ipam(executable: &str, ipam: Option<&Map<String, Value>>) -> Result<LogSettings> {
+        let mut settings = LogSettings::build_default(executable);
         let get = |key: &str| ipam.and_then(|m| m.get(key)).filter(|v| !v.is_null());
         if let Some(v) = get("logFile") {
             match v.as_str() {

@@ -86,8 +86,38 @@ pub fn respond(
 ) -> (Option<serde_json::Value>, bool) {
     let error_version =
         stdin.as_deref().map(NetConf::error_version).unwrap_or_else(|_| SpecVersion::LATEST.to_string());
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| dispatch(about, plugin, env?, &stdin?)))
-        .unwrap_or_else(|_| Err(panic_error()));
+    // Parsed once, before anything else: the configuration also says where to
+    // log, and logging must be up to report even the earliest error.
+    let config = stdin.as_deref().map_err(Clone::clone).and_then(NetConf::parse);
+    let settings = match &config {
+        Ok(c) => LogSettings::from_ipam(about.name, c.raw.get("ipam").and_then(|v| v.as_object())),
+        Err(_) => Ok(LogSettings::build_default(about.name)),
+    };
+    logging::init(about.name, settings.as_ref().unwrap_or(&LogSettings::build_default(about.name)));
+    let span = match &env {
+        Ok(env) => tracing::error_span!(
+            "cni",
+            plugin = about.name,
+            command = env.command.as_str(),
+            container = env.container_id.as_deref().unwrap_or("-"),
+            ifname = env.ifname.as_deref().unwrap_or("-")
+        ),
+        Err(_) => tracing::error_span!("cni", plugin = about.name),
+    };
+    let _entered = span.enter();
+    tracing::debug!("{} {} starting", about.name, about.version);
+
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        let env = env?;
+        if env.command == Command::Version {
+            let requested = stdin.ok().and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+            let requested = requested.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
+            return Ok(Some(version::version_answer(requested)));
+        }
+        settings?;
+        dispatch(plugin, env, config?)
+    }))
+    .unwrap_or_else(|_| Err(panic_error()));
     match outcome {
         Ok(answer) => (answer, true),
         Err(e) => {
@@ -97,25 +127,7 @@ pub fn respond(
     }
 }
 
-fn dispatch(about: &About, plugin: &impl Plugin, env: Env, stdin: &[u8]) -> Result<Option<serde_json::Value>> {
-    if env.command == Command::Version {
-        let requested: Option<serde_json::Value> = serde_json::from_slice(stdin).ok();
-        let requested = requested.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
-        return Ok(Some(version::version_answer(requested)));
-    }
-    let config = NetConf::parse(stdin)?;
-    let settings = LogSettings::from_ipam(about.name, config.raw.get("ipam").and_then(|v| v.as_object()))?;
-    logging::init(about.name, &settings);
-    let span = tracing::error_span!(
-        "cni",
-        plugin = about.name,
-        command = env.command.as_str(),
-        container = env.container_id.as_deref().unwrap_or("-"),
-        ifname = env.ifname.as_deref().unwrap_or("-")
-    );
-    let _entered = span.enter();
-    tracing::debug!("{} {} starting", about.name, about.version);
-
+fn dispatch(plugin: &impl Plugin, env: Env, config: NetConf) -> Result<Option<serde_json::Value>> {
     let minimum = match env.command {
         Command::Check => SpecVersion::V0_4_0,
         Command::Gc | Command::Status => SpecVersion::V1_1_0,
