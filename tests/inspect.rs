@@ -26,8 +26,9 @@ fn tool(db: &Path, args: &[&str]) -> Run {
     run(&all, &[], None, None)
 }
 
-/// A database filled by real ADDs: blue-net c1/eth0 and c2/eth0, red-net
-/// c3/net1, each with one address of pool blue (IPv4) and one of blue6.
+/// A database filled by real ADDs: blue-net c1/eth0 and c2/eth0, each with one
+/// address of pool blue (IPv4) and one of blue6, and red-net c3/net1 with one
+/// of red and one of red6 (pools belong to their network).
 struct Sandbox {
     dir: TempDir,
 }
@@ -57,11 +58,19 @@ impl Sandbox {
                 "type": "ipam-delegated",
                 "delegates": ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"],
                 "database": self.db(),
-                "pools": [
-                    {"name": "blue", "exclude": ["10.22.0.12"],
-                     "ranges": [{"subnet": "10.22.0.0/24", "rangeStart": "10.22.0.10", "rangeEnd": "10.22.0.20"}]},
-                    {"name": "blue6", "ranges": [{"subnet": "fd00:22::/120"}]}
-                ]
+                "pools": if network == "red-net" {
+                    json!([
+                        {"name": "red",
+                         "ranges": [{"subnet": "10.23.0.0/24", "rangeStart": "10.23.0.10", "rangeEnd": "10.23.0.20"}]},
+                        {"name": "red6", "ranges": [{"subnet": "fd00:23::/120"}]}
+                    ])
+                } else {
+                    json!([
+                        {"name": "blue", "exclude": ["10.22.0.12"],
+                         "ranges": [{"subnet": "10.22.0.0/24", "rangeStart": "10.22.0.10", "rangeEnd": "10.22.0.20"}]},
+                        {"name": "blue6", "ranges": [{"subnet": "fd00:22::/120"}]}
+                    ])
+                }
             }
         });
         let cni_path = bin_dir().to_str().expect("UTF-8 path");
@@ -137,10 +146,10 @@ fn list_shows_every_lease_aligned_and_filters_narrow_it() {
             "POOL   ADDRESS     NETWORK   CONTAINER  IFNAME",
             "blue   10.22.0.10  blue-net  c1         eth0",
             "blue   10.22.0.11  blue-net  c2         eth0",
-            "blue   10.22.0.13  red-net   c3         net1",
+            "red    10.23.0.10  red-net   c3         net1",
             "blue6  fd00:22::2  blue-net  c1         eth0",
             "blue6  fd00:22::3  blue-net  c2         eth0",
-            "blue6  fd00:22::4  red-net   c3         net1",
+            "red6   fd00:23::2  red-net   c3         net1",
         ]
     );
     let addresses = |args: &[&str]| -> Vec<String> {
@@ -150,8 +159,8 @@ fn list_shows_every_lease_aligned_and_filters_narrow_it() {
         assert_success(&out);
         out.stdout.lines().skip(1).map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_string()).collect()
     };
-    assert_eq!(addresses(&["--network", "red-net"]), ["10.22.0.13", "fd00:22::4"]);
-    assert_eq!(addresses(&["--pool=blue6"]), ["fd00:22::2", "fd00:22::3", "fd00:22::4"]);
+    assert_eq!(addresses(&["--network", "red-net"]), ["10.23.0.10", "fd00:23::2"]);
+    assert_eq!(addresses(&["--pool=blue6"]), ["fd00:22::2", "fd00:22::3"]);
     assert_eq!(addresses(&["--container", "c2"]), ["10.22.0.11", "fd00:22::3"]);
     assert_eq!(addresses(&["--network", "blue-net", "--pool", "blue", "--container", "c1"]), ["10.22.0.10"]);
     let none = tool(&s.db(), &["list", "--network", "green-net"]);
@@ -171,8 +180,8 @@ fn list_json_has_one_object_per_lease() {
     assert_eq!(
         leases,
         json!([
-            {"pool": "blue", "address": "10.22.0.13", "network": "red-net", "container_id": "c3", "ifname": "net1"},
-            {"pool": "blue6", "address": "fd00:22::4", "network": "red-net", "container_id": "c3", "ifname": "net1"}
+            {"pool": "red", "address": "10.23.0.10", "network": "red-net", "container_id": "c3", "ifname": "net1"},
+            {"pool": "red6", "address": "fd00:23::2", "network": "red-net", "container_id": "c3", "ifname": "net1"}
         ])
     );
 }
@@ -182,12 +191,15 @@ fn pools_shows_size_use_and_the_next_address() {
     let s = Sandbox::new();
     let out = tool(&s.db(), &["pools"]);
     assert_success(&out);
-    // blue: .10-.20 minus the excluded .12 is 10 addresses; blue6: ::2-::ff (::1 is the gateway).
+    // blue: .10-.20 minus the excluded .12 is 10 addresses; red: .10-.20 is 11;
+    // blue6 and red6: ::2-::ff (::1 is the gateway).
     assert_eq!(
         out.stdout,
-        "NAME   SUBNETS        SIZE  USED  FREE  USED%  NEXT\n\
-         blue   10.22.0.0/24     10     3     7  30.0%  10.22.0.14\n\
-         blue6  fd00:22::/120   254     3   251   1.2%  fd00:22::5\n"
+        "NETWORK   NAME   SUBNETS        SIZE  USED  FREE  USED%  NEXT\n\
+         blue-net  blue   10.22.0.0/24     10     2     8  20.0%  10.22.0.13\n\
+         blue-net  blue6  fd00:22::/120   254     2   252   0.8%  fd00:22::4\n\
+         red-net   red    10.23.0.0/24     11     1    10   9.1%  10.23.0.11\n\
+         red-net   red6   fd00:23::/120   254     1   253   0.4%  fd00:23::3\n"
     );
     let out = tool(&s.db(), &["pools", "--json"]);
     assert_success(&out);
@@ -195,10 +207,14 @@ fn pools_shows_size_use_and_the_next_address() {
     assert_eq!(
         pools,
         json!([
-            {"name": "blue", "subnets": ["10.22.0.0/24"], "size": 10, "used": 3, "free": 7,
-             "percent_used": 30.0, "next": "10.22.0.14"},
-            {"name": "blue6", "subnets": ["fd00:22::/120"], "size": 254, "used": 3, "free": 251,
-             "percent_used": 1.18, "next": "fd00:22::5"}
+            {"network": "blue-net", "name": "blue", "subnets": ["10.22.0.0/24"], "size": 10, "used": 2, "free": 8,
+             "percent_used": 20.0, "next": "10.22.0.13"},
+            {"network": "blue-net", "name": "blue6", "subnets": ["fd00:22::/120"], "size": 254, "used": 2,
+             "free": 252, "percent_used": 0.79, "next": "fd00:22::4"},
+            {"network": "red-net", "name": "red", "subnets": ["10.23.0.0/24"], "size": 11, "used": 1, "free": 10,
+             "percent_used": 9.09, "next": "10.23.0.11"},
+            {"network": "red-net", "name": "red6", "subnets": ["fd00:23::/120"], "size": 254, "used": 1,
+             "free": 253, "percent_used": 0.39, "next": "fd00:23::3"}
         ])
     );
 }
@@ -206,14 +222,17 @@ fn pools_shows_size_use_and_the_next_address() {
 #[test]
 fn a_full_pool_shows_no_next_address() {
     let s = Sandbox::new();
-    for i in 4..=10 {
+    for i in 4..=11 {
         let added = s.add("blue-net", &format!("c{i}"), "eth0", "");
         assert_eq!(added.status, 0, "{added:#?}");
     }
     let out = tool(&s.db(), &["pools"]);
     assert_success(&out);
     let blue = out.stdout.lines().nth(1).expect("row of blue");
-    assert_eq!(blue.split_whitespace().collect::<Vec<_>>(), ["blue", "10.22.0.0/24", "10", "10", "0", "100.0%", "-"]);
+    assert_eq!(
+        blue.split_whitespace().collect::<Vec<_>>(),
+        ["blue-net", "blue", "10.22.0.0/24", "10", "10", "0", "100.0%", "-"]
+    );
     let json: Value = serde_json::from_str(&tool(&s.db(), &["pools", "--json"]).stdout).expect("JSON");
     assert_eq!((&json[0]["free"], &json[0]["next"]), (&json!(0), &Value::Null));
 }
@@ -272,7 +291,7 @@ fn check_passes_a_healthy_database_and_names_damage() {
 
     let damaged = tool(&s.db(), &["check"]);
     assert_eq!(damaged.status, 1, "{damaged:#?}");
-    assert_eq!(damaged.stdout, "lease on 10.99.0.1 names unregistered pool ghost\n");
+    assert_eq!(damaged.stdout, "lease on 10.99.0.1 names unregistered pool ghost of network \"blue-net\"\n");
     assert_eq!(damaged.stderr, format!("ipam-delegated: integrity check of {} failed\n", s.db().display()));
 }
 
@@ -295,7 +314,7 @@ fn a_relative_database_path_is_taken_from_the_working_directory() {
     let out = run(&["pools", "--database", "db.sqlite", "--json"], &[], None, Some(s.dir.path()));
     assert_success(&out);
     let pools: Value = serde_json::from_str(&out.stdout).expect("JSON");
-    assert_eq!(pools.as_array().map(Vec::len), Some(2));
+    assert_eq!(pools.as_array().map(Vec::len), Some(4));
 }
 
 #[test]

@@ -44,10 +44,10 @@ impl Plugin for SequentialAllocator {
                         return Ok((lease.address, lease.pool.clone()));
                     }
                     for pool in &family {
-                        let cursor = allocator::register(tx, pool)?;
+                        let cursor = allocator::register(tx, &attachment.network, pool)?;
                         if let Some(address) = pool.find_free(cursor, tx)? {
                             tx.insert_lease(address, &pool.name, &attachment)?;
-                            tx.set_cursor(&pool.name, address)?;
+                            tx.set_cursor(&attachment.network, &pool.name, address)?;
                             tracing::info!("allocated {address} from pool {} (after {cursor:?})", pool.name);
                             return Ok((address, pool.name.clone()));
                         }

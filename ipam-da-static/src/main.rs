@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
+use ipnet::IpNet;
 use serde_json::Value;
 use shared::pool::Pool;
 use shared::{allocator, About, CniError, Code, Plugin, Reply, Request, Result};
@@ -34,7 +35,7 @@ impl Plugin for StaticAllocator {
         let mut store = allocator::open_store(req)?;
         allocator::write(&mut store, |tx| {
             for (address, pool) in &claims {
-                allocator::register(tx, pool)?;
+                allocator::register(tx, &attachment.network, pool)?;
                 match tx.holder(*address)? {
                     Some(lease) if lease.owner == attachment => {
                         tracing::debug!("{address} is already held by this attachment");
@@ -114,14 +115,12 @@ fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
     Ok(pools.iter().filter_map(|p| p.requested_ip).collect())
 }
 
-/// A bare address or a CIDR (whose prefix the pool decides).
+/// A bare address or a CIDR (whose prefix the pool decides, but which must be
+/// a valid one).
 fn parse_request(field: &str, text: &str, raw: &Value) -> Result<IpAddr> {
-    let address = text.split_once('/').map_or(text, |(addr, _)| addr);
-    let prefix_ok = text.split_once('/').is_none_or(|(_, p)| p.parse::<u8>().is_ok());
-    match address.trim().parse() {
-        Ok(ip) if prefix_ok => Ok(ip),
-        _ => Err(CniError::config(field, format!("{raw} is not an IP address or CIDR"))),
-    }
+    let text = text.trim();
+    let parsed = if text.contains('/') { text.parse::<IpNet>().map(|net| net.addr()).ok() } else { text.parse().ok() };
+    parsed.ok_or_else(|| CniError::config(field, format!("{raw} is not an IP address or CIDR")))
 }
 
 /// The first candidate pool in whose subnet `address` may be claimed; 102 otherwise.

@@ -22,17 +22,18 @@ impl Plugin for Selector {
     fn add(&self, req: &Request) -> Result<Reply> {
         let candidates = pool::candidates(&req.config.raw, &req.env.args)?;
         tracing::debug!("candidate pools: {}", names(&candidates));
+        let network = req.config.name()?;
         let mut store = allocator::open_store(req)?;
         // Recording is a no-op for pools already recorded as they are; reading
         // first keeps the common case free of the lock and of a commit.
         let recorded = store.read(|tx| {
             candidates.iter().try_fold(true, |all, p| {
-                Ok(all && tx.registered_pool(&p.name)?.is_some_and(|r| r.definition == p.to_json()))
+                Ok(all && tx.registered_pool(network, &p.name)?.is_some_and(|r| r.definition == p.to_json()))
             })
         })?;
         if !recorded {
             allocator::write(&mut store, |tx| {
-                candidates.iter().try_for_each(|p| allocator::register(tx, p).map(drop))
+                candidates.iter().try_for_each(|p| allocator::register(tx, network, p).map(drop))
             })?;
         }
         let mut result = req.config.prev_result()?.unwrap_or_default();
@@ -59,13 +60,14 @@ impl Plugin for Selector {
     /// has a pool with a free address.
     fn status(&self, req: &Request) -> Result<Reply> {
         let pools = pool::all_pools(&req.config.raw)?;
+        let network = req.config.name()?;
         let mut store = allocator::usable_store(req)?;
         let families: BTreeSet<bool> = pools.iter().map(Pool::is_ipv4).collect();
         store.read(|tx| {
             for ipv4 in families {
                 let mut has_room = false;
                 for p in pools.iter().filter(|p| p.is_ipv4() == ipv4) {
-                    let cursor = tx.registered_pool(&p.name)?.and_then(|r| r.cursor);
+                    let cursor = tx.registered_pool(network, &p.name)?.and_then(|r| r.cursor);
                     if p.find_free(cursor, tx)?.is_some() {
                         has_room = true;
                         break;

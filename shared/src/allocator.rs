@@ -55,11 +55,11 @@ pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
     Ok((prev, pools))
 }
 
-/// Records the pool (a no-op when it is registered as it is) and returns its
-/// round-robin cursor.
-pub fn register(tx: &Tx, pool: &Pool) -> Result<Option<IpAddr>> {
-    tx.register_pool(&pool.name, &pool.subnets(), &pool.to_json())?;
-    Ok(tx.registered_pool(&pool.name)?.and_then(|p| p.cursor))
+/// Records the pool of `network` (a no-op when it is registered as it is) and
+/// returns its round-robin cursor.
+pub fn register(tx: &Tx, network: &str, pool: &Pool) -> Result<Option<IpAddr>> {
+    tx.register_pool(network, &pool.name, &pool.subnets(), &pool.to_json())?;
+    Ok(tx.registered_pool(network, &pool.name)?.and_then(|p| p.cursor))
 }
 
 /// Adds an address of `pool` to `result`, with the range's prefix length and

@@ -11,6 +11,7 @@ use super::{Failure, Report};
 /// says why, when the stored definition no longer reads as a pool.
 #[derive(Serialize)]
 struct PoolRow {
+    network: String,
     name: String,
     subnets: Vec<String>,
     size: Option<u128>,
@@ -38,6 +39,7 @@ pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
         return Ok(Report::fine("no registered pools\n".to_string()));
     }
     let mut table = Table::new(&[
+        ("NETWORK", Align::Left),
         ("NAME", Align::Left),
         ("SUBNETS", Align::Left),
         ("SIZE", Align::Right),
@@ -54,6 +56,7 @@ pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
             (None, None) => "-".to_string(),
         };
         table.push(vec![
+            row.network,
             row.name,
             row.subnets.join(","),
             figure(row.size),
@@ -70,11 +73,12 @@ pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
 /// A pool's row; only a database failure is an error, a bad definition is shown.
 fn row(tx: &Tx, registered: RegisteredPool) -> shared::Result<PoolRow> {
     let subnets = registered.subnets.iter().map(ToString::to_string).collect();
-    let name = registered.name;
+    let (network, name) = (registered.network, registered.name);
     let pool = match Pool::from_json(&registered.definition, &format!("stored definition of pool {name}")) {
         Ok(pool) => pool,
         Err(e) => {
             return Ok(PoolRow {
+                network,
                 name,
                 subnets,
                 size: None,
@@ -88,6 +92,7 @@ fn row(tx: &Tx, registered: RegisteredPool) -> shared::Result<PoolRow> {
     };
     let figures = figures(tx, &pool, registered.cursor)?;
     Ok(PoolRow {
+        network,
         name,
         subnets,
         size: Some(figures.size),

@@ -51,9 +51,10 @@ impl Tx<'_> {
     }
 
     fn check_leases(&self, problems: &mut Problems) -> Result<()> {
-        let pools: HashMap<String, _> =
-            self.registered_pools()?.into_iter().map(|pool| (pool.name, pool.subnets)).collect();
-        let mut stmt = self.sql.prepare("SELECT key, address, pool FROM leases ORDER BY key").in_db(self.path)?;
+        let pools: HashMap<(String, String), _> =
+            self.registered_pools()?.into_iter().map(|pool| ((pool.network, pool.name), pool.subnets)).collect();
+        let mut stmt =
+            self.sql.prepare("SELECT key, address, pool, network FROM leases ORDER BY key").in_db(self.path)?;
         let mut rows = stmt.query([]).in_db(self.path)?;
         let (mut misplaced, mut mislabelled) = (0, 0);
         let mut derived_runs: Vec<(u128, u128)> = Vec::new();
@@ -62,10 +63,15 @@ impl Tx<'_> {
             if label != address.to_string() {
                 problems.add(&mut mislabelled, || format!("lease on {address} has address text {label:?}"));
             }
+            let (network, name) = &pool;
             match pools.get(&pool) {
                 Some(subnets) if subnets.iter().any(|s| s.contains(&address)) => {}
-                Some(_) => problems.add(&mut misplaced, || format!("lease on {address} lies outside its pool {pool}")),
-                None => problems.add(&mut misplaced, || format!("lease on {address} names unregistered pool {pool}")),
+                Some(_) => problems.add(&mut misplaced, || {
+                    format!("lease on {address} lies outside its pool {name} of network {network:?}")
+                }),
+                None => problems.add(&mut misplaced, || {
+                    format!("lease on {address} names unregistered pool {name} of network {network:?}")
+                }),
             }
             let n = to_u128(address);
             match derived_runs.last_mut() {
@@ -95,8 +101,9 @@ impl Tx<'_> {
     }
 }
 
-fn lease_row(row: &Row) -> rusqlite::Result<(std::net::IpAddr, String, String)> {
-    Ok((super::leases::address_column(row, 0)?, row.get(1)?, row.get(2)?))
+/// Address, address text, pool and network of a lease.
+fn lease_row(row: &Row) -> rusqlite::Result<(std::net::IpAddr, String, (String, String))> {
+    Ok((super::leases::address_column(row, 0)?, row.get(1)?, (row.get(3)?, row.get(2)?)))
 }
 
 #[cfg(test)]
@@ -110,7 +117,7 @@ mod tests {
         let a = owner("net", "c1", "eth0");
         store
             .write(|tx| {
-                tx.register_pool("p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?;
+                tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?;
                 for last in [1, 2, 3, 7] {
                     tx.insert_lease(ip(&format!("10.0.0.{last}")), "p", &a)?;
                 }

@@ -19,13 +19,17 @@ pub const SCHEMA_VERSION: i64 = 1;
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
 
 const V1: &str = "
+-- A pool belongs to the network whose configuration defines it: two networks
+-- may both have a pool named ipRanges-0, and they are different pools.
 CREATE TABLE pools (
-    name       TEXT PRIMARY KEY NOT NULL,
+    network    TEXT NOT NULL,
+    name       TEXT NOT NULL,
     family     TEXT NOT NULL,        -- ipv4, ipv6 or ipv4,ipv6
     subnets    TEXT NOT NULL,        -- comma-separated CIDRs
     definition TEXT NOT NULL,        -- the pool as configured, JSON
-    cursor     TEXT                  -- last address handed out, or NULL
-);
+    cursor     TEXT,                 -- last address handed out, or NULL
+    PRIMARY KEY (network, name)
+) WITHOUT ROWID;
 
 CREATE TABLE leases (
     key          BLOB PRIMARY KEY NOT NULL,  -- the address as 16 bytes, big-endian, IPv4 mapped
