@@ -247,6 +247,39 @@ fn a_full_pool_spills_over_into_the_next_pool_of_its_family() {
 }
 
 #[test]
+fn a_pool_of_several_ranges_hands_them_out_in_order_with_each_ranges_prefix_and_gateway() {
+    let sb = Sandbox::new();
+    // 10.24.0.2-.6 (the /29's gateway .1 is skipped), then 10.24.1.10-.11.
+    let pools = json!([{"name": "multi", "ranges": [
+        {"subnet": "10.24.0.0/29"},
+        {"subnet": "10.24.1.0/28", "rangeStart": "10.24.1.10", "rangeEnd": "10.24.1.11"}
+    ]}]);
+    let config = network(&sb, "1.0.0", "multi", pools);
+    let mut got = Vec::new();
+    for i in 0..7 {
+        let out = add(&sb, &config, &format!("c{i}"));
+        let ip = &out.result()["ips"][0];
+        got.push(format!("{} via {}", ip["address"].as_str().unwrap(), ip["gateway"].as_str().unwrap()));
+    }
+    assert_eq!(
+        got,
+        [
+            "10.24.0.2/29 via 10.24.0.1",
+            "10.24.0.3/29 via 10.24.0.1",
+            "10.24.0.4/29 via 10.24.0.1",
+            "10.24.0.5/29 via 10.24.0.1",
+            "10.24.0.6/29 via 10.24.0.1",
+            "10.24.1.10/28 via 10.24.1.1",
+            "10.24.1.11/28 via 10.24.1.1",
+        ]
+    );
+    assert_error(&add(&sb, &config, "c7"), 100, &["IPv4", "multi"]);
+    // Round robin wraps from the last range to the first.
+    del(&sb, &config, "c1").assert_quiet_success();
+    assert_eq!(address(&add(&sb, &config, "c8")), "10.24.0.3/29");
+}
+
+#[test]
 fn exhaustion_is_error_100_naming_the_family_and_leaves_nothing_half_allocated() {
     let sb = Sandbox::new();
     let pools = json!([
@@ -389,10 +422,13 @@ fn static_requests_come_from_runtime_config_then_args_then_cni_args() {
     assert_eq!(address(&run(&sb, "ADD", &both, "c4", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.61/24");
     assert_eq!(address(&run(&sb, "ADD", &config, "c5", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.62/24");
 
+    // A static address inside the dynamic range is skipped by sequential allocation.
+    let rs = run(&sb, "ADD", &config, "c8", &[("CNI_ARGS", "IP=10.17.0.100")]);
+    assert_eq!(address(&rs), "10.17.0.100/24");
     // An excluded address may be claimed by name.
     assert_eq!(address(&run(&sb, "ADD", &config, "c6", &[("CNI_ARGS", "IP=10.17.0.105")])), "10.17.0.105/24");
-    // Dynamic allocation was not moved by any of them.
-    assert_eq!(address(&add(&sb, &config, "c7")), "10.17.0.100/24");
+    // Dynamic allocation was not moved by any of them, and skips the held rangeStart.
+    assert_eq!(address(&add(&sb, &config, "c7")), "10.17.0.101/24");
 
     assert_eq!(
         leases(&sb),
@@ -403,7 +439,8 @@ fn static_requests_come_from_runtime_config_then_args_then_cni_args() {
             "10.17.0.60|st4|static|c3|eth0",
             "10.17.0.61|st4|static|c4|eth0",
             "10.17.0.62|st4|static|c5|eth0",
-            "10.17.0.100|st4|static|c7|eth0",
+            "10.17.0.100|st4|static|c8|eth0",
+            "10.17.0.101|st4|static|c7|eth0",
             "10.17.0.105|st4|static|c6|eth0",
         ])
     );
@@ -470,6 +507,23 @@ fn unusable_or_foreign_static_requests_are_error_102() {
     ] {
         let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={ip}"))]);
         assert_error(&out, 102, &[ip, why]);
+    }
+    assert_eq!(db_state(&sb), before, "a failed ADD changed the database");
+}
+
+#[test]
+fn a_static_request_that_is_not_an_address_or_cidr_is_error_7_naming_its_source() {
+    let sb = Sandbox::new();
+    let config = network(&sb, "1.0.0", "static", static_pools());
+    add(&sb, &config, "c0").result();
+    let before = db_state(&sb);
+    for bad in ["10.17.0.50/", "10.17.0", "nonsense", "10.17.0.50/33", "fd00:17::50/129"] {
+        let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={bad}"))]);
+        assert_error(&out, 7, &["CNI_ARGS IP", bad]);
+        let out = add(&sb, &with(&config, "runtimeConfig", json!({"ips": [bad]})), "c1");
+        assert_error(&out, 7, &["runtimeConfig.ips", bad]);
+        let out = add(&sb, &with(&config, "args", json!({"cni": {"ips": [bad]}})), "c1");
+        assert_error(&out, 7, &["args.cni.ips", bad]);
     }
     assert_eq!(db_state(&sb), before, "a failed ADD changed the database");
 }
@@ -569,6 +623,34 @@ fn del_with_the_adds_result_as_prev_result_releases_it() {
     let out = add(&sb, &config, "c0");
     del(&sb, &with(&config, "prevResult", out.result().clone()), "c0").assert_quiet_success();
     assert_eq!(leases(&sb), Vec::<String>::new());
+}
+
+#[test]
+fn del_releases_everything_even_without_pools_in_the_configuration() {
+    let sb = Sandbox::new();
+    let config = network(&sb, "1.0.0", "blue", dual_stack_pools());
+    add(&sb, &config, "c0").result();
+    add(&sb, &config, "c1").result();
+    let mut bare = config.clone();
+    bare["ipam"].as_object_mut().unwrap().remove("pools");
+    del(&sb, &bare, "c0").assert_quiet_success();
+    assert_eq!(leases(&sb), rows(&["10.10.0.2|blue4|blue|c1|eth0", "fd00:10::3|blue6|blue|c1|eth0"]));
+}
+
+#[test]
+fn static_requests_of_both_families_leave_nothing_to_sequential() {
+    let sb = Sandbox::new();
+    let config = network(&sb, "1.0.0", "static", static_pools());
+    let both = with(&config, "runtimeConfig", json!({"ips": ["fd00:17::99/64", "10.17.0.99/24"]}));
+    let out = add(&sb, &both, "c0");
+    assert_eq!(
+        out.result()["ips"],
+        json!([
+            {"address": "fd00:17::99/64", "gateway": "fd00:17::1"},
+            {"address": "10.17.0.99/24", "gateway": "10.17.0.1"}
+        ])
+    );
+    assert_eq!(leases(&sb), rows(&["10.17.0.99|st4|static|c0|eth0", "fd00:17::99|st6|static|c0|eth0"]));
 }
 
 #[test]
