@@ -638,6 +638,17 @@ fn del_releases_everything_even_without_pools_in_the_configuration() {
 }
 
 #[test]
+fn del_releases_only_the_attachment_of_its_own_network() {
+    let sb = Sandbox::new();
+    let net_a = network(&sb, "1.0.0", "net-a", json!([v4_pool("pa", "10.25.0.0/24")]));
+    let net_b = network(&sb, "1.0.0", "net-b", json!([v4_pool("pb", "10.25.1.0/24")]));
+    add(&sb, &net_a, "c0").result();
+    add(&sb, &net_b, "c0").result();
+    del(&sb, &net_a, "c0").assert_quiet_success();
+    assert_eq!(leases(&sb), rows(&["10.25.1.2|pb|net-b|c0|eth0"]));
+}
+
+#[test]
 fn static_requests_of_both_families_leave_nothing_to_sequential() {
     let sb = Sandbox::new();
     let config = network(&sb, "1.0.0", "static", static_pools());
