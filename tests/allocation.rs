@@ -385,6 +385,29 @@ fn runtime_ip_ranges_come_before_the_configured_pools() {
     assert_eq!(leases(&sb), rows(&["10.16.5.100|ipRanges-0|ranges|c0|eth0", "fd00:16::2|conf6|ranges|c0|eth0"]));
 }
 
+/// Two networks whose runtimes pass different `ipRanges` share the default
+/// database, and both get a pool named `ipRanges-0`. A third network's pool
+/// overlapping the first network's live range must still be refused, and
+/// the first network, whose configuration never changed, must keep working.
+#[test]
+fn ip_ranges_pools_of_two_networks_do_not_erase_each_other() {
+    let sb = Sandbox::new();
+    let ranged = |name: &str, subnet: &str| {
+        let mut c = network(&sb, "1.0.0", name, Value::Null);
+        c["ipam"].as_object_mut().unwrap().remove("pools");
+        with(&c, "runtimeConfig", json!({"ipRanges": [[{"subnet": subnet}]]}))
+    };
+    let net_a = ranged("net-a", "10.26.0.0/24");
+    let net_b = ranged("net-b", "10.26.1.0/24");
+    assert_eq!(address(&add(&sb, &net_a, "a0")), "10.26.0.2/24");
+    // Whether net-b is accepted or refused is the implementation's choice;
+    // what it must not do is make net-a's range unregistered.
+    let _ = add(&sb, &net_b, "b0");
+    let net_c = network(&sb, "1.0.0", "net-c", json!([v4_pool("c", "10.26.0.0/24")]));
+    assert_error(&add(&sb, &net_c, "c0"), 7, &["10.26.0.0/24"]);
+    assert_eq!(address(&add(&sb, &net_a, "a1")), "10.26.0.3/24");
+}
+
 // ---------------------------------------------------------------------------
 // Static requests
 
