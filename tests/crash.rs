@@ -1,0 +1,292 @@
+//! Crashes: full-stack ADDs through `ipam-delegated` killed with SIGKILL at
+//! random moments (a seeded PRNG, so a failure can be replayed), several at
+//! once, some allowed to finish. The orchestrator runs each delegate in the
+//! delegate's own process group with PR_SET_PDEATHSIG=SIGKILL
+//! (shared/src/delegate.rs), so killing the orchestrator's group takes the
+//! delegates with it. Afterwards the database must open, its lock must be
+//! free, GC must recover every lease of an attachment whose ADD did not report
+//! success, and the pool must fill up exactly.
+
+mod stack;
+mod support;
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use stack::{address_range, leases, LeaseRow, Rng};
+use support::{suite_bin, Outcome, Sandbox};
+
+const DELEGATED: &str = "ipam-delegated";
+const ATTEMPTS: usize = 300;
+const CONCURRENT: usize = 6;
+/// One attempt in this many is left to finish.
+const LEFT_ALONE_ONE_IN: u64 = 6;
+/// The kill comes this many microseconds after the spawn, at most.
+const MAX_DELAY_US: u64 = 15_000;
+const SEED: u64 = 0x5eed_c4a5_4001;
+const NETWORK: &str = "crash-net";
+
+/// What became of one attempt.
+#[derive(Debug)]
+enum Fate {
+    /// Killed before it reported anything.
+    Killed,
+    /// Reported success with this address (finished before the kill, or left alone).
+    Succeeded(IpAddr),
+    /// Finished with a failure of its own: never expected here.
+    Failed(String),
+}
+
+fn container(i: usize) -> String {
+    format!("crash-{}-{i}", std::process::id())
+}
+
+/// Starts a full-stack ADD in its own process group, kills the group
+/// `delay` after the spawn (unless `delay` is None), and says how it ended.
+fn attempt(sb: &Sandbox, config: &[u8], id: &str, delay: Option<Duration>) -> Fate {
+    let mut cmd = Command::new(suite_bin(DELEGATED));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(sb.env("ADD", &[("CNI_CONTAINERID", id)]))
+        .current_dir(sb.workdir())
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("starting ipam-delegated");
+    let group = child.id() as libc::pid_t;
+    // The configuration is far smaller than a pipe's buffer: this never blocks.
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(config);
+    drop(stdin);
+    if let Some(delay) = delay {
+        if let Some(rest) = delay.checked_sub(started.elapsed()) {
+            thread::sleep(rest);
+        }
+        // SAFETY: a plain syscall on the process group of our own, not yet
+        // reaped, child (so the id cannot have been reused).
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+    let out = child.wait_with_output().expect("waiting for ipam-delegated");
+    if out.status.signal() == Some(libc::SIGKILL) {
+        return Fate::Killed;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match (out.status.success(), serde_json::from_str::<Value>(&stdout)) {
+        (true, Ok(result)) => Fate::Succeeded(stack::ipv4_of(&result)),
+        _ => Fate::Failed(format!(
+            "{}: stdout {stdout:?}, stderr {:?}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )),
+    }
+}
+
+/// Processes still running with one of this test's container ids.
+fn leftovers() -> Vec<String> {
+    let needle = format!("CNI_CONTAINERID=crash-{}-", std::process::id()).into_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|var| var.starts_with(&needle)) {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+fn cni(sb: &Sandbox, command: &str, config: &Value, container: &str) -> Outcome {
+    sb.cni(DELEGATED, command, config, &[("CNI_CONTAINERID", container)])
+}
+
+#[test]
+fn killed_adds_leave_a_consistent_database_and_gc_recovers_their_leases() {
+    let sb = Sandbox::new();
+    // Exactly 400 addresses, 10.64.0.10 to 10.64.1.153, the gateway outside.
+    let pools = json!([{"name": "crash", "ranges": [{
+        "subnet": "10.64.0.0/23", "rangeStart": "10.64.0.10", "rangeEnd": "10.64.1.153", "gateway": "10.64.0.1"
+    }]}]);
+    let config = stack::config("1.1.0", NETWORK, "bridge", &sb.db(), pools);
+    let range: HashSet<IpAddr> =
+        address_range("10.64.0.10".parse().unwrap(), "10.64.1.153".parse().unwrap()).into_iter().collect();
+    let capacity = range.len();
+    assert_eq!(capacity, 400);
+    // The database exists and the pool is registered before the first kill,
+    // so that kills also land in the allocators' transactions. The next
+    // ADDs, as many at once as later, say how long an undisturbed ADD takes
+    // here (the median): the kills are spread over that time, and at least
+    // over 0-15 ms.
+    let bytes = config.to_string().into_bytes();
+    let first = container(ATTEMPTS + CONCURRENT);
+    let Fate::Succeeded(first_ip) = attempt(&sb, &bytes, &first, None) else { panic!("the first ADD failed") };
+    let calibration: Vec<(String, Fate, Duration)> = thread::scope(|s| {
+        let runs: Vec<_> = (0..CONCURRENT)
+            .map(|k| {
+                let (sb, bytes) = (&sb, &bytes);
+                s.spawn(move || {
+                    let id = container(ATTEMPTS + k);
+                    let t = Instant::now();
+                    let fate = attempt(sb, bytes, &id, None);
+                    (id, fate, t.elapsed())
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let mut survivors: Vec<(String, IpAddr)> = vec![(first, first_ip)];
+    for (id, fate, _) in &calibration {
+        match fate {
+            Fate::Succeeded(ip) => survivors.push((id.clone(), *ip)),
+            other => panic!("undisturbed ADD {id}: {other:?}"),
+        }
+    }
+    let mut took: Vec<Duration> = calibration.iter().map(|(_, _, took)| *took).collect();
+    took.sort();
+    let typical = took[took.len() / 2];
+    let max_delay_us = MAX_DELAY_US.max(typical.as_micros() as u64);
+
+    let next = AtomicUsize::new(0);
+    let fates: Mutex<Vec<Option<Fate>>> = Mutex::new((0..ATTEMPTS).map(|_| None).collect());
+    let started = Instant::now();
+    thread::scope(|s| {
+        for _ in 0..CONCURRENT {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= ATTEMPTS {
+                    break;
+                }
+                let mut rng = Rng::new(SEED ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let delay =
+                    (rng.below(LEFT_ALONE_ONE_IN) != 0).then(|| Duration::from_micros(rng.below(max_delay_us + 1)));
+                let fate = attempt(&sb, &bytes, &container(i), delay);
+                fates.lock().unwrap()[i] = Some(fate);
+            });
+        }
+    });
+    let crash_time = started.elapsed();
+    let fates: Vec<Fate> = fates.into_inner().unwrap().into_iter().map(Option::unwrap).collect();
+    let failed: Vec<(usize, &String)> = fates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| if let Fate::Failed(e) = f { Some((i, e)) } else { None })
+        .collect();
+    assert!(failed.is_empty(), "ADDs that finished with a failure of their own: {failed:#?}");
+    survivors.extend(fates.iter().enumerate().filter_map(|(i, f)| {
+        if let Fate::Succeeded(ip) = f {
+            Some((container(i), *ip))
+        } else {
+            None
+        }
+    }));
+    let killed = fates.iter().filter(|f| matches!(f, Fate::Killed)).count();
+
+    // No delegate outlives its killed orchestrator for long.
+    let waited = Instant::now();
+    let mut seen_after_kills = None;
+    loop {
+        let left = leftovers();
+        seen_after_kills.get_or_insert(left.len());
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "processes of killed ADDs still running after 10 s: {left:#?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let reaped_after = waited.elapsed();
+
+    // The database is intact and opens for the sqlite3 shell.
+    assert_eq!(stack::integrity_check(&sb.db()), "ok");
+    let before_gc = leases(&sb.db());
+    let ids: BTreeSet<&str> = before_gc.iter().map(|r| r.container_id.as_str()).collect();
+    let distinct: BTreeSet<IpAddr> = before_gc.iter().map(|r| r.address).collect();
+    assert_eq!(distinct.len(), before_gc.len(), "an address is recorded twice");
+    for (id, ip) in &survivors {
+        let row = before_gc.iter().find(|r| r.address == *ip);
+        assert!(row.is_some_and(|r| &r.container_id == id), "{id} was told {ip}, the database says {row:?}");
+    }
+    let orphans = before_gc.len() - survivors.len();
+    assert!(ids.len() == before_gc.len(), "one attachment holds two leases: {before_gc:#?}");
+
+    // The lock is free: an ADD that waits at most 1 s for it succeeds, promptly.
+    let mut quick = config.clone();
+    quick["ipam"]["lockTimeout"] = json!(1);
+    let t = Instant::now();
+    let out = cni(&sb, "ADD", &quick, "crash-after-0");
+    let quick_took = t.elapsed();
+    survivors.push(("crash-after-0".into(), stack::ipv4_of(out.result())));
+    assert!(quick_took < Duration::from_secs(5), "ADD with lockTimeout 1 took {quick_took:?}");
+
+    // GC keeps the attachments whose ADD reported success and recovers the rest.
+    let valid: Vec<(String, String)> = survivors.iter().map(|(id, _)| (id.clone(), "eth0".to_string())).collect();
+    sb.cni(DELEGATED, "GC", &stack::gc_config(&config, &valid), &[]).assert_quiet_success();
+    let row = |(id, ip): &(String, IpAddr)| LeaseRow {
+        address: *ip,
+        pool: "crash".into(),
+        network: NETWORK.into(),
+        container_id: id.clone(),
+        ifname: "eth0".into(),
+    };
+    let mut expected: Vec<LeaseRow> = survivors.iter().map(row).collect();
+    expected.sort();
+    assert_eq!(leases(&sb.db()), expected, "after GC only the attachments told of success hold leases");
+
+    // A fresh fill takes exactly the rest of the pool, with unique addresses.
+    let fill = capacity - survivors.len();
+    let next = AtomicUsize::new(0);
+    let filled: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
+    let t = Instant::now();
+    thread::scope(|s| {
+        for _ in 0..CONCURRENT {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= fill {
+                    break;
+                }
+                let out = cni(&sb, "ADD", &config, &format!("crash-fill-{i}"));
+                filled.lock().unwrap().push(out);
+            });
+        }
+    });
+    let fill_took = t.elapsed();
+    let held: HashSet<IpAddr> = survivors.iter().map(|(_, ip)| *ip).collect();
+    let mut fresh = BTreeSet::new();
+    for out in filled.into_inner().unwrap() {
+        let ip = stack::ipv4_of(out.result());
+        assert!(range.contains(&ip), "{ip} is outside rangeStart..rangeEnd");
+        assert!(!held.contains(&ip), "{ip} was handed out again while a survivor holds it");
+        assert!(fresh.insert(ip), "{ip} was handed out twice in the fill");
+    }
+    assert_eq!(fresh.len(), fill);
+    assert_eq!(cni(&sb, "ADD", &config, "crash-one-too-many").code(), 100, "the pool is exactly full");
+    assert_eq!(leases(&sb.db()).len(), capacity);
+
+    eprintln!(
+        "crash: an undisturbed ADD took {typical:.2?} (median, {CONCURRENT} at once), so kills came 0-{:.1} ms after the spawn; \
+         {ATTEMPTS} ADDs, {CONCURRENT} at a time, in {crash_time:.2?}: {killed} killed, {} reported success; \
+         {} processes of killed ADDs seen just after, none after {reaped_after:.2?}; GC recovered {orphans} leases of \
+         killed ADDs; ADD with lockTimeout 1 took {quick_took:.2?}; fill of the remaining {fill} addresses took {fill_took:.2?}",
+        max_delay_us as f64 / 1000.0,
+        fates.len() - killed,
+        seen_after_kills.unwrap_or(0),
+    );
+}
