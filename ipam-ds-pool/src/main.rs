@@ -64,7 +64,7 @@ impl Plugin for Selector {
         let mut store = allocator::usable_store(req)?;
         let families: BTreeSet<bool> = pools.iter().map(Pool::is_ipv4).collect();
         store.read(|tx| {
-            for ipv4 in families {
+            for &ipv4 in &families {
                 let mut has_room = false;
                 for p in pools.iter().filter(|p| p.is_ipv4() == ipv4) {
                     let cursor = tx.registered_pool(network, &p.name)?.and_then(|r| r.cursor);

@@ -85,15 +85,19 @@ impl AllocationStore {
         // Waits only for outside writers such as the sqlite3 shell: our own
         // writers are serialized by the lock file.
         conn.busy_timeout(lock_timeout).in_db(path)?;
-        // A committed ADD must be on disk before the process exits.
-        conn.pragma_update(None, "synchronous", "FULL").in_db(path)?;
 
         let mut store = AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout };
-        let found = schema::user_version(&store.conn).in_db(path)?;
+        // The first statements read the file, and so meet whatever a killed
+        // process left to recover.
+        let found = store.under_lock_if_busy(|conn, path| {
+            // A committed ADD must be on disk before the process exits.
+            conn.pragma_update(None, "synchronous", "FULL").in_db(path)?;
+            schema::user_version(conn).in_db(path)
+        })?;
         schema::refuse_unknown(found, path)?;
         if found < SCHEMA_VERSION {
             let _held = store.lock.acquire(store.lock_timeout, &store.path)?;
-            schema::migrate(&mut store.conn, &store.path)?;
+            schema::migrate(&mut store.conn, &store.path, store.lock_timeout)?;
         }
         Ok(store)
     }
@@ -111,20 +115,38 @@ impl AllocationStore {
 
     /// Runs `f` in a read transaction (a consistent WAL snapshot) without the
     /// lock. It always rolls back; a write attempted in it is a bug and fails.
-    pub fn read<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        let changes_before = self.conn.total_changes();
-        let sql = self.conn.transaction_with_behavior(TransactionBehavior::Deferred).in_db(&self.path)?;
-        let tx = Tx { sql, path: &self.path };
-        let value = f(&tx);
-        let changed = tx.sql.total_changes() != changes_before;
-        tx.sql.rollback().in_db(&self.path)?;
-        if changed {
-            return Err(CniError::new(
-                Code::Internal,
-                "bug: write attempted in a read transaction of the allocation database",
-            ));
+    pub fn read<T>(&mut self, f: impl Fn(&Tx) -> Result<T>) -> Result<T> {
+        self.under_lock_if_busy(|conn, path| {
+            let changes_before = conn.total_changes();
+            let sql = conn.transaction_with_behavior(TransactionBehavior::Deferred).in_db(path)?;
+            let tx = Tx { sql, path };
+            let value = f(&tx);
+            let changed = tx.sql.total_changes() != changes_before;
+            tx.sql.rollback().in_db(path)?;
+            if changed {
+                return Err(CniError::new(
+                    Code::Internal,
+                    "bug: write attempted in a read transaction of the allocation database",
+                ));
+            }
+            value
+        })
+    }
+
+    /// Runs a lock-free read; if SQLite answers busy, runs it again holding
+    /// the lock. A process killed while creating or writing the database
+    /// leaves a journal to recover, and SQLite does not wait for a sibling's
+    /// recovery: it answers busy at once. Under the lock no sibling of ours
+    /// is writing, so the second attempt recovers or waits (busy_timeout).
+    fn under_lock_if_busy<T>(&mut self, read: impl Fn(&mut Connection, &Path) -> Result<T>) -> Result<T> {
+        match read(&mut self.conn, &self.path) {
+            Err(e) if e.code == Code::TryAgainLater as u32 => {
+                tracing::debug!("lock-free read of {} was busy; reading under the lock", self.path.display());
+                let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+                read(&mut self.conn, &self.path)
+            }
+            other => other,
         }
-        value
     }
 
     /// Ok when the database can be written now (for STATUS): takes the lock,
@@ -152,12 +174,19 @@ fn unusable(path: &Path, cause: impl fmt::Display) -> CniError {
 /// Maps SQLite failures to the contract's codes: busy or locked (an outside
 /// writer such as the sqlite3 shell) is 11, anything else 103.
 trait InDatabase<T> {
+    #[track_caller]
     fn in_db(self, path: &Path) -> Result<T>;
 }
 
 impl<T> InDatabase<T> for rusqlite::Result<T> {
+    #[track_caller]
     fn in_db(self, path: &Path) -> Result<T> {
-        self.map_err(|err| match err.sqlite_error_code() {
+        let at = std::panic::Location::caller();
+        self.map_err(|err| {
+            tracing::debug!("SQLite error at {at}: {err}");
+            err
+        })
+        .map_err(|err| match err.sqlite_error_code() {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => CniError::new(
                 Code::TryAgainLater,
                 format!("allocation database {} is busy ({err}): try again later", path.display()),

@@ -6,10 +6,12 @@
 
 use std::path::Path;
 
+use std::time::{Duration, Instant};
+
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::{unusable, InDatabase};
-use crate::error::Result;
+use crate::error::{Code, Result};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -51,6 +53,24 @@ CREATE TABLE leased_runs (
 ) WITHOUT ROWID;
 ";
 
+/// Persistent, and impossible inside a transaction: set once at creation. It
+/// needs the file to itself, and SQLite does not wait for that: a sibling
+/// opening the new database holds a read lock for a moment, so try again
+/// until it is gone.
+fn switch_to_wal(conn: &Connection, path: &Path, patience: Duration) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0)).in_db(path) {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => return Err(unusable(path, format!("cannot switch to WAL journal mode (got {mode})"))),
+            Err(e) if e.code == Code::TryAgainLater as u32 && started.elapsed() < patience => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 pub(super) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.pragma_query_value(None, "user_version", |row| row.get(0))
 }
@@ -73,18 +93,14 @@ pub(super) fn refuse_unknown(found: i64, path: &Path) -> Result<()> {
 
 /// Brings the schema to [`SCHEMA_VERSION`]. Call with the lock held: the
 /// version is read again because another process may have migrated first.
-pub(super) fn migrate(conn: &mut Connection, path: &Path) -> Result<()> {
+pub(super) fn migrate(conn: &mut Connection, path: &Path, patience: Duration) -> Result<()> {
     let found = user_version(conn).in_db(path)?;
     refuse_unknown(found, path)?;
     if found == SCHEMA_VERSION {
         return Ok(());
     }
     if found == 0 {
-        // Persistent, and impossible inside a transaction: set once at creation.
-        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).in_db(path)?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(unusable(path, format!("cannot switch to WAL journal mode (got {mode})")));
-        }
+        switch_to_wal(conn, path, patience)?;
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(path)?;
     for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
