@@ -16,7 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use stack::{address_range, addresses, leases, LeaseRow, Rng};
+use stack::{address_range, addresses, leases, LeaseRow};
+use support::Rng;
 use support::{Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";

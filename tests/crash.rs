@@ -21,7 +21,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use stack::{address_range, leases, LeaseRow, Rng};
+use stack::{address_range, leases, LeaseRow};
+use support::Rng;
 use support::{suite_bin, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{Outcome, Response, Sandbox, CONTAINER_ID, IFNAME, NETNS};
+use support::{Outcome, Response, Rng, Sandbox, CONTAINER_ID, IFNAME, NETNS};
 
 const DELEGATED: &str = "ipam-delegated";
 const ALL_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -728,44 +728,19 @@ fn oversized_or_broken_stdin_is_an_error_object() {
 // ---------------------------------------------------------------------------
 // Randomized input
 
-/// splitmix64: small, deterministic, good enough to pick test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-
-    fn percent(&mut self, p: usize) -> bool {
-        self.below(100) < p
-    }
-}
-
 /// Values that are not valid JSON numbers for a u64/f64, or deeply nested,
 /// spliced into the text in place of a placeholder string.
 const RAW_TOKENS: [&str; 6] =
     ["1e400", "-1e400", "18446744073709551616", "-9223372036854775809", "123456789012345678901234567890", "-0"];
 
 fn random_value(rng: &mut Rng, raw: &mut Vec<String>) -> Value {
-    match rng.below(12) {
+    match rng.index(12) {
         0 => Value::Null,
         1 => json!(rng.percent(50)),
         2 => json!(*rng.pick(&[0i64, -1, 1, 7, 65536, i64::MAX, i64::MIN])),
         3 => json!(*rng.pick(&[0.5f64, 1e-9, 1e308, -2.5, 86400.0, 86401.0])),
         4 => json!(*rng.pick(&["", "x", "a/b", ".", "..", "1.0.0", "0.2.0", "10.0.0.1/24", "fd00::1", "ä\u{0}", "ok"])),
-        5 => json!("x".repeat(rng.below(5000))),
+        5 => json!("x".repeat(rng.index(5000))),
         6 => json!([]),
         7 => json!({}),
         8 => json!([random_leaf(rng), random_leaf(rng)]),
@@ -870,7 +845,7 @@ fn random_case(rng: &mut Rng, sb: &Sandbox) -> (Vec<(String, String)>, Vec<u8>) 
     let version = *rng.pick(&ALL_VERSIONS);
     let mut conf = config(version, delegates);
     if rng.percent(40) {
-        conf["prevResult"] = result(rng.below(250) as u8);
+        conf["prevResult"] = result(rng.index(250) as u8);
     }
     if rng.percent(20) {
         conf["cni.dev/valid-attachments"] = json!([{"containerID": "c", "ifname": "eth0"}]);
@@ -879,7 +854,7 @@ fn random_case(rng: &mut Rng, sb: &Sandbox) -> (Vec<(String, String)>, Vec<u8>) 
         conf["ipam"]["logFile"] = json!(sb.path().join("log").join("delegated.log").display().to_string());
     }
     let mut raw = Vec::new();
-    for _ in 0..rng.below(4) {
+    for _ in 0..rng.index(4) {
         let path = *rng.pick(KNOWN_PATHS);
         let value = random_value(rng, &mut raw);
         set_path(&mut conf, path, value);
@@ -890,10 +865,10 @@ fn random_case(rng: &mut Rng, sb: &Sandbox) -> (Vec<(String, String)>, Vec<u8>) 
     }
     let mut bytes = text.into_bytes();
     if rng.percent(10) {
-        bytes.truncate(rng.below(bytes.len() + 1));
+        bytes.truncate(rng.index(bytes.len() + 1));
     }
     if rng.percent(8) {
-        let at = rng.below(bytes.len() + 1);
+        let at = rng.index(bytes.len() + 1);
         let junk: &[u8] = rng.pick::<&[u8]>(&[&b"\xff"[..], b"\xc3", b"\xed\xa0\x80", b"\x00", b"\"\xfe\""]);
         bytes.splice(at..at, junk.iter().copied());
     }
@@ -944,7 +919,7 @@ fn random_inputs_never_break_the_protocol() {
     }
     sb.respond("ok", "DEL", Response::json(&result(2)));
     // FUZZ_SEED and FUZZ_CASES explore further; the default is fixed.
-    let mut rng = Rng(std::env::var("FUZZ_SEED").map(|s| s.parse().unwrap()).unwrap_or(0x1bad_5eed_2026));
+    let mut rng = Rng::new(std::env::var("FUZZ_SEED").map(|s| s.parse().unwrap()).unwrap_or(0x1bad_5eed_2026));
     let n: usize = std::env::var("FUZZ_CASES").map(|s| s.parse().unwrap()).unwrap_or(300);
     let start = Instant::now();
     let mut outcomes = std::collections::BTreeMap::<String, usize>::new();

@@ -55,7 +55,7 @@ pub fn run(path: &Path, command: Command, input: &[u8], timeout: Duration) -> Re
             Ok(())
         });
     }
-    let mut child = process.spawn().map_err(|e| {
+    let mut child = spawn(&mut process).map_err(|e| {
         CniError::new(Code::DelegateNotFound, format!("delegate {name:?} could not be started: {e}"))
             .with_details(path.display().to_string())
     })?;
@@ -129,6 +129,23 @@ pub fn run(path: &Path, command: Command, input: &[u8], timeout: Duration) -> Re
     };
     Err(CniError::new(Code::Decode, format!("delegate {name:?} {how} without printing an error object"))
         .with_details(excerpt(&text)))
+}
+
+/// Starts the process. An executable that is being written at this moment
+/// (an upgrade of the plugins, or another thread's child that inherited the
+/// writer's descriptor until its exec) fails with ETXTBSY for a moment only:
+/// try again for up to about 100 ms.
+fn spawn(process: &mut Process) -> std::io::Result<std::process::Child> {
+    let mut attempts = 0;
+    loop {
+        match process.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 100 => {
+                attempts += 1;
+                thread::sleep(Duration::from_millis(1));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn excerpt(text: &str) -> String {

@@ -103,18 +103,8 @@ pub struct LeaseRow {
 }
 
 /// Every lease recorded in the database at `db`, sorted, read from outside
-/// the plugins: through the operator listing `ipam-delegated list --json
-/// --database DB` when this build has it, otherwise with the `sqlite3` shell
-/// in read-only mode, the way the README tells an administrator to.
+/// the plugins through the operator listing `ipam-delegated list --json`.
 pub fn leases(db: &Path) -> Vec<LeaseRow> {
-    let mut rows = listing(db).unwrap_or_else(|| sqlite_leases(db));
-    rows.sort();
-    rows
-}
-
-/// `ipam-delegated list --json`, if this build has the operator listing
-/// (a build without it prints its usage and no JSON array).
-fn listing(db: &Path) -> Option<Vec<LeaseRow>> {
     let out = Command::new(suite_bin("ipam-delegated"))
         .args(["list", "--json", "--database"])
         .arg(db)
@@ -122,28 +112,16 @@ fn listing(db: &Path) -> Option<Vec<LeaseRow>> {
         .stdin(Stdio::null())
         .output()
         .expect("running ipam-delegated list");
-    if !out.status.success() {
-        return None;
-    }
-    let rows: Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some(rows.as_array()?.iter().map(row).collect())
-}
-
-fn sqlite_leases(db: &Path) -> Vec<LeaseRow> {
-    let out = Command::new("sqlite3")
-        .args(["-readonly", "-json"])
-        .arg(db)
-        .arg("SELECT address, pool, network, container_id, ifname FROM leases")
-        .stdin(Stdio::null())
-        .output()
-        .expect("the sqlite3 shell is needed to read the database (apt-get install sqlite3)");
-    assert!(out.status.success(), "sqlite3 failed on {}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    if text.trim().is_empty() {
-        return Vec::new();
-    }
-    let rows: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("sqlite3 -json output ({e}): {text}"));
-    rows.as_array().expect("an array of rows").iter().map(row).collect()
+    assert!(
+        out.status.success(),
+        "ipam-delegated list failed on {}: {}",
+        db.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).expect("ipam-delegated list --json prints JSON");
+    let mut rows: Vec<LeaseRow> = rows.as_array().expect("an array of leases").iter().map(row).collect();
+    rows.sort();
+    rows
 }
 
 fn row(v: &Value) -> LeaseRow {
@@ -182,27 +160,5 @@ fn as_u128(ip: IpAddr) -> u128 {
     match ip {
         IpAddr::V4(v4) => u32::from(v4) as u128,
         IpAddr::V6(v6) => u128::from(v6),
-    }
-}
-
-/// A small deterministic PRNG (SplitMix64), so that a failing run can be replayed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in 0..n (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
     }
 }
