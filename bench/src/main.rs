@@ -516,7 +516,7 @@ fn nearly_full(ctx: &Ctx, fig: &mut Figures) {
     fig.exhausted.push(("host-local".into(), hl_times));
     eprintln!("    took {:.1?}", started.elapsed());
     fig.loads.push(("nearly full / exhausted".into(), loadavg()));
-    let _ = fs::remove_dir_all(&dir);
+    remove(&dir);
 }
 
 /// A /8 and a /64 each holding `big_fill` leases, the cursor at the start of
@@ -543,7 +543,7 @@ fn big_pools(ctx: &Ctx, fig: &mut Figures) {
         }
         fig.big.push((format!("{label} holding {} leases", leased.len()), stats(&times), fill_time));
         fig.loads.push((format!("{label} big pool"), loadavg()));
-        let _ = fs::remove_dir_all(&dir);
+        remove(&dir);
     }
 }
 
@@ -593,7 +593,7 @@ fn fill_curve(ctx: &Ctx, fig: &mut Figures) {
     fig.fill_curve.push(("host-local".into(), hl_curve));
     eprintln!("    took {:.1?}", started.elapsed());
     fig.loads.push(("fill curve".into(), loadavg()));
-    let _ = fs::remove_dir_all(&dir);
+    remove(&dir);
 }
 
 /// Peak RSS of one ADD of each executable (the largest of 5 runs).
@@ -644,7 +644,7 @@ fn memory(ctx: &Ctx, fig: &mut Figures) {
         fig.rss.push((name.to_string(), peak));
     }
     eprintln!("    took {:.1?}", started.elapsed());
-    let _ = fs::remove_dir_all(&dir);
+    remove(&dir);
 }
 
 // ------------------------------------------------------------------- main
@@ -703,11 +703,18 @@ fn count_fsyncs(ctx: &Ctx) -> Vec<(String, String)> {
             ),
         ));
     }
-    let _ = fs::remove_dir_all(&dir);
+    remove(&dir);
     out
 }
 
 type Scenario = fn(&Ctx, &mut Figures);
+
+/// Removes a scenario's files unless BENCH_KEEP is set (to profile them).
+fn remove(dir: &Path) {
+    if std::env::var_os("BENCH_KEEP").is_none() {
+        let _ = fs::remove_dir_all(dir);
+    }
+}
 
 fn build_suite(workspace: &Path) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -784,7 +791,7 @@ fn main() {
     }
     fig.loads.push(("end".into(), loadavg()));
 
-    let _ = fs::remove_dir_all(&ctx.root);
+    remove(&ctx.root);
     let elapsed = total.elapsed();
     let table = report::table(&fig);
     println!("{table}");
