@@ -381,6 +381,7 @@ pub struct Figures {
     pub big: Vec<(String, Stats, Duration)>,
     pub fill_curve: Vec<(String, Vec<(f64, Stats)>)>,
     pub rss: Vec<(String, i64)>,
+    pub floors: Vec<(String, Stats)>,
     pub loads: Vec<(String, String)>,
     pub counts: Option<Counts>,
 }
@@ -414,6 +415,24 @@ fn latency(ctx: &Ctx, fig: &mut Figures) {
             out.push((name.to_string(), stats(&samples[v])));
         }
         eprintln!("    took {:.1?}", started.elapsed());
+    }
+    // What a process costs before any work, through the same spawn path.
+    let floors = [
+        ("/bin/true", PathBuf::from("/bin/true"), "ADD"),
+        ("ipam-da-sequential, CNI_COMMAND=VERSION", ctx.exe("ipam-da-sequential"), "VERSION"),
+        ("host-local, CNI_COMMAND=VERSION", PathBuf::from(HOST_LOCAL), "VERSION"),
+    ];
+    let mut samples = vec![Vec::with_capacity(n); floors.len()];
+    for i in 0..n {
+        for k in 0..floors.len() {
+            let v = (i + k) % floors.len();
+            let (_, exe, command) = &floors[v];
+            let run = exec(exe, command, "floor", &ctx.bins, br#"{"cniVersion":"1.0.0"}"#);
+            samples[v].push(run.wall);
+        }
+    }
+    for (v, (name, _, _)) in floors.iter().enumerate() {
+        fig.floors.push((name.to_string(), stats(&samples[v])));
     }
     fig.loads.push(("latency".into(), loadavg()));
 }

@@ -209,6 +209,11 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
     for (name, st) in &fig.del {
         s.push_str(&stats_row(&format!("DEL, {name}"), st));
     }
+    let _ = writeln!(s, "\nThe cost of a process that does no work, through the same spawn path (interleaved likewise): the full stack is three processes, host-local one.\n");
+    let _ = writeln!(s, "| process | n | median ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|");
+    for (name, st) in &fig.floors {
+        s.push_str(&stats_row(name, st));
+    }
     let _ = writeln!(s, "\n## Concurrent ADD throughput\n\n{} ADDs per variant, {} worker threads each spawning processes, run in two interleaved halves (suite, host-local, suite, host-local).\n", c.throughput, c.workers);
     let _ = writeln!(s, "| variant | ADD/s | total time |\n|---|---:|---:|");
     for (name, (rate, spent)) in &fig.throughput {

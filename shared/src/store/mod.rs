@@ -16,7 +16,7 @@ mod schema;
 mod testing;
 
 use std::fmt;
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,6 +44,9 @@ pub struct AllocationStore {
     lock: LockFile,
     path: PathBuf,
     lock_timeout: Duration,
+    /// Whether the WAL's directory entry may not be durable yet, so that the
+    /// next commit must fsync the directory (see [`wal_is_new`]).
+    sync_dir_after_commit: bool,
 }
 
 /// One transaction on the store: every question and change goes through it.
@@ -102,12 +105,18 @@ impl AllocationStore {
         // Small, so that the next process's WAL recovery reads little.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT).in_db(path)?;
 
-        let mut store = AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout };
+        let mut store =
+            AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout, sync_dir_after_commit: true };
         let found = schema::user_version(&store.conn).in_db(path)?;
+        // The first read has opened (or created) the WAL.
+        store.sync_dir_after_commit = wal_is_new(path);
         schema::refuse_unknown(found, path)?;
         if found < SCHEMA_VERSION {
-            let _held = store.lock.acquire(store.lock_timeout, &store.path)?;
-            schema::migrate(&mut store.conn, &store.path)?;
+            {
+                let _held = store.lock.acquire(store.lock_timeout, &store.path)?;
+                schema::migrate(&mut store.conn, &store.path)?;
+            }
+            store.sync_dir()?;
         }
         Ok(store)
     }
@@ -115,12 +124,35 @@ impl AllocationStore {
     /// Runs `f` in one write transaction while holding the lock: commits if
     /// `f` succeeds, rolls back otherwise, and releases the lock after.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
-        let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
-        let tx = Tx { sql, path: &self.path };
-        let value = f(&tx)?;
-        tx.sql.commit().in_db(&self.path)?;
+        let value = {
+            let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+            let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
+            let tx = Tx { sql, path: &self.path };
+            let value = f(&tx)?;
+            tx.sql.commit().in_db(&self.path)?;
+            value
+        };
+        // Before answering: the commit is not durable until its WAL is.
+        self.sync_dir()?;
         Ok(value)
+    }
+
+    /// Makes a new WAL's directory entry durable after its first commit.
+    /// SQLite would fsync the directory at the first commit of every
+    /// connection; this build compiles it with SQLITE_DISABLE_DIRSYNC (see
+    /// .cargo/config.toml) and does it here only when the WAL is new, which
+    /// saves a directory fsync per plugin process. Built without that flag,
+    /// SQLite still syncs as well: slower, never less durable.
+    fn sync_dir(&mut self) -> Result<()> {
+        if !self.sync_dir_after_commit {
+            return Ok(());
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| unusable(&self.path, format!("cannot sync directory {}: {e}", dir.display())))?;
+        self.sync_dir_after_commit = false;
+        Ok(())
     }
 
     /// Runs `f` in a read transaction (a consistent WAL snapshot) without the
@@ -170,6 +202,16 @@ impl AllocationStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// A WAL shorter than its 32-byte header was just created (by this connection
+/// or one that has not committed yet) or truncated: its directory entry may
+/// not be on disk. A WAL with a header was committed to by a process that
+/// synced the header, and then the directory, at its first commit.
+fn wal_is_new(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    std::fs::metadata(&wal).map_or(true, |m| m.len() < 32)
 }
 
 fn create_private_file(path: &Path) -> std::io::Result<()> {

@@ -175,3 +175,27 @@ fn concurrent_handles_create_the_schema_once_and_serialize_their_writes() {
     assert_eq!(leases.len(), 100);
     assert_eq!(store.read(|tx| tx.first_unleased(ip("10.0.0.1"), ip("10.0.0.254"))).unwrap(), Some(ip("10.0.0.101")));
 }
+
+#[test]
+fn the_wal_persists_across_connections_and_only_a_new_one_syncs_the_directory() {
+    let (dir, mut store) = temp_store();
+    assert!(!store.sync_dir_after_commit, "creating the database synced the directory");
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    drop(store);
+    let wal = dir.path().join("ipam.db-wal");
+    assert!(fs::metadata(&wal).unwrap().len() >= 32, "closing keeps the WAL instead of checkpointing it away");
+
+    let mut store = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(!store.sync_dir_after_commit, "an existing WAL's directory entry is durable");
+    assert!(store.read(|tx| tx.holder(ip("10.0.0.1"))).unwrap().is_some(), "recovered from the WAL");
+    store.checkpoint().unwrap();
+    assert_eq!(fs::metadata(&wal).unwrap().len(), 0);
+    drop(store);
+
+    // A WAL without a header may be one nobody synced: the next commit syncs the directory.
+    let mut store = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(store.sync_dir_after_commit);
+    store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &owner("n", "c2", "eth0"))).unwrap();
+    assert!(!store.sync_dir_after_commit);
+    assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.0.255"))).unwrap(), 2);
+}
