@@ -44,7 +44,7 @@ pub struct Counts {
 }
 
 const FULL: Counts =
-    Counts { latency: 300, throughput: 1000, workers: 16, big_fill: 1_000_000, big_adds: 20, trials: 3 };
+    Counts { latency: 300, throughput: 1000, workers: 16, big_fill: 1_000_000, big_adds: 20, trials: 5 };
 const QUICK: Counts = Counts { latency: 40, throughput: 200, workers: 16, big_fill: 100_000, big_adds: 5, trials: 1 };
 
 /// Where things are.

@@ -36,7 +36,9 @@ use lock::LockFile;
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// WAL pages after which a commit checkpoints (SQLite's default is 1000).
-const WAL_AUTOCHECKPOINT: i64 = 128;
+/// Every process that opens the database first rebuilds the WAL index by
+/// reading the whole WAL; 32 pages (a few ADDs) measured faster than 128.
+const WAL_AUTOCHECKPOINT: i64 = 32;
 
 /// An open allocation database and its lock file.
 pub struct AllocationStore {
