@@ -39,8 +39,15 @@ impl Machine {
             .and_then(|l| l.split_once(':'))
             .map_or("unknown".into(), |(_, v)| v.trim().to_string());
         let tmp_s = tmp.to_string_lossy();
-        let df = output("df", &["-T", "--output=source,fstype,target", &tmp_s]);
+        let df = output("df", &["--output=source,fstype,target", &tmp_s]);
         let filesystem = df.lines().nth(1).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or(df);
+        let device = filesystem.split_whitespace().next().and_then(|d| d.strip_prefix("/dev/")).unwrap_or("");
+        let rotational = std::fs::read_to_string(format!("/sys/class/block/{device}/queue/rotational"));
+        let filesystem = match rotational.as_deref().map(str::trim) {
+            Ok("0") => format!("{filesystem}, non-rotational"),
+            Ok("1") => format!("{filesystem}, rotational"),
+            _ => filesystem,
+        };
         let ws = workspace.to_string_lossy();
         let commit = output("git", &["-C", &ws, "rev-parse", "--short", "HEAD"]);
         let dirty = !output("git", &["-C", &ws, "status", "--porcelain", "--untracked-files=no"]).is_empty();
@@ -63,7 +70,9 @@ impl Machine {
 }
 
 fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
+    if b > 0.0 && a > 0.0 && a / b < 0.1 {
+        format!("{:.4}× ({:.0}× faster)", a / b, b / a)
+    } else if b > 0.0 {
         format!("{:.2}×", a / b)
     } else {
         "—".into()
@@ -259,7 +268,7 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
         }
         let _ = writeln!(s, " {} |", if vals.len() == 2 { ratio(vals[0], vals[1]) } else { "—".into() });
     }
-    let _ = writeln!(s, "\n## Peak resident memory of one ADD\n\n`ru_maxrss` from `wait4` on the process the benchmark spawned, the largest of 5 ADDs. For `ipam-delegated` Linux reports the largest of the process and the delegates it reaped.\n");
+    let _ = writeln!(s, "\n## Peak resident memory of one ADD\n\n`ru_maxrss` from `wait4`, the largest of 5 ADDs. Linux starts a child's ru_maxrss at the high-water mark of the address space it replaced at execve, which for a child spawned by vfork (as Rust's std does) is its parent's; so each plugin is started by a small launcher (`ipam-bench --rusage-of <exe>`, a fresh process) that reaps it with wait4 and reports its figure. The launcher's own mark is the floor below which nothing can be measured (first row). For `ipam-delegated` the figure is the largest of the process and the delegates it reaped.\n");
     let _ = writeln!(s, "| executable | peak RSS |\n|---|---:|");
     for (name, kib) in &fig.rss {
         let _ = writeln!(s, "| {name} | {:.2} MiB ({kib} KiB) |", *kib as f64 / MIB);
