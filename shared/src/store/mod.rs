@@ -35,10 +35,20 @@ use lock::LockFile;
 /// How long a writer waits for the lock before giving up with error 11.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// WAL pages after which a commit checkpoints (SQLite's default is 1000).
-/// Every process that opens the database first rebuilds the WAL index by
-/// reading the whole WAL; 32 pages (a few ADDs) measured faster than 128.
-const WAL_AUTOCHECKPOINT: i64 = 32;
+/// WAL size after which a writer checkpoints and truncates the WAL.
+///
+/// A process that opens the database while no other connection is open
+/// rebuilds the WAL index by reading the whole WAL, and that rebuild forgets
+/// how much of the WAL was already checkpointed. SQLite's automatic (passive)
+/// checkpoints therefore never restart the WAL here: it would grow without
+/// bound, every later process would read all of it, and every commit past
+/// the threshold would copy all of it into the database again. A truncating
+/// checkpoint once the WAL passes this size keeps it small.
+const WAL_CHECKPOINT_BYTES: u64 = 64 * (4096 + 24);
+
+/// How long the truncating checkpoint waits for readers before it settles
+/// for a passive one (the ADD has committed already; this is housekeeping).
+const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// An open allocation database and its lock file.
 pub struct AllocationStore {
@@ -101,11 +111,10 @@ impl AllocationStore {
         // by default SQLite then checkpoints and deletes the WAL at close, so
         // each process would recreate it (file creation, header and directory
         // fsyncs) and checkpoint again (two more fsyncs). The WAL persists
-        // instead and is checkpointed when it reaches WAL_AUTOCHECKPOINT
-        // pages; crash safety is SQLite's WAL recovery, as after any crash.
+        // instead and writers truncate it past WAL_CHECKPOINT_BYTES; crash
+        // safety is SQLite's WAL recovery, as after any crash.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(path)?;
-        // Small, so that the next process's WAL recovery reads little.
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT).in_db(path)?;
+        conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
 
         let mut store =
             AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout, sync_dir_after_commit: true };
@@ -126,14 +135,16 @@ impl AllocationStore {
     /// Runs `f` in one write transaction while holding the lock: commits if
     /// `f` succeeds, rolls back otherwise, and releases the lock after.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        let held = self.lock.acquire(self.lock_timeout, &self.path)?;
         let value = {
-            let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
             let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
             let tx = Tx { sql, path: &self.path };
             let value = f(&tx)?;
             tx.sql.commit().in_db(&self.path)?;
             value
         };
+        truncate_large_wal(&self.conn, &self.path, self.lock_timeout);
+        drop(held);
         // Before answering: the commit is not durable until its WAL is.
         self.sync_dir()?;
         Ok(value)
@@ -211,9 +222,31 @@ impl AllocationStore {
 /// not be on disk. A WAL with a header was committed to by a process that
 /// synced the header, and then the directory, at its first commit.
 fn wal_is_new(path: &Path) -> bool {
+    !matches!(wal_len(path), Some(len) if len >= 32)
+}
+
+/// Checkpoints and truncates the WAL once it is larger than
+/// [`WAL_CHECKPOINT_BYTES`]. Best effort: failures are logged, never
+/// reported, since the caller's transaction has committed.
+fn truncate_large_wal(conn: &Connection, path: &Path, busy_timeout: Duration) {
+    if wal_len(path).unwrap_or(0) <= WAL_CHECKPOINT_BYTES {
+        return;
+    }
+    let _ = conn.busy_timeout(CHECKPOINT_BUSY_TIMEOUT);
+    let outcome: rusqlite::Result<(i64, i64, i64)> =
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
+    let _ = conn.busy_timeout(busy_timeout);
+    match outcome {
+        Ok((0, _, _)) => tracing::debug!("checkpointed and truncated the WAL of {}", path.display()),
+        Ok(_) => tracing::debug!("WAL of {} not truncated: readers were busy", path.display()),
+        Err(e) => tracing::warn!("checkpoint of {} failed: {e}", path.display()),
+    }
+}
+
+fn wal_len(path: &Path) -> Option<u64> {
     let mut wal = path.as_os_str().to_os_string();
     wal.push("-wal");
-    std::fs::metadata(&wal).map_or(true, |m| m.len() < 32)
+    std::fs::metadata(&wal).ok().map(|m| m.len())
 }
 
 fn create_private_file(path: &Path) -> std::io::Result<()> {

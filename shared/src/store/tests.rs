@@ -199,3 +199,19 @@ fn the_wal_persists_across_connections_and_only_a_new_one_syncs_the_directory() 
     assert!(!store.sync_dir_after_commit);
     assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.0.255"))).unwrap(), 2);
 }
+
+#[test]
+fn the_wal_stays_bounded_when_every_write_is_a_new_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    for i in 0..120u32 {
+        // A fresh connection per write, as each plugin process opens its own.
+        let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+        let address = std::net::IpAddr::from([10, 0, (i / 250) as u8, (i % 250) as u8 + 1]);
+        store.write(|tx| tx.insert_lease(address, "p", &owner("n", &format!("c{i}"), "eth0"))).unwrap();
+        let wal = fs::metadata(dir.path().join("ipam.db-wal")).unwrap().len();
+        assert!(wal <= 2 * WAL_CHECKPOINT_BYTES, "after {i} writes the WAL is {wal} bytes");
+    }
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.255.255"))).unwrap(), 120);
+}
