@@ -21,6 +21,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::error::{CniError, Code, Result};
@@ -33,6 +34,21 @@ use lock::LockFile;
 
 /// How long a writer waits for the lock before giving up with error 11.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// WAL size after which a writer checkpoints and truncates the WAL.
+///
+/// A process that opens the database while no other connection is open
+/// rebuilds the WAL index by reading the whole WAL, and that rebuild forgets
+/// how much of the WAL was already checkpointed. SQLite's automatic (passive)
+/// checkpoints therefore never restart the WAL here: it would grow without
+/// bound, every later process would read all of it, and every commit past
+/// the threshold would copy all of it into the database again. A truncating
+/// checkpoint once the WAL passes this size keeps it small.
+const WAL_CHECKPOINT_BYTES: u64 = 64 * (4096 + 24);
+
+/// How long the truncating checkpoint waits for readers before it settles
+/// for a passive one (the ADD has committed already; this is housekeeping).
+const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// An open allocation database and its lock file.
 pub struct AllocationStore {
@@ -85,13 +101,22 @@ impl AllocationStore {
         // Waits only for outside writers such as the sqlite3 shell: our own
         // writers are serialized by the lock file.
         conn.busy_timeout(lock_timeout).in_db(path)?;
+        // Every plugin process is short-lived and usually the last connection:
+        // by default SQLite then checkpoints and deletes the WAL at close, so
+        // each process would recreate it (file creation, header and directory
+        // fsyncs) and checkpoint again (two more fsyncs). The WAL persists
+        // instead and writers truncate it past WAL_CHECKPOINT_BYTES; crash
+        // safety is SQLite's WAL recovery, as after any crash.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(path)?;
 
         let mut store = AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout };
         // The first statements read the file, and so meet whatever a killed
         // process left to recover.
         let found = store.under_lock_if_busy(|conn, path| {
-            // A committed ADD must be on disk before the process exits.
+            // A committed ADD must be on disk before the process exits: in WAL
+            // mode FULL syncs the WAL at every commit.
             conn.pragma_update(None, "synchronous", "FULL").in_db(path)?;
+            conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
             schema::user_version(conn).in_db(path)
         })?;
         schema::refuse_unknown(found, path)?;
@@ -105,11 +130,16 @@ impl AllocationStore {
     /// Runs `f` in one write transaction while holding the lock: commits if
     /// `f` succeeds, rolls back otherwise, and releases the lock after.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
-        let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
-        let tx = Tx { sql, path: &self.path };
-        let value = f(&tx)?;
-        tx.sql.commit().in_db(&self.path)?;
+        let held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let value = {
+            let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
+            let tx = Tx { sql, path: &self.path };
+            let value = f(&tx)?;
+            tx.sql.commit().in_db(&self.path)?;
+            value
+        };
+        truncate_large_wal(&self.conn, &self.path, self.lock_timeout);
+        drop(held);
         Ok(value)
     }
 
@@ -157,9 +187,51 @@ impl AllocationStore {
         sql.rollback().in_db(&self.path)
     }
 
+    /// Copies the write-ahead log into the database file and truncates it,
+    /// under the lock. For bulk loads (tools, benchmarks): a plugin's next
+    /// commit then does not pay for checkpointing a large log.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let (busy, _, _): (i64, i64, i64) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .in_db(&self.path)?;
+        if busy != 0 {
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!("allocation database {} is busy: checkpoint not completed", self.path.display()),
+            ));
+        }
+        Ok(())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Checkpoints and truncates the WAL once it is larger than
+/// [`WAL_CHECKPOINT_BYTES`]. Best effort: failures are logged, never
+/// reported, since the caller's transaction has committed.
+fn truncate_large_wal(conn: &Connection, path: &Path, busy_timeout: Duration) {
+    if wal_len(path).unwrap_or(0) <= WAL_CHECKPOINT_BYTES {
+        return;
+    }
+    let _ = conn.busy_timeout(CHECKPOINT_BUSY_TIMEOUT);
+    let outcome: rusqlite::Result<(i64, i64, i64)> =
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
+    let _ = conn.busy_timeout(busy_timeout);
+    match outcome {
+        Ok((0, _, _)) => tracing::debug!("checkpointed and truncated the WAL of {}", path.display()),
+        Ok(_) => tracing::debug!("WAL of {} not truncated: readers were busy", path.display()),
+        Err(e) => tracing::warn!("checkpoint of {} failed: {e}", path.display()),
+    }
+}
+
+fn wal_len(path: &Path) -> Option<u64> {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    std::fs::metadata(&wal).ok().map(|m| m.len())
 }
 
 fn create_private_file(path: &Path) -> std::io::Result<()> {

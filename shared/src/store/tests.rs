@@ -175,3 +175,39 @@ fn concurrent_handles_create_the_schema_once_and_serialize_their_writes() {
     assert_eq!(leases.len(), 100);
     assert_eq!(store.read(|tx| tx.first_unleased(ip("10.0.0.1"), ip("10.0.0.254"))).unwrap(), Some(ip("10.0.0.101")));
 }
+
+#[test]
+fn the_wal_persists_across_connections() {
+    let (dir, mut store) = temp_store();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    drop(store);
+    let wal = dir.path().join("ipam.db-wal");
+    assert!(fs::metadata(&wal).unwrap().len() >= 32, "closing keeps the WAL instead of checkpointing it away");
+
+    let mut store = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(store.read(|tx| tx.holder(ip("10.0.0.1"))).unwrap().is_some(), "recovered from the WAL");
+    store.checkpoint().unwrap();
+    assert_eq!(fs::metadata(&wal).unwrap().len(), 0);
+    drop(store);
+
+    // Writing after the truncation starts the WAL again.
+    let mut store = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &owner("n", "c2", "eth0"))).unwrap();
+    assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.0.255"))).unwrap(), 2);
+}
+
+#[test]
+fn the_wal_stays_bounded_when_every_write_is_a_new_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    for i in 0..120u32 {
+        // A fresh connection per write, as each plugin process opens its own.
+        let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+        let address = std::net::IpAddr::from([10, 0, (i / 250) as u8, (i % 250) as u8 + 1]);
+        store.write(|tx| tx.insert_lease(address, "p", &owner("n", &format!("c{i}"), "eth0"))).unwrap();
+        let wal = fs::metadata(dir.path().join("ipam.db-wal")).unwrap().len();
+        assert!(wal <= 2 * WAL_CHECKPOINT_BYTES, "after {i} writes the WAL is {wal} bytes");
+    }
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.255.255"))).unwrap(), 120);
+}
