@@ -283,7 +283,7 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
     for (name, count) in &m.fsyncs {
         let _ = writeln!(s, "| {name} | {count} |");
     }
-    let _ = writeln!(s, "\nThe suite commits each ADD durably (SQLite WAL, `synchronous=FULL`: the WAL is fsynced at commit) before it answers: one fsync per writing delegate in the steady state (the selector only reads and does none), plus, every ~64 WAL pages (about a dozen ADDs), a truncating checkpoint that syncs the database file and makes the next commit sync a fresh WAL header and its directory. host-local writes its lease files without any fsync, so a host crash can lose an allocation it reported; its figures do not include that cost.");
+    let _ = writeln!(s, "\nThe suite commits each ADD durably (SQLite WAL, `synchronous=FULL`: the WAL is fsynced at commit) before it answers: in the steady state a writing delegate syncs the WAL at commit and, SQLite's rule for a connection's first commit, the WAL's directory (the selector only reads and syncs nothing); every ~64 WAL pages (about a dozen ADDs) a truncating checkpoint also syncs the database file. host-local writes its lease files without any fsync, so a host crash can lose an allocation it reported; its figures do not include that cost.");
     let _ = writeln!(s, "\n## Reproduce\n\n```sh\ncargo run --release -p ipam-bench\n```\n\nNeeds `{HOST_LOCAL}` (Debian package containernetworking-plugins). `BENCH_TMPDIR` chooses where the temporary databases go; `BENCH_QUICK=1` runs reduced counts and writes nothing. Figures taken while other work runs on the machine are noisy: compare the load averages above.");
     s
 }
