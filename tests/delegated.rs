@@ -80,7 +80,7 @@ const README_HELLO: &str = r#"{
   "routes": [],
   "dns": {},
   "pools": [
-    { "name": "local-pool", "subnet": "192.168.0.0/24" }
+    { "name": "local-pool", "subnet": "10.168.0.0/24" }
   ]
 }
 "#;
@@ -89,10 +89,10 @@ const README_HELLO: &str = r#"{
 const README_WORLD: &str = r#"{
   "cniVersion": "1.0.0",
   "ips": [
-    { "address": "192.168.0.23/24", "gateway": "192.168.0.1" }
+    { "address": "10.168.0.23/24", "gateway": "10.168.0.1" }
   ],
   "routes": [
-    { "dst": "0.0.0.0/0", "gw": "192.168.0.1" }
+    { "dst": "0.0.0.0/0", "gw": "10.168.0.1" }
   ],
   "dns": {}
 }

@@ -47,7 +47,7 @@ fn reads_the_full_form() {
         "ranges": [{"subnet": "10.22.0.0/16", "rangeStart": "10.22.1.0", "rangeEnd": "10.22.1.255",
                     "gateway": "10.22.0.1"}],
         "exclude": ["10.22.1.128/28", "10.22.1.7"],
-        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.22.0.254"}],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.99.0.0/16", "gw": "10.22.0.254"}],
         "dns": {"nameservers": ["10.22.0.1"]},
         "match": {"K8S_POD_NAMESPACE": "prod"},
         "requested-ip": "10.22.3.4",

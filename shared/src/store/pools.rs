@@ -169,7 +169,7 @@ mod tests {
             [("10.0.3.0/24", "10.0.0.0/16"), ("10.0.0.0/8", "10.0.0.0/16"), ("fd00::/48", "fd00::/64")]
         {
             let e =
-                store.write(|tx| tx.register_pool("n", "b", &nets(&["192.168.0.0/24", mine]), &json!({}))).unwrap_err();
+                store.write(|tx| tx.register_pool("n", "b", &nets(&["10.200.0.0/24", mine]), &json!({}))).unwrap_err();
             assert_eq!(e.code, 7);
             for part in ["pool b", mine, theirs, "pool a"] {
                 assert!(e.msg.contains(part), "{part} in {}", e.msg);
