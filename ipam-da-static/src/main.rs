@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use ipnet::IpNet;
 use serde_json::Value;
 use shared::pool::Pool;
-use shared::{allocator, About, CniError, Code, Plugin, Reply, Request, Result};
+use shared::{allocator, About, CniError, Code, Reply, Request, Result};
 
 const ABOUT: About = About {
     name: "ipam-da-static",
@@ -18,69 +18,50 @@ const ABOUT: About = About {
     summary: "IPAM allocation delegate: reserves the addresses asked for by name",
 };
 
-struct StaticAllocator;
-
-impl Plugin for StaticAllocator {
-    fn add(&self, req: &Request) -> Result<Reply> {
-        let (mut result, pools) = allocator::prev_and_pools(req)?;
-        let requests = requested_addresses(req, &pools)?;
-        if requests.is_empty() {
-            return Ok(Reply::Result(result));
-        }
-        let attachment = req.attachment()?;
-        let claims = requests
-            .iter()
-            .map(|&address| claim_target(&pools, address).map(|pool| (address, pool)))
-            .collect::<Result<Vec<_>>>()?;
-        let mut store = allocator::open_store(req)?;
-        allocator::write(&mut store, |tx| {
-            for (address, pool) in &claims {
-                allocator::register(tx, &attachment.network, pool)?;
-                match tx.holder(*address)? {
-                    Some(lease) if lease.owner == attachment => {
-                        tracing::debug!("{address} is already held by this attachment");
-                    }
-                    Some(lease) => {
-                        return Err(CniError::new(
-                            Code::AddressInUse,
-                            format!("requested address {address} is in use by another attachment"),
-                        )
-                        .with_details(format!(
-                            "held in network {:?} by container {} ifname {}",
-                            lease.owner.network, lease.owner.container_id, lease.owner.ifname
-                        )))
-                    }
-                    None => {
-                        tx.insert_lease(*address, &pool.name, &attachment)?;
-                        tracing::info!("reserved requested address {address} in pool {}", pool.name);
-                    }
+/// ADD: the addresses asked for by name, each in a candidate pool.
+fn add(req: &Request) -> Result<Reply> {
+    let (mut result, pools) = allocator::prev_and_pools(req)?;
+    let requests = requested_addresses(req, &pools)?;
+    if requests.is_empty() {
+        return Ok(Reply::Result(result));
+    }
+    let attachment = req.attachment()?;
+    let claims = requests
+        .iter()
+        .map(|&address| claim_target(&pools, address).map(|pool| (address, pool)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut store = allocator::open_store(req)?;
+    allocator::write(&mut store, |tx| {
+        for (address, pool) in &claims {
+            allocator::register(tx, &attachment.network, pool)?;
+            match tx.holder(*address)? {
+                Some(lease) if lease.owner == attachment => {
+                    tracing::debug!("{address} is already held by this attachment");
+                }
+                Some(lease) => {
+                    return Err(CniError::new(
+                        Code::AddressInUse,
+                        format!("requested address {address} is in use by another attachment"),
+                    )
+                    .with_details(format!(
+                        "held in network {:?} by container {} ifname {}",
+                        lease.owner.network, lease.owner.container_id, lease.owner.ifname
+                    )))
+                }
+                None => {
+                    tx.insert_lease(*address, &pool.name, &attachment)?;
+                    tracing::info!("reserved requested address {address} in pool {}", pool.name);
                 }
             }
-            Ok(())
-        })?;
-        for (address, pool) in &claims {
-            if let Ok(range) = pool.check_static(*address) {
-                allocator::add_address(&mut result, pool, range, *address);
-            }
         }
-        Ok(Reply::Result(result))
+        Ok(())
+    })?;
+    for (address, pool) in &claims {
+        if let Ok(range) = pool.check_static(*address) {
+            allocator::add_address(&mut result, pool, range, *address);
+        }
     }
-
-    fn del(&self, req: &Request) -> Result<Reply> {
-        allocator::del(req)
-    }
-
-    fn check(&self, req: &Request) -> Result<Reply> {
-        allocator::check(req)
-    }
-
-    fn gc(&self, req: &Request) -> Result<Reply> {
-        allocator::gc(req)
-    }
-
-    fn status(&self, req: &Request) -> Result<Reply> {
-        allocator::status(req)
-    }
+    Ok(Reply::Result(result))
 }
 
 /// The addresses asked for, from the first source that has any.
@@ -145,5 +126,5 @@ fn claim_target(pools: &[Pool], address: IpAddr) -> Result<&Pool> {
 }
 
 fn main() -> ExitCode {
-    shared::plugin::run(&ABOUT, &StaticAllocator)
+    allocator::run(&ABOUT, add)
 }

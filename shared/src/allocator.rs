@@ -1,18 +1,51 @@
 //! What the allocation delegates (`ipam-da-static`, `ipam-da-sequential`) and
 //! the selector share: opening the database a configuration names, reading
 //! pools from `prevResult.pools`, recording pools, and the verbs other than ADD,
-//! which are the same for every allocator.
+//! which are the same for every allocator: an allocator is its ADD ([`run`]).
 
 use std::net::IpAddr;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use ipnet::IpNet;
 
 use crate::error::{CniError, Code, Result};
-use crate::plugin::{Reply, Request};
+use crate::plugin::{self, About, Plugin, Reply, Request};
 use crate::pool::{LeaseIndex, Pool, Range};
 use crate::result::{IpConfig, IpamResult};
 use crate::store::{AllocationStore, Tx};
+
+/// Runs an allocation delegate whose ADD is `add`; DEL, CHECK, GC and STATUS
+/// are this module's.
+pub fn run(about: &About, add: fn(&Request) -> Result<Reply>) -> ExitCode {
+    plugin::run(about, &Allocator { add })
+}
+
+struct Allocator {
+    add: fn(&Request) -> Result<Reply>,
+}
+
+impl Plugin for Allocator {
+    fn add(&self, req: &Request) -> Result<Reply> {
+        (self.add)(req)
+    }
+
+    fn del(&self, req: &Request) -> Result<Reply> {
+        del(req)
+    }
+
+    fn check(&self, req: &Request) -> Result<Reply> {
+        check(req)
+    }
+
+    fn gc(&self, req: &Request) -> Result<Reply> {
+        gc(req)
+    }
+
+    fn status(&self, req: &Request) -> Result<Reply> {
+        status(req)
+    }
+}
 
 impl LeaseIndex for Tx<'_> {
     fn first_unleased(&self, lo: IpAddr, hi: IpAddr) -> Result<Option<IpAddr>> {
