@@ -31,7 +31,7 @@ fn add(req: &Request) -> Result<Reply> {
     let mut store = allocator::open_store(req)?;
     // All families in one transaction: an exhausted family leaves nothing
     // half-allocated.
-    let chosen = allocator::write(&mut store, |tx| {
+    let chosen = store.write(|tx| {
         let held = tx.leases_of(&attachment)?;
         families
             .iter()
@@ -46,7 +46,13 @@ fn add(req: &Request) -> Result<Reply> {
                     if let Some(address) = pool.find_free(cursor, tx)? {
                         tx.insert_lease(address, &pool.name, &attachment)?;
                         tx.set_cursor(&attachment.network, &pool.name, address)?;
-                        tracing::info!("allocated {address} from pool {} (after {cursor:?})", pool.name);
+                        match cursor {
+                        Some(last) => tracing::info!(
+                            "allocated {address} from pool {}: the first free address after {last}, the last one handed out",
+                            pool.name
+                        ),
+                        None => tracing::info!("allocated {address} from pool {}: the first free address", pool.name),
+                    }
                         return Ok((address, pool.name.clone()));
                     }
                     tracing::debug!("pool {} is full", pool.name);

@@ -31,7 +31,7 @@ fn add(req: &Request) -> Result<Reply> {
         .map(|&address| claim_target(&pools, address).map(|pool| (address, pool)))
         .collect::<Result<Vec<_>>>()?;
     let mut store = allocator::open_store(req)?;
-    allocator::write(&mut store, |tx| {
+    store.write(|tx| {
         for (address, pool) in &claims {
             allocator::register(tx, &attachment.network, pool)?;
             match tx.holder(*address)? {

@@ -32,9 +32,7 @@ impl Plugin for Selector {
             })
         })?;
         if !recorded {
-            allocator::write(&mut store, |tx| {
-                candidates.iter().try_for_each(|p| allocator::register(tx, network, p).map(drop))
-            })?;
+            store.write(|tx| candidates.iter().try_for_each(|p| allocator::register(tx, network, p).map(drop)))?;
         }
         let mut result = req.config.prev_result()?.unwrap_or_default();
         result.pools = Some(candidates.iter().map(Pool::to_json).collect());

@@ -61,15 +61,6 @@ pub fn open_store(req: &Request) -> Result<AllocationStore> {
     Ok(store)
 }
 
-/// Runs `f` in one write transaction, logging how long the lock wait and the
-/// transaction took.
-pub fn write<T>(store: &mut AllocationStore, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
-    let started = Instant::now();
-    let out = store.write(f);
-    tracing::debug!("write transaction (lock wait, work, durable commit) took {:?}", started.elapsed());
-    out
-}
-
 /// The `prevResult` an allocator needs, and the candidate pools in it.
 /// Allocators read pools only from there, so that any selector can feed them.
 pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
@@ -115,7 +106,7 @@ pub fn add_address(result: &mut IpamResult, pool: &Pool, range: &Range, address:
 pub fn del(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
     let mut store = open_store(req)?;
-    let released = write(&mut store, |tx| tx.release(&attachment))?;
+    let released = store.write(|tx| tx.release(&attachment))?;
     for lease in &released {
         tracing::info!("released {} of pool {}", lease.address, lease.pool);
     }
@@ -165,7 +156,7 @@ pub fn gc(req: &Request) -> Result<Reply> {
     let network = req.config.name()?;
     let valid = req.config.valid_attachments()?;
     let mut store = open_store(req)?;
-    let released = write(&mut store, |tx| tx.gc(network, &valid))?;
+    let released = store.write(|tx| tx.gc(network, &valid))?;
     for lease in &released {
         tracing::info!("GC released {} held by {} {}", lease.address, lease.owner.container_id, lease.owner.ifname);
     }

@@ -39,24 +39,23 @@ pub fn candidates(config: &Value, cni_args: &CniArgs) -> Result<Vec<Pool>> {
             ));
         }
     }
-    let named = |pool: &Pool| match &narrowing {
-        Some((_, names)) => names.contains(&pool.name),
-        None => true,
-    };
-    let kept: Vec<Pool> =
-        pools.iter().filter(|p| p.pool.matches_args(cni_args) && named(&p.pool)).map(|p| p.pool.clone()).collect();
+    let mut kept = Vec::new();
+    let mut skipped = Vec::new();
+    for p in &pools {
+        let why_not = match &narrowing {
+            Some((source, names)) if !names.contains(&p.pool.name) => Some(format!("not named by {source}")),
+            _ => match_failure(&p.pool, cni_args),
+        };
+        match why_not {
+            None => kept.push(p.pool.clone()),
+            Some(why) => {
+                tracing::debug!("pool {:?} is no candidate: {why}", p.pool.name);
+                skipped.push(format!("{:?}: {why}", p.pool.name));
+            }
+        }
+    }
     if kept.is_empty() {
-        let reasons: Vec<String> = pools
-            .iter()
-            .map(|p| {
-                let why = match &narrowing {
-                    Some((source, _)) if !named(&p.pool) => format!("not named by {source}"),
-                    _ => match_failure(&p.pool, cni_args).unwrap_or_default(),
-                };
-                format!("{:?}: {why}", p.pool.name)
-            })
-            .collect();
-        return Err(CniError::config(POOLS, format!("no pool applies to this attachment ({})", reasons.join("; "))));
+        return Err(CniError::config(POOLS, format!("no pool applies to this attachment ({})", skipped.join("; "))));
     }
     Ok(kept)
 }

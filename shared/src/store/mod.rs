@@ -19,7 +19,7 @@ use std::fmt;
 use std::fs::{DirBuilder, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
@@ -130,12 +130,21 @@ impl AllocationStore {
     /// Runs `f` in one write transaction while holding the lock: commits if
     /// `f` succeeds, rolls back otherwise, and releases the lock after.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
+        let asked = Instant::now();
         let held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let locked = Instant::now();
         let value = {
             let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
             let tx = Tx { sql, path: &self.path };
             let value = f(&tx)?;
+            let committing = Instant::now();
             tx.sql.commit().in_db(&self.path)?;
+            tracing::debug!(
+                "lock wait {:?}, transaction {:?}, durable commit {:?}",
+                locked - asked,
+                committing - locked,
+                committing.elapsed()
+            );
             value
         };
         truncate_large_wal(&self.conn, &self.path, self.lock_timeout);
