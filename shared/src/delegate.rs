@@ -47,11 +47,16 @@ pub fn run(path: &Path, command: Command, input: &[u8], timeout: Duration) -> Re
     process.env("CNI_COMMAND", command.as_str()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     // Its own process group, so that a timeout kills everything it started.
     process.process_group(0);
-    // SAFETY: prctl is async-signal-safe. It ties the delegate's life to ours:
-    // if we are killed, it is too, instead of finishing behind our back.
+    // SAFETY: prctl and getppid are async-signal-safe. They tie the
+    // delegate's life to ours: if we are killed, it is too, instead of
+    // finishing behind our back — even if we died before prctl took effect.
+    let parent = std::process::id() as libc::pid_t;
     unsafe {
-        process.pre_exec(|| {
+        process.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("ipam-delegated exited before its delegate started"));
+            }
             Ok(())
         });
     }
