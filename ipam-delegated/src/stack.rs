@@ -43,9 +43,13 @@ impl<'a> Stack<'a> {
     /// last one's result, without `pools`, is the answer. A failure is rolled back.
     pub fn add(&self) -> Result<IpamResult> {
         let mut prev: Option<Value> = None;
+        let mut last: Option<IpamResult> = None;
         for (step, d) in self.delegates.iter().enumerate() {
             match self.call(d, Command::Add, prev.as_ref()).and_then(|out| require_result(d, out)) {
-                Ok(output) => prev = Some(output),
+                Ok((output, parsed)) => {
+                    prev = Some(output);
+                    last = Some(parsed);
+                }
                 Err(error) => {
                     let rollback = self.rollback(step, prev.as_ref());
                     let details = format!(
@@ -64,9 +68,7 @@ impl<'a> Stack<'a> {
                 }
             }
         }
-        let last = self.delegates.last().map(|d| d.name.as_str()).unwrap_or_default();
-        let output = prev.ok_or_else(|| CniError::config("ipam.delegates", "empty"))?;
-        let mut result = IpamResult::from_json(&output, &format!("output of delegate {last:?}"))?;
+        let mut result = last.ok_or_else(|| CniError::config("ipam.delegates", "empty"))?;
         result.pools = None;
         Ok(result)
     }
@@ -80,9 +82,7 @@ impl<'a> Stack<'a> {
             .iter()
             .map(|d| match self.call(d, Command::Del, prev.as_ref()) {
                 Ok(output) => {
-                    if let Some(output) = output.filter(|o| IpamResult::from_json(o, "").is_ok()) {
-                        prev = Some(output);
-                    }
+                    chain(&mut prev, output);
                     format!("DEL {:?} ok", d.name)
                 }
                 Err(e) => {
@@ -100,11 +100,7 @@ impl<'a> Stack<'a> {
         let mut failures = Vec::new();
         for d in &self.delegates {
             match self.call(d, command, prev.as_ref()) {
-                Ok(output) => {
-                    if let Some(output) = output.filter(|o| IpamResult::from_json(o, "").is_ok()) {
-                        prev = Some(output);
-                    }
-                }
+                Ok(output) => chain(&mut prev, output),
                 Err(e) => failures.push((d.name.as_str(), e)),
             }
         }
@@ -132,22 +128,32 @@ impl<'a> Stack<'a> {
     /// Runs one delegate. `prev: None` gives it the configuration exactly as
     /// we received it; otherwise with `prevResult` replaced.
     fn call(&self, d: &Delegate, command: Command, prev: Option<&Value>) -> Result<Option<Value>> {
-        let input = match prev {
-            None => self.req.config.bytes.clone(),
-            Some(p) => self.req.config.with_prev_result(Some(p)).to_string().into_bytes(),
-        };
         tracing::debug!("{} {}", command.as_str(), d.name);
-        delegate::run(&d.path, command, &input, self.timeout)
+        match prev {
+            None => delegate::run(&d.path, command, &self.req.config.bytes, self.timeout),
+            Some(p) => {
+                let input = self.req.config.with_prev_result(Some(p)).to_string();
+                delegate::run(&d.path, command, input.as_bytes(), self.timeout)
+            }
+        }
     }
 }
 
 /// An ADD must print a result. It is passed on raw, so that keys we do not
 /// know reach the next delegate, but only once it reads as a result.
-fn require_result(d: &Delegate, output: Option<Value>) -> Result<Value> {
+fn require_result(d: &Delegate, output: Option<Value>) -> Result<(Value, IpamResult)> {
     let what = format!("output of delegate {:?}", d.name);
     let output = output.ok_or_else(|| CniError::decode(&what, "ADD succeeded but printed no result"))?;
-    IpamResult::from_json(&output, &what)?;
-    Ok(output)
+    let parsed = IpamResult::from_json(&output, &what)?;
+    Ok((output, parsed))
+}
+
+/// DEL and CHECK chain a delegate's output when it is a result; an empty or
+/// other output keeps the previous prevResult.
+fn chain(prev: &mut Option<Value>, output: Option<Value>) {
+    if let Some(output) = output.filter(|o| IpamResult::from_json(o, "").is_ok()) {
+        *prev = Some(output);
+    }
 }
 
 /// `ipam.delegates`: a non-empty array of bare executable names (error 7).

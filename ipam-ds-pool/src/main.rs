@@ -27,9 +27,7 @@ impl Plugin for Selector {
         // Recording is a no-op for pools already recorded as they are; reading
         // first keeps the common case free of the lock and of a commit.
         let recorded = store.read(|tx| {
-            candidates.iter().try_fold(true, |all, p| {
-                Ok(all && tx.registered_pool(network, &p.name)?.is_some_and(|r| r.definition == p.to_json()))
-            })
+            candidates.iter().try_fold(true, |all, p| Ok(all && allocator::is_registered(tx, network, p)?))
         })?;
         if !recorded {
             store.write(|tx| candidates.iter().try_for_each(|p| allocator::register(tx, network, p).map(drop)))?;

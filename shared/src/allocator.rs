@@ -82,8 +82,13 @@ pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
 /// Records the pool of `network` (a no-op when it is registered as it is) and
 /// returns its round-robin cursor.
 pub fn register(tx: &Tx, network: &str, pool: &Pool) -> Result<Option<IpAddr>> {
-    tx.register_pool(network, &pool.name, &pool.subnets(), &pool.to_json())?;
-    Ok(tx.registered_pool(network, &pool.name)?.and_then(|p| p.cursor))
+    tx.register_pool(network, &pool.name, &pool.subnets(), &pool.to_json())
+}
+
+/// Whether the pool of `network` is recorded exactly as it is: then
+/// [`register`] would write nothing, and a reader need not take the lock.
+pub fn is_registered(tx: &Tx, network: &str, pool: &Pool) -> Result<bool> {
+    Ok(tx.registered_pool(network, &pool.name)?.is_some_and(|r| r.is(&pool.subnets(), &pool.to_json())))
 }
 
 /// Adds an address of `pool` to `result`, with the range's prefix length and

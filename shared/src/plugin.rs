@@ -84,16 +84,18 @@ pub fn respond(
     env: Result<Env>,
     stdin: Result<Vec<u8>>,
 ) -> (Option<serde_json::Value>, bool) {
-    let error_version =
-        stdin.as_deref().map(NetConf::error_version).unwrap_or_else(|_| SpecVersion::LATEST.to_string());
     // Parsed once, before anything else: the configuration also says where to
     // log, and logging must be up to report even the earliest error.
     let config = stdin.as_deref().map_err(Clone::clone).and_then(NetConf::parse);
+    let parsed_version = config.as_ref().ok().map(|c| c.version);
     let settings = match &config {
         Ok(c) => LogSettings::from_ipam(about.name, c.raw.get("ipam").and_then(|v| v.as_object())),
         Err(_) => Ok(LogSettings::build_default(about.name)),
     };
-    logging::init(about.name, settings.as_ref().unwrap_or(&LogSettings::build_default(about.name)));
+    match &settings {
+        Ok(s) => logging::init(about.name, s),
+        Err(_) => logging::init(about.name, &LogSettings::build_default(about.name)),
+    }
     let span = match &env {
         Ok(env) => tracing::error_span!(
             "cni",
@@ -110,7 +112,7 @@ pub fn respond(
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let env = env?;
         if env.command == Command::Version {
-            let requested = stdin.ok().and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok());
+            let requested = stdin.as_deref().ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
             let requested = requested.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
             return Ok(Some(version::version_answer(requested)));
         }
@@ -122,7 +124,14 @@ pub fn respond(
         Ok(answer) => (answer, true),
         Err(e) => {
             tracing::error!("{e}");
-            (Some(e.to_json(&error_version)), false)
+            // The configuration's own version; read again from the bytes only
+            // when it did not parse (perhaps because the version is unknown).
+            let version = match (parsed_version, stdin.as_deref()) {
+                (Some(v), _) => v.as_str().to_string(),
+                (None, Ok(bytes)) => NetConf::error_version(bytes),
+                (None, Err(_)) => SpecVersion::LATEST.to_string(),
+            };
+            (Some(e.to_json(&version)), false)
         }
     }
 }

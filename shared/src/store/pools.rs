@@ -32,6 +32,13 @@ struct PoolRow {
     cursor: Option<String>,
 }
 
+impl RegisteredPool {
+    /// Whether this is the record of a pool with these subnets and definition.
+    pub fn is(&self, subnets: &[IpNet], definition: &Value) -> bool {
+        self.subnets == subnets && self.definition == *definition
+    }
+}
+
 fn pool_row(row: &Row) -> rusqlite::Result<PoolRow> {
     Ok(PoolRow {
         network: row.get(0)?,
@@ -64,15 +71,20 @@ impl Tx<'_> {
         rows.into_iter().map(|row| self.parse_pool(row)).collect()
     }
 
-    /// Records a pool's subnets and definition. Writes nothing when they are
-    /// already recorded as given, so the common case stays read-only. Error 7
-    /// when a subnet overlaps one of another pool (of any network); a changed
-    /// definition replaces the old one and keeps the cursor.
-    pub fn register_pool(&self, network: &str, name: &str, subnets: &[IpNet], definition: &Value) -> Result<()> {
-        if let Some(known) = self.registered_pool(network, name)? {
-            if known.subnets == subnets && known.definition == *definition {
-                return Ok(());
-            }
+    /// Records a pool's subnets and definition and returns its cursor. Writes
+    /// nothing when they are already recorded as given, so the common case
+    /// stays read-only. Error 7 when a subnet overlaps one of another pool (of
+    /// any network); a changed definition replaces the old one and keeps the cursor.
+    pub fn register_pool(
+        &self,
+        network: &str,
+        name: &str,
+        subnets: &[IpNet],
+        definition: &Value,
+    ) -> Result<Option<IpAddr>> {
+        let known = self.registered_pool(network, name)?;
+        if let Some(known) = known.as_ref().filter(|k| k.is(subnets, definition)) {
+            return Ok(known.cursor);
         }
         for other in self
             .registered_pools()?
@@ -103,8 +115,8 @@ impl Tx<'_> {
             .in_db(self.path)?;
         let subnet_list: Vec<String> = subnets.iter().map(IpNet::to_string).collect();
         stmt.execute(params![network, name, family(subnets), subnet_list.join(","), definition.to_string()])
-            .in_db(self.path)
-            .map(drop)
+            .in_db(self.path)?;
+        Ok(known.and_then(|k| k.cursor))
     }
 
     /// Records `last` as the pool's last handed-out address.
@@ -191,11 +203,14 @@ mod tests {
         let writes = |tx: &Tx| tx.sql.total_changes();
         let changes = store
             .write(|tx| Ok((writes(tx), tx.register_pool("n", "a", &subnets, &json!({"range": [1, 2]}))?, writes(tx))));
-        let (before, (), after) = changes.unwrap();
+        let (before, cursor, after) = changes.unwrap();
         assert_eq!(before, after, "identical re-registration must not write");
+        assert_eq!(cursor, Some(ip("10.0.0.7")), "registration answers the cursor");
 
         // Shrinking the pool is also a change of subnets on the same name: allowed.
-        store.write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/25"]), &json!({"range": [1, 3]}))).unwrap();
+        let cursor =
+            store.write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/25"]), &json!({"range": [1, 3]}))).unwrap();
+        assert_eq!(cursor, Some(ip("10.0.0.7")));
         let pool = store.read(|tx| tx.registered_pool("n", "a")).unwrap().unwrap();
         assert_eq!(pool.subnets, nets(&["10.0.0.0/25"]));
         assert_eq!(pool.definition, json!({"range": [1, 3]}));
