@@ -6,13 +6,14 @@
 //!
 //! A new example without a case here fails [`every_example_has_a_case`].
 
+mod netns;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use netns::{prerequisites, unique, veth_master, Link, Netns, PLUGINS};
 use serde_json::{json, Value};
-use support::{bin_dir, suite_bin, Outcome, Sandbox};
+use support::{bin_dir, list_leases as leases, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 
@@ -107,17 +108,6 @@ fn addresses(out: &Outcome) -> Vec<String> {
 }
 
 /// The operator's lease listing of `db` as JSON.
-fn leases(db: &Path) -> Value {
-    let out = Command::new(suite_bin(DELEGATED))
-        .arg("--database")
-        .arg(db)
-        .args(["list", "--json"])
-        .output()
-        .expect("running ipam-delegated list");
-    assert!(out.status.success(), "ipam-delegated list: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("list --json prints JSON")
-}
-
 #[test]
 fn every_example_has_a_case() {
     assert_eq!(example_stems(), CASES, "every examples/*.conflist needs a case in tests/examples.rs, and only those");
@@ -312,8 +302,6 @@ fn ip_ranges() {
 // ---------------------------------------------------------------------------
 // Through Debian's real main plugins
 
-const REAL_PLUGINS: &str = "/usr/lib/cni";
-
 /// What a real-plugin run of an example asks for and must get.
 struct RealCase {
     runtime_config: Option<Value>,
@@ -343,50 +331,6 @@ fn real_case(stem: &str) -> RealCase {
     }
 }
 
-/// Removes what a real-plugin run created, whatever happened.
-struct Cleanup {
-    netns: String,
-    links: Vec<String>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.netns]).output();
-        for link in &self.links {
-            let _ = Command::new("ip").args(["link", "del", link]).output();
-        }
-    }
-}
-
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("ip {args:?}: {e}"));
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The addresses of `dev` in the namespace, as "address/prefix".
-fn netns_addresses(netns: &str, dev: &str) -> Vec<String> {
-    let shown: Value = serde_json::from_str(&ip(&["-n", netns, "-j", "addr", "show", "dev", dev])).expect("ip -j");
-    shown[0]["addr_info"]
-        .as_array()
-        .expect("addr_info")
-        .iter()
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect()
-}
-
-fn assert_prerequisites() {
-    // SAFETY: plain syscall.
-    let uid = unsafe { libc::geteuid() };
-    assert_eq!(uid, 0, "this test needs root (network namespaces, links): run it via scripts/test as root");
-    for plugin in ["bridge", "macvlan"] {
-        let path = Path::new(REAL_PLUGINS).join(plugin);
-        assert!(path.is_file(), "{} is missing: apt-get install containernetworking-plugins", path.display());
-    }
-    let ip_works = Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
-    assert!(ip_works, "the ip command is missing: apt-get install iproute2");
-}
-
 /// Each example through its real main plugin (bridge, or macvlan on a veth
 /// created for it) in a namespace of its own: the IPAM result's addresses are
 /// on eth0 in the namespace, and DEL leaves no lease behind. The bridge name
@@ -395,39 +339,34 @@ fn assert_prerequisites() {
 #[test]
 #[ignore = "needs root, network namespaces and containernetworking-plugins; run by scripts/test"]
 fn through_the_real_main_plugin() {
-    assert_prerequisites();
-    let pid = std::process::id() % 100_000;
+    prerequisites();
     for (i, stem) in example_stems().iter().enumerate() {
         let case = real_case(stem);
         let example = Example::load(stem);
         let sb = Sandbox::new();
-        let netns = format!("ipam-ex-{pid}-{i}");
-        let mut cleanup = Cleanup { netns: netns.clone(), links: Vec::new() };
-        ip(&["netns", "add", &netns]);
+        let netns = Netns::new();
         let mut config = example.config(&sb.db(), case.runtime_config);
         let plugin_type = config["type"].as_str().expect("type").to_string();
-        match plugin_type.as_str() {
+        let _link = match plugin_type.as_str() {
             "bridge" => {
-                let bridge = format!("ipx{pid}b{i}");
-                cleanup.links.push(bridge.clone());
-                config["bridge"] = json!(bridge);
+                let bridge = Link { name: unique("ib") };
+                config["bridge"] = json!(bridge.name);
                 if config.get("ipMasq").is_some() {
                     config["ipMasq"] = json!(false);
                 }
+                bridge
             }
             "macvlan" => {
-                let (master, peer) = (format!("ipx{pid}m{i}"), format!("ipx{pid}p{i}"));
-                cleanup.links.push(master.clone());
-                ip(&["link", "add", &master, "type", "veth", "peer", "name", &peer]);
-                ip(&["link", "set", &master, "up"]);
-                config["master"] = json!(master);
+                let master = veth_master();
+                config["master"] = json!(master.name);
+                master
             }
             other => panic!("{stem}: no real-plugin setup for main plugin type {other:?}"),
-        }
-        let exe = Path::new(REAL_PLUGINS).join(&plugin_type);
+        };
+        let exe = Path::new(PLUGINS).join(&plugin_type);
         let exe = exe.to_str().unwrap();
-        let netns_path = format!("/var/run/netns/{netns}");
-        let cni_path = format!("{}:{REAL_PLUGINS}", bin_dir().display());
+        let netns_path = netns.path();
+        let cni_path = format!("{}:{PLUGINS}", bin_dir().display());
         let container = format!("real-{i}");
         let mut env = vec![
             ("CNI_NETNS", netns_path.as_str()),
@@ -442,15 +381,14 @@ fn through_the_real_main_plugin() {
         assert_eq!(added.status, 0, "{stem}: ADD through {plugin_type}: {added:#?}");
         let got = addresses(&added);
         assert_eq!(got, case.addresses, "{stem}: the result's addresses");
-        let on_eth0 = netns_addresses(&netns, "eth0");
+        let on_eth0: Vec<String> = netns.addresses("eth0").iter().map(|(a, p)| format!("{a}/{p}")).collect();
         for address in &got {
-            assert!(on_eth0.contains(address), "{stem}: {address} is not on eth0 in {netns}: {on_eth0:?}");
+            assert!(on_eth0.contains(address), "{stem}: {address} is not on eth0 in {}: {on_eth0:?}", netns.name);
         }
         assert_eq!(leases(&sb.db()).as_array().unwrap().len(), got.len(), "{stem}: leases after ADD");
 
         let deleted = sb.cni(exe, "DEL", &config, &env);
         assert_eq!((deleted.status, deleted.stdout.trim()), (0, ""), "{stem}: DEL through {plugin_type}: {deleted:#?}");
         assert_eq!(leases(&sb.db()), json!([]), "{stem}: leases after DEL");
-        drop(cleanup);
     }
 }

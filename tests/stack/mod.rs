@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::support::suite_bin;
+use crate::support::list_leases;
 
 /// Selection, then the static and the sequential allocator.
 pub const FULL_STACK: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
@@ -103,23 +103,10 @@ pub struct LeaseRow {
 }
 
 /// Every lease recorded in the database at `db`, sorted, read from outside
-/// the plugins through the operator listing `ipam-delegated list --json`.
+/// the plugins through the operator listing.
 pub fn leases(db: &Path) -> Vec<LeaseRow> {
-    let out = Command::new(suite_bin("ipam-delegated"))
-        .args(["list", "--json", "--database"])
-        .arg(db)
-        .env_remove("CNI_COMMAND")
-        .stdin(Stdio::null())
-        .output()
-        .expect("running ipam-delegated list");
-    assert!(
-        out.status.success(),
-        "ipam-delegated list failed on {}: {}",
-        db.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Value = serde_json::from_slice(&out.stdout).expect("ipam-delegated list --json prints JSON");
-    let mut rows: Vec<LeaseRow> = rows.as_array().expect("an array of leases").iter().map(row).collect();
+    let listed = list_leases(db);
+    let mut rows: Vec<LeaseRow> = listed.as_array().expect("an array of leases").iter().map(row).collect();
     rows.sort();
     rows
 }

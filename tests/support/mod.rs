@@ -444,3 +444,17 @@ impl Rng {
         self.index(100) < p
     }
 }
+
+/// Every lease of the database at `db`, as the operator listing prints it
+/// (`ipam-delegated list --json`): the view from outside the plugins.
+pub fn list_leases(db: &Path) -> Value {
+    let out = Command::new(suite_bin("ipam-delegated"))
+        .args(["list", "--json", "--database"])
+        .arg(db)
+        .env_remove("CNI_COMMAND")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running ipam-delegated list");
+    assert!(out.status.success(), "ipam-delegated list on {}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("ipam-delegated list --json prints JSON")
+}
