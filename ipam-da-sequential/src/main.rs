@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use shared::pool::Pool;
+use shared::store::Lease;
 use shared::{allocator, About, CniError, Code, Reply, Request, Result};
 
 const ABOUT: About = About {
@@ -37,37 +38,60 @@ fn add(req: &Request) -> Result<Reply> {
             .iter()
             .map(|&ipv4| {
                 let family: Vec<&Pool> = pools.iter().filter(|p| p.is_ipv4() == ipv4).collect();
-                if let Some(lease) = held.iter().find(|l| family.iter().any(|p| p.name == l.pool)) {
-                    tracing::debug!("{} is already held by this attachment in pool {}", lease.address, lease.pool);
-                    return Ok((lease.address, lease.pool.clone()));
+                if let Some(found) = held_address(&held, &family) {
+                    return Ok(found);
                 }
-                for pool in &family {
+                for &pool in &family {
                     let cursor = allocator::register(tx, &attachment.network, pool)?;
                     if let Some(address) = pool.find_free(cursor, tx)? {
                         tx.insert_lease(address, &pool.name, &attachment)?;
                         tx.set_cursor(&attachment.network, &pool.name, address)?;
                         match cursor {
-                        Some(last) => tracing::info!(
-                            "allocated {address} from pool {}: the first free address after {last}, the last one handed out",
-                            pool.name
-                        ),
-                        None => tracing::info!("allocated {address} from pool {}: the first free address", pool.name),
-                    }
-                        return Ok((address, pool.name.clone()));
+                            Some(last) => tracing::info!(
+                                "allocated {address} from pool {}: the first free address after {last}, the last one handed out",
+                                pool.name
+                            ),
+                            None => tracing::info!("allocated {address} from pool {}: the first free address", pool.name),
+                        }
+                        return Ok((address, pool));
                     }
                     tracing::debug!("pool {} is full", pool.name);
                 }
                 Err(exhausted(ipv4, &family))
             })
-            .collect::<Result<Vec<(IpAddr, String)>>>()
+            .collect::<Result<Vec<(IpAddr, &Pool)>>>()
     })?;
-    for (address, pool_name) in chosen {
-        let pool = pools.iter().find(|p| p.name == pool_name);
-        if let Some((pool, range)) = pool.and_then(|p| p.range_for_subnet_member(address).map(|r| (p, r))) {
-            allocator::add_address(&mut result, pool, range, address);
-        }
+    for (address, pool) in chosen {
+        // Every chosen address lies in a range of its pool (found there, or
+        // checked by held_address): an ADD never answers without it.
+        let range = pool.check_held(address).map_err(|why| {
+            CniError::new(Code::Internal, format!("bug: chose {address} of pool {} but {why}", pool.name))
+        })?;
+        allocator::add_address(&mut result, pool, range, address);
     }
     Ok(Reply::Result(result))
+}
+
+/// A repeat ADD answers with the address the attachment already holds in
+/// one of the family's pools, if that pool may still hand it out. One it
+/// may not (the pool's subnet, gateway or exclude changed) stays held until
+/// DEL, as the container may still use it, and a new one is allocated.
+fn held_address<'p>(held: &[Lease], family: &[&'p Pool]) -> Option<(IpAddr, &'p Pool)> {
+    for lease in held {
+        let Some(&pool) = family.iter().find(|p| p.name == lease.pool) else { continue };
+        match pool.check_held(lease.address) {
+            Ok(_) => {
+                tracing::debug!("{} is already held by this attachment in pool {}", lease.address, pool.name);
+                return Some((lease.address, pool));
+            }
+            Err(why) => tracing::warn!(
+                "{} held by this attachment in pool {} is not handed back: {why}; a new address is allocated",
+                lease.address,
+                pool.name
+            ),
+        }
+    }
+    None
 }
 
 fn exhausted(ipv4: bool, family: &[&Pool]) -> CniError {

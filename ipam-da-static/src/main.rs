@@ -7,8 +7,8 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use ipnet::IpNet;
 use serde_json::Value;
+use shared::addr::parse_cidr;
 use shared::pool::Pool;
 use shared::{allocator, About, CniError, Code, Reply, Request, Result};
 
@@ -100,7 +100,7 @@ fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
 /// a valid one).
 fn parse_request(field: &str, text: &str, raw: &Value) -> Result<IpAddr> {
     let text = text.trim();
-    let parsed = if text.contains('/') { text.parse::<IpNet>().map(|net| net.addr()).ok() } else { text.parse().ok() };
+    let parsed = if text.contains('/') { parse_cidr(text).map(|net| net.addr()) } else { text.parse().ok() };
     parsed.ok_or_else(|| CniError::config(field, format!("{raw} is not an IP address or CIDR")))
 }
 

@@ -1,18 +1,42 @@
 //! The stack of delegates named in `ipam.delegates`, and how each CNI command
 //! runs through it.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shared::{delegate, CniError, Command, IpamResult, Request, Result};
+use shared::stack_call::{new_add_id, StackCall};
+use shared::{delegate, CniError, Code, Command, IpamResult, Request, Result};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many orchestrators may run one inside another. A stack that runs
+/// itself, directly or through a wrapper, would fork until the pids limit.
+const MAX_DEPTH: u32 = 4;
+
+/// A delegate reaching the call's deadline while it waits for the lock says
+/// so itself: it is killed only this much later.
+const GRACE: Duration = Duration::from_millis(500);
+
+/// The rollback of an ADD that failed at (or near) the call's deadline or
+/// lock budget still gets this long, so that it can release what was taken.
+const ROLLBACK_FLOOR: Duration = Duration::from_secs(1);
 
 pub struct Stack<'a> {
     req: &'a Request,
     delegates: Vec<Delegate>,
+    /// `ipam.timeout`, for messages.
     timeout: Duration,
+    /// The whole call's end: every delegate, rollback included, runs within it.
+    deadline: Instant,
+    /// Until when the call's delegates may wait for the database lock, all
+    /// their waits together.
+    lock_deadline: Instant,
+    depth: u32,
+    /// The configuration as an ADD's first delegate gets it: without the
+    /// runtime's `prevResult`, which is not the stack's own.
+    fresh: Vec<u8>,
 }
 
 struct Delegate {
@@ -20,38 +44,82 @@ struct Delegate {
     path: PathBuf,
 }
 
+/// What a delegate run is part of, as the suite's delegates are told.
+#[derive(Clone, Copy)]
+enum Role<'a> {
+    Add(&'a str),
+    Rollback { add_id: &'a str, deadline: Instant, lock_deadline: Instant },
+    Other,
+}
+
 impl<'a> Stack<'a> {
-    /// Reads `ipam.delegates` and `ipam.timeout` and finds every delegate,
-    /// so that a bad name or a missing executable fails before anything runs.
+    /// Reads `ipam.delegates`, `ipam.timeout` and `ipam.lockTimeout` and finds
+    /// every delegate, so that a bad name, a missing executable or a stack
+    /// that would run itself fails before anything runs.
     pub fn new(req: &'a Request) -> Result<Self> {
+        let started = Instant::now();
+        let inherited = &req.env.stack;
+        let depth = inherited.depth + 1;
+        if depth > MAX_DEPTH {
+            return Err(CniError::config(
+                "ipam.delegates",
+                format!(
+                    "ipam-delegated is nested {depth} deep: a delegate runs ipam-delegated again (directly or \
+                     through a wrapper), which would never end; at most {MAX_DEPTH} are allowed"
+                ),
+            ));
+        }
         let names = delegate_names(req.config.ipam_key("delegates")?)?;
         let timeout = req.config.ipam_seconds("timeout", DEFAULT_TIMEOUT)?;
+        let lock_timeout = req.config.lock_timeout()?;
         if req.env.path.is_empty() {
             return Err(CniError::env(
                 "CNI_PATH",
                 "missing or without an absolute directory; it is where delegates are found",
             ));
         }
+        let myself = std::fs::metadata("/proc/self/exe").ok().map(|m| (m.dev(), m.ino()));
         let delegates = names
             .into_iter()
-            .map(|name| Ok(Delegate { path: delegate::find(&name, &req.env.path)?, name }))
+            .enumerate()
+            .map(|(i, name)| {
+                let path = delegate::find(&name, &req.env.path)?;
+                let found = std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
+                if found.is_some() && found == myself {
+                    return Err(CniError::config(
+                        &format!("ipam.delegates[{i}]"),
+                        format!("{name:?} ({}) is ipam-delegated itself: a stack cannot run itself", path.display()),
+                    ));
+                }
+                Ok(Delegate { path, name })
+            })
             .collect::<Result<_>>()?;
-        Ok(Stack { req, delegates, timeout })
+        let deadline = earliest(started + timeout, inherited.deadline);
+        let lock_deadline = earliest(earliest(started + lock_timeout, inherited.lock_deadline), Some(deadline));
+        let fresh = match req.config.raw.get("prevResult") {
+            Some(_) => req.config.with_prev_result(None).to_string().into_bytes(),
+            None => req.config.bytes.clone(),
+        };
+        Ok(Stack { req, delegates, timeout, deadline, lock_deadline, depth, fresh })
     }
 
-    /// ADD: each delegate gets the previous one's output as `prevResult`; the
-    /// last one's result, without `pools`, is the answer. A failure is rolled back.
+    /// ADD: the stack starts from an empty result; each delegate gets the
+    /// previous one's output as `prevResult`; the last one's result, without
+    /// `pools`, is the answer. A failure is rolled back.
     pub fn add(&self) -> Result<IpamResult> {
+        // An ADD run by an outer orchestrator keeps its id, so that the outer
+        // rollback releases what this stack took.
+        let add_id = self.req.env.stack.add_id.clone().unwrap_or_else(new_add_id);
         let mut prev: Option<Value> = None;
         let mut last: Option<IpamResult> = None;
         for (step, d) in self.delegates.iter().enumerate() {
-            match self.call(d, Command::Add, prev.as_ref()).and_then(|out| require_result(d, out)) {
+            match self.call(d, Command::Add, prev.as_ref(), Role::Add(&add_id)).and_then(|out| require_result(d, out)) {
                 Ok((output, parsed)) => {
                     prev = Some(output);
                     last = Some(parsed);
                 }
                 Err(error) => {
-                    let rollback = self.rollback(step, prev.as_ref());
+                    let rollback = self.rollback(step, prev.as_ref(), &add_id);
                     let details = format!(
                         "delegate {:?} (step {} of {}) failed ADD; rollback: {}{}",
                         d.name,
@@ -76,11 +144,17 @@ impl<'a> Stack<'a> {
     /// DEL on every delegate up to and including the failed one, in order: the
     /// first with the prevResult the failed step was given, each next one with
     /// what the previous DEL returned. DEL failures are reported, not raised.
-    fn rollback(&self, failed: usize, given_to_failed: Option<&Value>) -> Vec<String> {
+    /// The suite's delegates are told which ADD to undo and release only what
+    /// it took. The rollback runs within the call's deadline and lock budget,
+    /// but gets at least [`ROLLBACK_FLOOR`] of each.
+    fn rollback(&self, failed: usize, given_to_failed: Option<&Value>, add_id: &str) -> Vec<String> {
+        let floor = Instant::now() + ROLLBACK_FLOOR;
+        let role =
+            Role::Rollback { add_id, deadline: self.deadline.max(floor), lock_deadline: self.lock_deadline.max(floor) };
         let mut prev = given_to_failed.cloned();
         self.delegates[..=failed]
             .iter()
-            .map(|d| match self.call(d, Command::Del, prev.as_ref()) {
+            .map(|d| match self.call(d, Command::Del, prev.as_ref(), role) {
                 Ok(output) => {
                     chain(&mut prev, output);
                     format!("DEL {:?} ok", d.name)
@@ -94,12 +168,21 @@ impl<'a> Stack<'a> {
     }
 
     /// DEL and CHECK: every delegate runs, even past failures, chaining the
-    /// outputs that are results; all failures are returned together.
+    /// outputs that are results; all failures are returned together. The
+    /// first delegate gets the runtime's prevResult: DEL and CHECK act on
+    /// the result the runtime holds.
     pub fn run_all(&self, command: Command) -> Result<()> {
+        // A DEL that rolls back an outer orchestrator's ADD undoes it here too.
+        let role = match (&self.req.env.stack.rollback_of, command) {
+            (Some(add_id), Command::Del) => {
+                Role::Rollback { add_id, deadline: self.deadline, lock_deadline: self.lock_deadline }
+            }
+            _ => Role::Other,
+        };
         let mut prev: Option<Value> = None;
         let mut failures = Vec::new();
         for d in &self.delegates {
-            match self.call(d, command, prev.as_ref()) {
+            match self.call(d, command, prev.as_ref(), role) {
                 Ok(output) => chain(&mut prev, output),
                 Err(e) => failures.push((d.name.as_str(), e)),
             }
@@ -109,15 +192,17 @@ impl<'a> Stack<'a> {
 
     /// GC: forwarded to every delegate, going on past failures.
     pub fn gc(&self) -> Result<()> {
-        let failures =
-            self.delegates.iter().filter_map(|d| self.call(d, Command::Gc, None).err().map(|e| (d.name.as_str(), e)));
+        let failures = self
+            .delegates
+            .iter()
+            .filter_map(|d| self.call(d, Command::Gc, None, Role::Other).err().map(|e| (d.name.as_str(), e)));
         combine(Command::Gc, failures.collect())
     }
 
     /// STATUS: ready only if every delegate is.
     pub fn status(&self) -> Result<()> {
         for d in &self.delegates {
-            self.call(d, Command::Status, None).map_err(|e| {
+            self.call(d, Command::Status, None, Role::Other).map_err(|e| {
                 let details = format!("delegate {:?} is not ready{}", d.name, suffix(&e.details));
                 e.with_details(details)
             })?;
@@ -125,18 +210,58 @@ impl<'a> Stack<'a> {
         Ok(())
     }
 
-    /// Runs one delegate. `prev: None` gives it the configuration exactly as
-    /// we received it; otherwise with `prevResult` replaced.
-    fn call(&self, d: &Delegate, command: Command, prev: Option<&Value>) -> Result<Option<Value>> {
+    /// Runs one delegate within the call's deadline, telling it what the
+    /// call is (see [`shared::stack_call`]). `prev: None` gives it the
+    /// configuration as received, except that an ADD starts without the
+    /// runtime's `prevResult`; otherwise with `prevResult` replaced.
+    fn call(&self, d: &Delegate, command: Command, prev: Option<&Value>, role: Role) -> Result<Option<Value>> {
         tracing::debug!("{} {}", command.as_str(), d.name);
-        match prev {
-            None => delegate::run(&d.path, command, &self.req.config.bytes, self.timeout),
-            Some(p) => {
+        let (deadline, lock_deadline) = match role {
+            Role::Rollback { deadline, lock_deadline, .. } => (deadline, lock_deadline),
+            _ => (self.deadline, self.lock_deadline),
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(CniError::new(
+                Code::DelegateTimeout,
+                format!(
+                    "delegate {:?} was not run ({}): the call's deadline (ipam.timeout, {:.1}s) was reached",
+                    d.name,
+                    command.as_str(),
+                    self.timeout.as_secs_f64()
+                ),
+            ));
+        }
+        let told = StackCall {
+            add_id: match role {
+                Role::Add(id) => Some(id.to_string()),
+                _ => None,
+            },
+            rollback_of: match role {
+                Role::Rollback { add_id, .. } => Some(add_id.to_string()),
+                _ => None,
+            },
+            deadline: Some(deadline),
+            lock_deadline: Some(lock_deadline),
+            depth: self.depth,
+        };
+        let vars = told.to_vars();
+        match (prev, command) {
+            (None, Command::Add | Command::Del) if matches!(role, Role::Add(_) | Role::Rollback { .. }) => {
+                delegate::run(&d.path, command, &self.fresh, left + GRACE, &vars)
+            }
+            (None, _) => delegate::run(&d.path, command, &self.req.config.bytes, left + GRACE, &vars),
+            (Some(p), _) => {
                 let input = self.req.config.with_prev_result(Some(p)).to_string();
-                delegate::run(&d.path, command, input.as_bytes(), self.timeout)
+                delegate::run(&d.path, command, input.as_bytes(), left + GRACE, &vars)
             }
         }
     }
+}
+
+/// The earlier of `at` and `other`.
+fn earliest(at: Instant, other: Option<Instant>) -> Instant {
+    other.map_or(at, |o| o.min(at))
 }
 
 /// An ADD must print a result. It is passed on raw, so that keys we do not

@@ -4,6 +4,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::IpNet;
+
 const V4_MAPPED: u128 = 0xffff_0000_0000;
 
 /// The address as a number (IPv4 as its IPv4-mapped IPv6 value).
@@ -34,9 +36,48 @@ pub fn from_key(key: &[u8]) -> Option<IpAddr> {
     Some(from_u128(u128::from_be_bytes(bytes)))
 }
 
+/// Parses a CIDR as Go's `net.ParseCIDR` does, which is what every other
+/// plugin of a chain reads: ipnet's own parser reads an octet with leading
+/// zeros (`010.135.0.0/16`) as decimal, where others refuse it or read octal,
+/// and so would two plugins disagree on one address. Host bits are kept.
+pub fn parse_cidr(text: &str) -> Option<IpNet> {
+    let (address, prefix) = text.split_once('/')?;
+    let address: IpAddr = address.parse().ok()?;
+    let canonical = prefix.len() == 1 || !prefix.starts_with('0');
+    if !canonical || prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    IpNet::new(address, prefix.parse().ok()?).ok()
+}
+
+/// serde's `deserialize_with` for a CIDR read by [`parse_cidr`].
+pub fn deserialize_cidr<'de, D: serde::Deserializer<'de>>(de: D) -> Result<IpNet, D::Error> {
+    let text = <std::borrow::Cow<str> as serde::Deserialize>::deserialize(de)?;
+    parse_cidr(&text).ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a CIDR")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cidrs_are_read_as_go_reads_them() {
+        assert_eq!(parse_cidr("10.1.2.3/24"), Some("10.1.2.3/24".parse().unwrap()));
+        assert_eq!(parse_cidr("fd00::1/64"), Some("fd00::1/64".parse().unwrap()));
+        assert_eq!(parse_cidr("10.0.0.0/0"), Some("10.0.0.0/0".parse().unwrap()));
+        for bad in [
+            "010.135.0.0/16",
+            "10.135.0.050/32",
+            "10.0.0.0/024",
+            "10.0.0.0/",
+            "10.0.0.0/+8",
+            "10.0.0.0/33",
+            "10.0.0.0",
+            "fd00::/129",
+        ] {
+            assert_eq!(parse_cidr(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn round_trips_and_keeps_order() {

@@ -13,7 +13,7 @@ use crate::error::{CniError, Code, Result};
 use crate::plugin::{self, About, Plugin, Reply, Request};
 use crate::pool::{LeaseIndex, Pool, Range};
 use crate::result::{IpConfig, IpamResult};
-use crate::store::{AllocationStore, Tx};
+use crate::store::{AllocationStore, LockWait, Tx};
 
 /// Runs an allocation delegate whose ADD is `add`; DEL, CHECK, GC and STATUS
 /// are this module's.
@@ -53,10 +53,19 @@ impl LeaseIndex for Tx<'_> {
     }
 }
 
-/// The allocation database `ipam.database` names.
+/// The allocation database `ipam.database` names. Its lock waits end with
+/// `ipam.lockTimeout`, and within an orchestrated call also with the call's
+/// lock budget and deadline; the leases it takes carry the call's ADD id.
 pub fn open_store(req: &Request) -> Result<AllocationStore> {
     let started = Instant::now();
-    let store = AllocationStore::open(&req.config.database_path()?, req.config.lock_timeout()?)?;
+    let stack = &req.env.stack;
+    let wait = LockWait {
+        timeout: req.config.lock_timeout()?,
+        shared_until: stack.lock_deadline,
+        call_deadline: stack.deadline,
+    };
+    let mut store = AllocationStore::open(&req.config.database_path()?, wait)?;
+    store.set_add_id(stack.add_id.clone());
     tracing::debug!("opened {} in {:?}", store.path().display(), started.elapsed());
     Ok(store)
 }
@@ -107,11 +116,16 @@ pub fn add_address(result: &mut IpamResult, pool: &Pool, range: &Range, address:
 }
 
 /// DEL: releases everything the attachment holds in this database, whatever
-/// the prevResult says, and passes the prevResult on.
+/// the prevResult says, and passes the prevResult on. The rollback of a
+/// failed ADD (ipam-delegated says which) releases only what that ADD took,
+/// so that a failed repeat ADD leaves the attachment's earlier leases held.
 pub fn del(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
     let mut store = open_store(req)?;
-    let released = store.write(|tx| tx.release(&attachment))?;
+    let released = match &req.env.stack.rollback_of {
+        Some(add_id) => store.write(|tx| tx.release_added_by(&attachment, add_id))?,
+        None => store.write(|tx| tx.release(&attachment))?,
+    };
     for lease in &released {
         tracing::info!("released {} of pool {}", lease.address, lease.pool);
     }
@@ -119,7 +133,9 @@ pub fn del(req: &Request) -> Result<Reply> {
 }
 
 /// CHECK: every address of `prevResult.ips` inside a pool of this database
-/// must be recorded for this attachment (104 otherwise).
+/// must be recorded for this attachment (104 otherwise), except the
+/// addresses of the container's other interfaces: in a chain the prevResult
+/// is the whole chain's result, which may hold them.
 pub fn check(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
     let prev = req
@@ -132,8 +148,18 @@ pub fn check(req: &Request) -> Result<Reply> {
         for ip in &prev.ips {
             let address = ip.address.addr();
             let Some(pool) = pools.iter().find(|p| p.subnets.iter().any(|s| s.contains(&address))) else { continue };
+            if let Some(other) = prev.interface_name(ip).filter(|name| *name != attachment.ifname) {
+                tracing::debug!("{address} is the address of interface {other}, not of {}", attachment.ifname);
+                continue;
+            }
             match tx.holder(address)? {
                 Some(lease) if lease.owner == attachment => {}
+                Some(lease)
+                    if lease.owner.container_id == attachment.container_id
+                        && lease.owner.ifname != attachment.ifname =>
+                {
+                    tracing::debug!("{address} is held by this container's interface {}", lease.owner.ifname);
+                }
                 other => {
                     let held = match other {
                         Some(lease) => format!(
@@ -185,9 +211,15 @@ pub fn usable_store(req: &Request) -> Result<AllocationStore> {
 }
 
 /// The `prevResult` unchanged, so that a DEL chain keeps its information.
+/// One that does not read as a result is dropped with a warning: DEL must
+/// not fail on it, or the runtime could never delete the container.
 pub fn pass_through(req: &Request) -> Result<Reply> {
-    Ok(match req.config.prev_result()? {
-        Some(prev) => Reply::Result(prev),
-        None => Reply::Nothing,
+    Ok(match req.config.prev_result() {
+        Ok(Some(prev)) => Reply::Result(prev),
+        Ok(None) => Reply::Nothing,
+        Err(e) => {
+            tracing::warn!("the prevResult is not passed on: {e}");
+            Reply::Nothing
+        }
     })
 }

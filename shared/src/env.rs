@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use crate::args::{Attachment, CniArgs};
 use crate::error::{CniError, Result};
+use crate::stack_call::StackCall;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
@@ -67,6 +68,8 @@ pub struct Env {
     /// CNI_PATH's directories; empty and relative entries are dropped so that
     /// a delegate is never looked up in the working directory.
     pub path: Vec<PathBuf>,
+    /// What ipam-delegated passed down, when it runs this process.
+    pub stack: StackCall,
 }
 
 impl Env {
@@ -94,7 +97,8 @@ impl Env {
         let args = CniArgs::parse(&var("CNI_ARGS").unwrap_or_default())?;
         let path =
             var("CNI_PATH").unwrap_or_default().split(':').map(PathBuf::from).filter(|p| p.is_absolute()).collect();
-        Ok(Some(Env { command, container_id, netns, ifname, args, path }))
+        let stack = StackCall::from_vars(&var)?;
+        Ok(Some(Env { command, container_id, netns, ifname, args, path, stack }))
     }
 
     /// From the process environment; a variable that is not UTF-8 counts as

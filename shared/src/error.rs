@@ -43,6 +43,11 @@ impl CniError {
         CniError { code: code as u32, msg: msg.into(), details: String::new() }
     }
 
+    /// Whether this error has `code`.
+    pub fn is(&self, code: Code) -> bool {
+        self.code == code as u32
+    }
+
     pub fn with_details(mut self, details: impl Into<String>) -> Self {
         self.details = details.into();
         self

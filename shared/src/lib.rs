@@ -13,6 +13,7 @@ pub mod logging;
 pub mod plugin;
 pub mod pool;
 pub mod result;
+pub mod stack_call;
 pub mod store;
 pub mod version;
 

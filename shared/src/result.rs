@@ -14,6 +14,7 @@ use crate::version::SpecVersion;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IpConfig {
     /// Address with the prefix length of its subnet.
+    #[serde(deserialize_with = "crate::addr::deserialize_cidr")]
     pub address: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<IpAddr>,
@@ -25,6 +26,7 @@ pub struct IpConfig {
 /// `scope`) and anything newer pass through in `extra`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
+    #[serde(deserialize_with = "crate::addr::deserialize_cidr")]
     pub dst: IpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gw: Option<IpAddr>,
@@ -160,6 +162,13 @@ impl IpamResult {
         Value::Object(out)
     }
 
+    /// The name of the interface an address is on, when the result says
+    /// (`ips[].interface` indexes `interfaces`).
+    pub fn interface_name(&self, ip: &IpConfig) -> Option<&str> {
+        let index = usize::try_from(ip.interface?).ok()?;
+        self.interfaces.get(index)?.get("name")?.as_str()
+    }
+
     /// Whether the result already holds an address of this family.
     pub fn has_family(&self, ipv4: bool) -> bool {
         self.ips.iter().any(|ip| ip.address.addr().is_ipv4() == ipv4)
@@ -197,6 +206,7 @@ fn parse_key<T: serde::de::DeserializeOwned>(what: &str, key: &str, value: &Valu
 
 #[derive(Deserialize)]
 struct LegacyIp {
+    #[serde(deserialize_with = "crate::addr::deserialize_cidr")]
     ip: IpNet,
     #[serde(default)]
     gateway: Option<IpAddr>,

@@ -135,3 +135,56 @@ pub fn veth_master() -> Link {
     ip_ok(&["link", "set", &peer, "up"]);
     guard
 }
+
+/// One end of a veth pair made inside `netns`, both ends up, to serve there
+/// as a macvlan master (see [`veth_master`]). No guard: the pair goes with
+/// the namespace.
+pub fn veth_master_in(netns: &Netns) -> String {
+    let (master, peer) = (unique("mv"), unique("mp"));
+    ip_ok(&["-n", &netns.name, "link", "add", &master, "type", "veth", "peer", "name", &peer]);
+    ip_ok(&["-n", &netns.name, "link", "set", &master, "up"]);
+    ip_ok(&["-n", &netns.name, "link", "set", &peer, "up"]);
+    master
+}
+
+/// The names of the links of this process's own network namespace, sorted.
+pub fn root_links() -> Vec<String> {
+    let out = ip(&["-j", "link", "show"]);
+    assert!(out.status.success(), "ip -j link show: {}", String::from_utf8_lossy(&out.stderr));
+    let links: Value = serde_json::from_slice(&out.stdout).expect("ip -j prints JSON");
+    let mut names: Vec<String> =
+        links.as_array().into_iter().flatten().filter_map(|l| Some(l["ifname"].as_str()?.to_string())).collect();
+    names.sort();
+    names
+}
+
+/// The names `ip netns list` shows, sorted.
+pub fn netns_names() -> Vec<String> {
+    let out = ip(&["netns", "list"]);
+    assert!(out.status.success(), "ip netns list: {}", String::from_utf8_lossy(&out.stderr));
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Whether `name` is one that another test process of this suite may make
+/// and remove while this one runs: a [`unique`] name carrying another
+/// process's id, or the host end of a veth that `bridge` names `veth` and 8
+/// hex digits (the e2e tests run it in the machine's own namespace).
+pub fn made_by_another_test_process(name: &str) -> bool {
+    if name.len() == 12 && name.starts_with("veth") && name[4..].bytes().all(|b| b.is_ascii_hexdigit()) {
+        return true;
+    }
+    let Some((head, count)) = name.rsplit_once('x') else { return false };
+    let pid_digits = head.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let (prefix, pid) = head.split_at(head.len() - pid_digits);
+    !prefix.is_empty()
+        && prefix.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+        && !pid.is_empty()
+        && !count.is_empty()
+        && count.bytes().all(|b| b.is_ascii_digit())
+        && pid.parse::<u32>().is_ok_and(|p| p != std::process::id() % 100_000)
+}

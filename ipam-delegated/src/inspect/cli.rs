@@ -28,6 +28,7 @@ pub enum Command {
     List { filter: LeaseFilter, json: bool },
     Pools { json: bool },
     Release { owner: Attachment, lock_timeout: Duration },
+    ForgetPool { network: String, pool: String, lock_timeout: Duration },
     Check,
 }
 
@@ -63,6 +64,9 @@ struct CommandSpec {
     options: &'static [OptionSpec],
 }
 
+const LOCK_TIMEOUT: OptionSpec =
+    OptionSpec { name: "lock-timeout", value: Some("SECONDS"), help: "how long to wait for the lock (default 10)" };
+
 const JSON: OptionSpec = OptionSpec { name: "json", value: None, help: "print JSON for scripts instead of a table" };
 
 const COMMANDS: &[CommandSpec] = &[
@@ -87,8 +91,10 @@ const COMMANDS: &[CommandSpec] = &[
                 allocatable addresses, so a static lease outside them (outside the range, or\n\
                 excluded) is not counted. next is the address sequential allocation would try\n\
                 next, or - when the pool is full.\n\
-                With --json: an array of objects with the keys name, subnets, size, used, free,\n\
-                percent_used and next (null when full).",
+                With --json: an array of objects with the keys network, name, subnets, size,\n\
+                used, free, percent_used and next (null when full). size, used and free are\n\
+                numbers, or decimal strings when above 2^53 (an IPv6 pool), which JSON readers\n\
+                that hold numbers as doubles would round.",
         options: &[JSON],
     },
     CommandSpec {
@@ -100,11 +106,21 @@ const COMMANDS: &[CommandSpec] = &[
             OptionSpec { name: "network", value: Some("NAME"), help: "the network name (required)" },
             OptionSpec { name: "container", value: Some("ID"), help: "the container id (required)" },
             OptionSpec { name: "ifname", value: Some("NAME"), help: "the interface name (required)" },
-            OptionSpec {
-                name: "lock-timeout",
-                value: Some("SECONDS"),
-                help: "how long to wait for the lock (default 10)",
-            },
+            LOCK_TIMEOUT,
+        ],
+    },
+    CommandSpec {
+        name: "forget-pool",
+        summary: "release every lease of one pool and drop its registration",
+        notes: "For a pool that is gone from the configuration (renamed, moved, merged) but still\n\
+                holds leases, so that its subnets can be registered by another pool. A pool\n\
+                that holds no lease gives way by itself. Takes the same lock as the plugins;\n\
+                the released addresses are printed and logged. Release only pools whose\n\
+                containers are gone: a running container keeps using its address.",
+        options: &[
+            OptionSpec { name: "network", value: Some("NAME"), help: "the network name (required)" },
+            OptionSpec { name: "pool", value: Some("NAME"), help: "the pool name (required)" },
+            LOCK_TIMEOUT,
         ],
     },
     CommandSpec {
@@ -120,7 +136,7 @@ const COMMANDS: &[CommandSpec] = &[
 
 /// The tool's help, `ipam-delegated --help`.
 pub fn main_help() -> String {
-    let commands: Vec<String> = COMMANDS.iter().map(|c| format!("  {:<9} {}", c.name, c.summary)).collect();
+    let commands: Vec<String> = COMMANDS.iter().map(|c| format!("  {:<11} {}", c.name, c.summary)).collect();
     format!(
         "ipam-delegated: operator commands over the allocation database.\n\
          Without arguments ipam-delegated is the CNI IPAM plugin a container runtime runs.\n\
@@ -153,7 +169,9 @@ fn command_help(spec: &CommandSpec) -> String {
         .options
         .iter()
         .map(|o| match o.value {
-            Some(v) if spec.name == "release" && o.name != "lock-timeout" => format!(" --{} {v}", o.name),
+            Some(v) if matches!(spec.name, "release" | "forget-pool") && o.name != "lock-timeout" => {
+                format!(" --{} {v}", o.name)
+            }
             Some(v) => format!(" [--{} {v}]", o.name),
             None => format!(" [--{}]", o.name),
         })
@@ -300,32 +318,32 @@ fn set_once(
 
 fn build(name: &'static str, mut given: BTreeMap<&'static str, String>) -> Result<Command, UsageError> {
     let json = given.contains_key("json");
+    let lock_timeout = match given.remove("lock-timeout") {
+        Some(text) => seconds(&text)
+            .ok_or_else(|| usage(Some(name), format!("--lock-timeout must be a number of seconds, got {text:?}")))?,
+        None => DEFAULT_LOCK_TIMEOUT,
+    };
+    let mut required =
+        |option: &str| given.remove(option).ok_or_else(|| usage(Some(name), format!("--{option} is required")));
     Ok(match name {
         "list" => Command::List {
             filter: LeaseFilter {
-                network: given.remove("network"),
-                pool: given.remove("pool"),
-                container_id: given.remove("container"),
+                network: required("network").ok(),
+                pool: required("pool").ok(),
+                container_id: required("container").ok(),
             },
             json,
         },
         "pools" => Command::Pools { json },
         "release" => {
-            let mut required =
-                |option: &str| given.remove(option).ok_or_else(|| usage(Some(name), format!("--{option} is required")));
             let owner = Attachment {
                 network: required("network")?,
                 container_id: required("container")?,
                 ifname: required("ifname")?,
             };
-            let lock_timeout = match given.remove("lock-timeout") {
-                Some(text) => seconds(&text).ok_or_else(|| {
-                    usage(Some(name), format!("--lock-timeout must be a number of seconds, got {text:?}"))
-                })?,
-                None => DEFAULT_LOCK_TIMEOUT,
-            };
             Command::Release { owner, lock_timeout }
         }
+        "forget-pool" => Command::ForgetPool { network: required("network")?, pool: required("pool")?, lock_timeout },
         _ => Command::Check,
     })
 }
@@ -408,5 +426,17 @@ mod tests {
         assert!(problem(&["release", "--network", "n", "--container", "c"]).contains("--ifname is required"));
         let bad = problem(&["release", "--network", "n", "--container", "c", "--ifname", "e", "--lock-timeout", "-1"]);
         assert!(bad.contains("--lock-timeout must be a number of seconds"), "{bad}");
+        assert!(problem(&["forget-pool", "--network", "n"]).contains("forget-pool: --pool is required"));
+        assert_eq!(
+            parse_strs(&["forget-pool", "--pool", "p", "--network=n", "--lock-timeout", "2"]),
+            Ok(Invocation::Run {
+                database: PathBuf::from(DEFAULT_DATABASE),
+                command: Command::ForgetPool {
+                    network: "n".into(),
+                    pool: "p".into(),
+                    lock_timeout: Duration::from_secs(2)
+                }
+            })
+        );
     }
 }

@@ -5,6 +5,7 @@
 
 mod check;
 mod cli;
+mod forget_pool;
 mod list;
 mod pools;
 mod release;
@@ -95,6 +96,9 @@ fn execute(database: &Path, command: Command) -> Result<Report, Failure> {
         Command::List { filter, json } => list::run(&mut open(&database, DEFAULT_LOCK_TIMEOUT)?, &filter, json),
         Command::Pools { json } => pools::run(&mut open(&database, DEFAULT_LOCK_TIMEOUT)?, json),
         Command::Release { owner, lock_timeout } => release::run(&mut open(&database, lock_timeout)?, &owner),
+        Command::ForgetPool { network, pool, lock_timeout } => {
+            forget_pool::run(&mut open(&database, lock_timeout)?, &network, &pool)
+        }
         Command::Check => check::run(&mut open(&database, DEFAULT_LOCK_TIMEOUT)?),
     }
 }

@@ -14,14 +14,28 @@ struct PoolRow {
     network: String,
     name: String,
     subnets: Vec<String>,
+    #[serde(serialize_with = "exact_figure")]
     size: Option<u128>,
+    #[serde(serialize_with = "exact_figure")]
     used: Option<u128>,
+    #[serde(serialize_with = "exact_figure")]
     free: Option<u128>,
     percent_used: Option<f64>,
     /// The address sequential allocation tries next; null when full.
     next: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+}
+
+/// Figures above 2^53 (an IPv6 pool's size) become strings: most JSON
+/// readers (jq, JavaScript) hold numbers as doubles and would round them.
+fn exact_figure<S: serde::Serializer>(figure: &Option<u128>, out: S) -> Result<S::Ok, S::Error> {
+    const EXACT_IN_A_DOUBLE: u128 = 1 << 53;
+    match figure {
+        Some(n) if *n > EXACT_IN_A_DOUBLE => out.serialize_str(&n.to_string()),
+        Some(n) => out.serialize_u128(*n),
+        None => out.serialize_none(),
+    }
 }
 
 struct Figures {

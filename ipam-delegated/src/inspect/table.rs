@@ -7,6 +7,11 @@ pub enum Align {
     Right,
 }
 
+/// The widest a cell is shown; a container id (64 characters) fits. Longer
+/// text is cut with `…`, so that no name can make a table unreadable (or
+/// wider than the formatter can pad: 65,535).
+const MAX_CELL: usize = 72;
+
 pub struct Table {
     columns: Vec<(&'static str, Align)>,
     rows: Vec<Vec<String>>,
@@ -24,7 +29,7 @@ impl Table {
 
     /// The header and the rows, columns two spaces apart, no trailing blanks.
     pub fn render(&self) -> String {
-        let cell = |row: &[String], i: usize| row.get(i).map_or("", String::as_str).to_string();
+        let cell = |row: &[String], i: usize| cut(row.get(i).map_or("", String::as_str));
         let header: Vec<String> = self.columns.iter().map(|(name, _)| name.to_string()).collect();
         let lines: Vec<Vec<String>> = std::iter::once(header)
             .chain(self.rows.iter().map(|row| (0..self.columns.len()).map(|i| cell(row, i)).collect()))
@@ -50,9 +55,28 @@ impl Table {
     }
 }
 
+/// `text`, or its first `MAX_CELL - 1` characters and `…`.
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_CELL - 1) {
+        Some((end, _)) if text.chars().count() > MAX_CELL => format!("{}…", &text[..end]),
+        _ => text.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_cells_are_cut_with_an_ellipsis() {
+        let mut t = Table::new(&[("NAME", Align::Left), ("N", Align::Right)]);
+        let long = "é".repeat(70_000);
+        t.push(vec![long, "1".into()]);
+        t.push(vec!["x".repeat(MAX_CELL), "2".into()]);
+        let lines: Vec<String> = t.render().lines().map(String::from).collect();
+        assert_eq!(lines[1], format!("{}…  1", "é".repeat(MAX_CELL - 1)));
+        assert_eq!(lines[2], format!("{}  2", "x".repeat(MAX_CELL)));
+    }
 
     #[test]
     fn columns_are_aligned_and_lines_have_no_trailing_blanks() {

@@ -85,6 +85,19 @@ impl Pool {
         Ok(range)
     }
 
+    /// Whether sequential allocation may answer a repeat ADD with `addr`, an
+    /// address the attachment already holds in this pool: as for a static
+    /// request, and not excluded. The pool may have changed since the
+    /// address was taken (another subnet, gateway or exclude), and then it
+    /// must not be handed back. The error says why not, for the log.
+    pub fn check_held(&self, addr: IpAddr) -> Result<&Range, String> {
+        let range = self.check_static(addr)?;
+        match self.exclude.iter().find(|net| net.contains(&addr)) {
+            Some(net) => Err(format!("{addr} is excluded ({net})")),
+            None => Ok(range),
+        }
+    }
+
     /// Whether every `match` key is present in CNI_ARGS with an equal value.
     pub fn matches_args(&self, args: &CniArgs) -> bool {
         self.matches.iter().all(|(key, value)| args.get(key) == Some(value.as_str()))

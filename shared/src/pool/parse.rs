@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::subnet;
 use super::{Pool, Range};
-use crate::addr::{from_u128, to_u128};
+use crate::addr::{from_u128, parse_cidr, to_u128};
 use crate::error::{CniError, Result};
 use crate::result::{Dns, Route};
 
@@ -203,7 +203,7 @@ pub(super) fn check_ranges(ranges: &[Range], paths: &[String]) -> Result<()> {
 }
 
 fn parse_subnet(s: &str, field: &str) -> Result<IpNet> {
-    let net: IpNet = match s.parse() {
+    let net: IpNet = match parse_cidr(s).ok_or(()) {
         Ok(net) => net,
         Err(_) if s.parse::<IpAddr>().is_ok() => {
             return Err(CniError::config(field, format!("{s} is an address, not a CIDR: add the prefix length")));
@@ -263,7 +263,7 @@ fn parse_exclude(obj: &Map<String, Value>, label: &str, is_ipv4: bool) -> Result
         let Value::String(s) = item else {
             return Err(CniError::config(&item_field, format!("must be an address or CIDR string, got {item}")));
         };
-        let net = match s.parse::<IpNet>() {
+        let net = match parse_cidr(s).ok_or(()) {
             Ok(net) => net.trunc(),
             Err(_) => match s.parse::<IpAddr>() {
                 Ok(ip) => IpNet::from(ip),
@@ -319,7 +319,7 @@ fn parse_match(obj: &Map<String, Value>, label: &str) -> Result<BTreeMap<String,
 fn parse_requested_ip(obj: &Map<String, Value>, label: &str) -> Result<Option<IpAddr>> {
     let field = format!("{label}.requested-ip");
     let Some(s) = get_str(obj, "requested-ip", &field)? else { return Ok(None) };
-    match (s.parse::<IpAddr>(), s.parse::<IpNet>()) {
+    match (s.parse::<IpAddr>(), parse_cidr(s).ok_or(())) {
         (Ok(ip), _) => Ok(Some(ip)),
         (_, Ok(net)) => Ok(Some(net.addr())),
         _ => Err(CniError::config(&field, format!("{s:?} is not an IP address"))),

@@ -352,3 +352,26 @@ fn other_key_errors() {
         format!("{PREFIX}.requested-ip: must be a string, got [\"10.0.0.5\"]")
     );
 }
+
+#[test]
+fn octets_with_leading_zeros_are_refused_everywhere() {
+    // Go's parser, which every other plugin of a chain uses, refuses them;
+    // read as decimal here they would name another address than there.
+    for bad in [
+        blue(json!({"subnet": "010.135.0.0/16"})),
+        blue(json!({"subnet": "10.135.0.0/016"})),
+        blue(json!({"subnet": "10.135.0.0/16", "rangeStart": "10.135.0.050"})),
+        blue(json!({"subnet": "10.135.0.0/16", "gateway": "10.135.0.01"})),
+        json!({"name": "blue", "ranges": [{"subnet": "10.135.0.0/16"}], "exclude": ["10.135.0.050"]}),
+        json!({"name": "blue", "ranges": [{"subnet": "10.135.0.0/16"}], "exclude": ["10.135.000.0/24"]}),
+        json!({"name": "blue", "ranges": [{"subnet": "10.135.0.0/16"}], "requested-ip": "10.135.0.050/16"}),
+        json!({"name": "blue", "ranges": [{"subnet": "10.135.0.0/16"}], "routes": [{"dst": "010.0.0.0/8"}]}),
+    ] {
+        let msg = error(bad.clone());
+        assert!(
+            msg.contains("010") || msg.contains("050") || msg.contains("01") || msg.contains("000"),
+            "{bad}: {msg}"
+        );
+    }
+    assert_eq!(parse(blue(json!({"subnet": "10.135.0.0/16"}))).ranges[0].subnet, net("10.135.0.0/16"));
+}

@@ -2,10 +2,13 @@
 //! `ipRanges` and the configured pools, kept when their `match` holds and
 //! narrowed by name on the attachment's request.
 
+use std::collections::hash_map::{Entry, HashMap};
+
+use ipnet::IpNet;
 use serde_json::Value;
 
 use super::parse::{check_ranges, parse_range};
-use super::Pool;
+use super::{subnet, Pool};
 use crate::args::CniArgs;
 use crate::error::{CniError, Result};
 
@@ -124,7 +127,8 @@ fn configured_pools(config: &Value, required: bool) -> Result<Vec<Sourced>> {
 
 /// All pools with their sources, checked against each other: names are
 /// unique and no two pools share an address, so that an address belongs to
-/// one pool.
+/// one pool. Both checks sort rather than compare every pair: a
+/// configuration may hold thousands of pools.
 fn sourced_pools(config: &Value) -> Result<Vec<Sourced>> {
     let ip_ranges = config.get("runtimeConfig").and_then(|rc| rc.get("ipRanges")).filter(|v| !v.is_null());
     let mut pools = match ip_ranges {
@@ -132,29 +136,77 @@ fn sourced_pools(config: &Value) -> Result<Vec<Sourced>> {
         None => Vec::new(),
     };
     pools.extend(configured_pools(config, pools.is_empty())?);
-    for (i, later) in pools.iter().enumerate() {
-        for earlier in &pools[..i] {
-            if earlier.pool.name == later.pool.name {
-                return Err(CniError::config(
-                    &format!("{}.name", later.path),
-                    format!("{:?} is also the name of {}", later.pool.name, earlier.path),
-                ));
-            }
-            if let Some((mine, theirs)) = overlapping_subnets(&later.pool, &earlier.pool) {
-                return Err(CniError::config(
-                    &later.label(),
-                    format!("its subnet {mine} overlaps {theirs} of {}", earlier.label()),
-                ));
-            }
-        }
+    // The conflict reported is the one whose later pool comes first in the
+    // configuration, a name before a subnet.
+    let overlap = first_overlap(&pools);
+    match first_duplicate_name(&pools) {
+        Some((later, earlier)) if overlap.as_ref().is_none_or(|o| o.later >= later) => Err(CniError::config(
+            &format!("{}.name", pools[later].path),
+            format!("{:?} is also the name of {}", pools[later].pool.name, pools[earlier].path),
+        )),
+        _ => match overlap {
+            Some(o) => Err(CniError::config(
+                &pools[o.later].label(),
+                format!("its subnet {} overlaps {} of {}", o.mine, o.theirs, pools[o.earlier].label()),
+            )),
+            None => Ok(pools),
+        },
     }
-    Ok(pools)
 }
 
-fn overlapping_subnets(a: &Pool, b: &Pool) -> Option<(ipnet::IpNet, ipnet::IpNet)> {
-    a.subnets().into_iter().find_map(|mine| {
-        b.subnets().into_iter().find(|theirs| super::subnet::subnets_overlap(&mine, theirs)).map(|t| (mine, t))
+/// (later, earlier) indexes of the first pool whose name an earlier one has.
+fn first_duplicate_name(pools: &[Sourced]) -> Option<(usize, usize)> {
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(pools.len());
+    pools.iter().enumerate().find_map(|(i, p)| match seen.entry(p.pool.name.as_str()) {
+        Entry::Occupied(earlier) => Some((i, *earlier.get())),
+        Entry::Vacant(slot) => {
+            slot.insert(i);
+            None
+        }
     })
+}
+
+/// Two pools sharing an address: `mine` of pool `later`, `theirs` of `earlier`.
+struct Overlap {
+    later: usize,
+    earlier: usize,
+    mine: IpNet,
+    theirs: IpNet,
+}
+
+/// An overlap between two pools, if any (the ranges of one pool were
+/// checked apart): subnets sorted by first address, each compared with the
+/// one reaching furthest before it. Of the overlaps met, the one whose later
+/// pool comes first.
+fn first_overlap(pools: &[Sourced]) -> Option<Overlap> {
+    let mut subnets: Vec<(u128, u128, usize, IpNet)> = pools
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| {
+            p.pool.ranges.iter().map(move |r| {
+                let (first, last) = subnet::bounds(&r.subnet);
+                (first, last, i, r.subnet)
+            })
+        })
+        .collect();
+    subnets.sort_unstable_by_key(|&(first, last, i, _)| (first, last, i));
+    let mut found: Option<Overlap> = None;
+    let mut reach: Option<(u128, usize, IpNet)> = None;
+    for (first, last, pool, net) in subnets {
+        if let Some((end, other, other_net)) = reach {
+            if first <= end && other != pool {
+                let (later, earlier, mine, theirs) =
+                    if pool > other { (pool, other, net, other_net) } else { (other, pool, other_net, net) };
+                if found.as_ref().is_none_or(|f| later < f.later) {
+                    found = Some(Overlap { later, earlier, mine, theirs });
+                }
+            }
+        }
+        if reach.is_none_or(|(end, _, _)| last > end) {
+            reach = Some((last, pool, net));
+        }
+    }
+    found
 }
 
 /// The names the attachment narrows to, and where they came from:

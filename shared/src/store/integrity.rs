@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use rusqlite::Row;
 
 use super::{runs, InDatabase, Tx};
-use crate::addr::{from_u128, to_u128};
+use crate::addr::{from_u128, to_key, to_u128};
 use crate::error::Result;
 
 /// Past this many problems of one kind the rest are summarized: a broken
@@ -47,6 +47,7 @@ impl Tx<'_> {
             return Ok(problems.list);
         }
         self.check_leases(&mut problems)?;
+        self.check_pool_index(&mut problems)?;
         Ok(problems.list)
     }
 
@@ -101,6 +102,37 @@ impl Tx<'_> {
     }
 }
 
+impl Tx<'_> {
+    /// `pool_subnets` must list exactly the registered pools' subnets, or a
+    /// new pool's overlap check would miss one.
+    fn check_pool_index(&self, problems: &mut Problems) -> Result<()> {
+        let mut derived: Vec<(Vec<u8>, Vec<u8>, String, String)> = Vec::new();
+        for pool in self.registered_pools()? {
+            for subnet in &pool.subnets {
+                let (first, last) = (to_key(subnet.network()).to_vec(), to_key(subnet.broadcast()).to_vec());
+                derived.push((first, last, pool.network.clone(), pool.name.clone()));
+            }
+        }
+        derived.sort();
+        let mut stmt = self
+            .sql
+            .prepare("SELECT first, last, network, name FROM pool_subnets ORDER BY first, network, name")
+            .in_db(self.path)?;
+        let stored: Vec<(Vec<u8>, Vec<u8>, String, String)> = stmt
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+            .and_then(Iterator::collect)
+            .in_db(self.path)?;
+        if stored != derived {
+            let missing = derived.iter().filter(|d| !stored.contains(d)).count();
+            let extra = stored.iter().filter(|s| !derived.contains(s)).count();
+            problems.list.push(format!(
+                "pool_subnets disagrees with pools: {missing} registered subnets missing, {extra} stale entries"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Address, address text, pool and network of a lease.
 fn lease_row(row: &Row) -> rusqlite::Result<(std::net::IpAddr, String, (String, String))> {
     Ok((super::leases::address_column(row, 0)?, row.get(1)?, (row.get(3)?, row.get(2)?)))
@@ -124,6 +156,15 @@ mod tests {
                 Ok(())
             })
             .unwrap();
+        assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap(), Vec::<String>::new());
+        store.write(|tx| Ok(tx.sql.execute("DELETE FROM pool_subnets", []).unwrap())).unwrap();
+        let problems = store.read(|tx| tx.integrity_problems()).unwrap();
+        assert!(
+            problems == ["pool_subnets disagrees with pools: 1 registered subnets missing, 0 stale entries"],
+            "{problems:?}"
+        );
+        store.write(|tx| tx.register_pool("net", "p", &["10.0.0.0/25".parse().unwrap()], &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))).unwrap();
         assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap(), Vec::<String>::new());
 
         store.write(|tx| tx.insert_lease(ip("10.9.0.1"), "p", &a)).unwrap();

@@ -63,7 +63,9 @@ impl Tx<'_> {
         rows.next().transpose().in_db(self.path)
     }
 
-    /// Records a lease; error 101 if the address is already held by anyone.
+    /// Records a lease, tagged with the ADD of this handle (see
+    /// [`super::AllocationStore::set_add_id`]); error 101 if the address is
+    /// already held by anyone.
     pub fn insert_lease(&self, address: IpAddr, pool: &str, owner: &Attachment) -> Result<()> {
         self.insert_lease_row(address, pool, owner, now_unix())?;
         let n = to_u128(address);
@@ -98,8 +100,8 @@ impl Tx<'_> {
         let mut stmt = self
             .sql
             .prepare_cached(
-                "INSERT INTO leases (key, address, pool, network, container_id, ifname, since)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (key) DO NOTHING",
+                "INSERT INTO leases (key, address, pool, network, container_id, ifname, since, added_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (key) DO NOTHING",
             )
             .in_db(self.path)?;
         let key = to_key(address);
@@ -111,7 +113,8 @@ impl Tx<'_> {
                 owner.network,
                 owner.container_id,
                 owner.ifname,
-                since
+                since,
+                self.add_id
             ])
             .in_db(self.path)?;
         if inserted == 0 {
@@ -143,6 +146,46 @@ impl Tx<'_> {
     /// Releases every lease of `owner` (none is fine) and returns them.
     pub fn release(&self, owner: &Attachment) -> Result<Vec<Lease>> {
         let leases = self.leases_of(owner)?;
+        self.delete_leases(&leases)?;
+        Ok(leases)
+    }
+
+    /// Rolling back a failed ADD: releases the leases of `owner` that the ADD
+    /// `add_id` took, and only those. What the attachment held before that
+    /// ADD (a repeat ADD that failed) stays held.
+    pub fn release_added_by(&self, owner: &Attachment, add_id: &str) -> Result<Vec<Lease>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS} FROM leases
+                 WHERE network = ?1 AND container_id = ?2 AND ifname = ?3 AND added_by = ?4 ORDER BY key"
+            ))
+            .in_db(self.path)?;
+        let leases: Vec<Lease> = stmt
+            .query_map(params![owner.network, owner.container_id, owner.ifname, add_id], lease_from_row)
+            .and_then(Iterator::collect)
+            .in_db(self.path)?;
+        self.delete_leases(&leases)?;
+        Ok(leases)
+    }
+
+    /// How many leases the pool `name` of `network` holds.
+    pub fn count_pool_leases(&self, network: &str, name: &str) -> Result<u64> {
+        let mut stmt =
+            self.sql.prepare_cached("SELECT count(*) FROM leases WHERE network = ?1 AND pool = ?2").in_db(self.path)?;
+        stmt.query_row([network, name], |row| row.get(0)).in_db(self.path)
+    }
+
+    /// Releases every lease of the pool `name` of `network`.
+    pub(super) fn release_pool_leases(&self, network: &str, name: &str) -> Result<Vec<Lease>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS} FROM leases WHERE network = ?1 AND pool = ?2 ORDER BY key"
+            ))
+            .in_db(self.path)?;
+        let leases: Vec<Lease> =
+            stmt.query_map([network, name], lease_from_row).and_then(Iterator::collect).in_db(self.path)?;
         self.delete_leases(&leases)?;
         Ok(leases)
     }

@@ -11,12 +11,47 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fs2::FileExt;
 
 use super::unusable;
 use crate::error::{CniError, Code, Result};
+
+/// How long a writer may wait for the lock: `ipam.lockTimeout` for each
+/// wait, and within an orchestrated call also the bounds `ipam-delegated`
+/// passes down, so that one call's waits add up to one budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockWait {
+    /// `ipam.lockTimeout`: the longest one wait lasts.
+    pub timeout: Duration,
+    /// Shared by every wait of the call, rollback included: a stuck lock
+    /// costs the call its lock budget once, not once per delegate.
+    pub shared_until: Option<Instant>,
+    /// The whole call's deadline (`ipam.timeout`); a wait cut short by it is
+    /// error 105, saying that it was waiting for the lock.
+    pub call_deadline: Option<Instant>,
+}
+
+impl From<Duration> for LockWait {
+    fn from(timeout: Duration) -> Self {
+        LockWait { timeout, shared_until: None, call_deadline: None }
+    }
+}
+
+impl LockWait {
+    /// When this wait must end, and whether that is the call's deadline.
+    fn until(&self, now: Instant) -> (Instant, bool) {
+        let mut until = now + self.timeout;
+        if let Some(shared) = self.shared_until {
+            until = until.min(shared);
+        }
+        match self.call_deadline {
+            Some(deadline) if deadline <= until => (deadline, true),
+            _ => (until, false),
+        }
+    }
+}
 
 pub(super) struct LockFile {
     path: PathBuf,
@@ -44,8 +79,10 @@ impl LockFile {
         Ok(LockFile { path: path.to_path_buf(), file: Some(file) })
     }
 
-    /// Takes the lock, waiting at most `timeout` (error 11 past it).
-    pub(super) fn acquire(&mut self, timeout: Duration, db_path: &Path) -> Result<HeldLock<'_>> {
+    /// Takes the lock, waiting as long as `wait` allows: error 11 past the
+    /// lock timeout or the call's shared lock budget, 105 past the call's
+    /// deadline.
+    pub(super) fn acquire(&mut self, wait: &LockWait, db_path: &Path) -> Result<HeldLock<'_>> {
         let file = match self.file.take() {
             Some(file) => file,
             None => open_lock_file(&self.path).map_err(|e| self.failure(db_path, e))?,
@@ -53,11 +90,16 @@ impl LockFile {
         match file.try_lock_exclusive() {
             Ok(()) => {}
             Err(e) if is_contended(&e) => {
+                let now = Instant::now();
+                let (until, is_call_deadline) = wait.until(now);
+                let budget = until.saturating_duration_since(now);
                 // On timeout `file` is dropped here; the waiter thread's clone
                 // then releases the lock as soon as it gets it.
-                wait_for_lock(&file, timeout).map_err(|e| match e {
-                    Some(e) => self.failure(db_path, e),
-                    None => stayed_locked(db_path, timeout),
+                wait_for_lock(&file, budget).map_err(|e| match e {
+                    WaitFailure::Io(e) => self.failure(db_path, e),
+                    WaitFailure::NoThread(e) => no_thread(e),
+                    WaitFailure::TimedOut if is_call_deadline => call_deadline_reached(db_path),
+                    WaitFailure::TimedOut => stayed_locked(db_path, budget),
                 })?;
             }
             Err(e) => return Err(self.failure(db_path, e)),
@@ -79,21 +121,48 @@ fn is_contended(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock || err.raw_os_error() == fs2::lock_contended_error().raw_os_error()
 }
 
+enum WaitFailure {
+    Io(io::Error),
+    NoThread(io::Error),
+    TimedOut,
+}
+
 /// Blocks in a helper thread rather than polling, so the lock is taken the
-/// moment it is released. `Err(None)` means the wait timed out.
-fn wait_for_lock(file: &File, timeout: Duration) -> std::result::Result<(), Option<io::Error>> {
-    let clone = file.try_clone().map_err(Some)?;
+/// moment it is released.
+fn wait_for_lock(file: &File, timeout: Duration) -> std::result::Result<(), WaitFailure> {
+    if timeout.is_zero() {
+        return Err(WaitFailure::TimedOut);
+    }
+    let clone = file.try_clone().map_err(WaitFailure::Io)?;
     let (report, outcome) = mpsc::channel();
     thread::Builder::new()
         .name("allocation-db-lock".into())
         .spawn(move || {
             let _ = report.send(clone.lock_exclusive());
         })
-        .map_err(Some)?;
+        .map_err(WaitFailure::NoThread)?;
     match outcome.recv_timeout(timeout) {
-        Ok(result) => result.map_err(Some),
-        Err(_) => Err(None),
+        Ok(result) => result.map_err(WaitFailure::Io),
+        Err(_) => Err(WaitFailure::TimedOut),
     }
+}
+
+/// The system refused a thread (a pids limit, no memory): try again later.
+fn no_thread(err: io::Error) -> CniError {
+    CniError::new(
+        Code::TryAgainLater,
+        format!("cannot start a thread to wait for the allocation database lock ({err}): the system is out of processes or memory; try again later"),
+    )
+}
+
+fn call_deadline_reached(db_path: &Path) -> CniError {
+    CniError::new(
+        Code::DelegateTimeout,
+        format!(
+            "the call's deadline (ipam.timeout) was reached while waiting for the lock of allocation database {}: another process holds it",
+            db_path.display()
+        ),
+    )
 }
 
 fn stayed_locked(db_path: &Path, timeout: Duration) -> CniError {

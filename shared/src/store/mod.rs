@@ -17,7 +17,7 @@ mod testing;
 
 use std::fmt;
 use std::fs::{DirBuilder, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -27,8 +27,9 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 use crate::error::{CniError, Code, Result};
 
 pub use leases::{Lease, LeaseFilter};
+pub use lock::LockWait;
 pub use pools::RegisteredPool;
-pub use schema::SCHEMA_VERSION;
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 use lock::LockFile;
 
@@ -55,28 +56,35 @@ pub struct AllocationStore {
     conn: Connection,
     lock: LockFile,
     path: PathBuf,
-    lock_timeout: Duration,
+    lock_wait: LockWait,
+    /// The ipam-delegated ADD this process is part of: leases it takes are
+    /// tagged with it, so that a rollback releases only those.
+    add_id: Option<String>,
 }
 
 /// One transaction on the store: every question and change goes through it.
 pub struct Tx<'conn> {
     sql: rusqlite::Transaction<'conn>,
     path: &'conn Path,
+    add_id: Option<&'conn str>,
 }
 
 impl AllocationStore {
     /// Opens (creating if missing) the database at an absolute path. Missing
     /// parent directories are created 0700, a new database file and the lock
-    /// file `<name>.lock` beside it 0600. Creating or migrating the schema
-    /// happens under the lock; when the schema is current, opening only reads
-    /// `user_version`.
-    pub fn open(path: &Path, lock_timeout: Duration) -> Result<Self> {
+    /// file `<name>.lock` beside it 0600, and a database of ours that is
+    /// readable by others is made 0600. A file that is not one of the suite's
+    /// databases is error 103 and is left as it is. Creating or migrating the
+    /// schema happens under the lock; when the schema is current, opening
+    /// only reads the file's marks.
+    pub fn open(path: &Path, lock_wait: impl Into<LockWait>) -> Result<Self> {
+        let lock_wait = lock_wait.into();
         if !path.is_absolute() {
             return Err(CniError::config("ipam.database", format!("{} is not an absolute path", path.display())));
         }
-        let Some(file_name) = path.file_name() else {
+        if path.file_name().is_none() {
             return Err(CniError::config("ipam.database", format!("{} does not name a file", path.display())));
-        };
+        }
         if let Some(parent) = path.parent() {
             DirBuilder::new()
                 .recursive(true)
@@ -84,32 +92,37 @@ impl AllocationStore {
                 .create(parent)
                 .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
         }
+        refuse_non_sqlite(path)?;
         // SQLite would create the file with the umask's mode; create it first so
         // that it never exists with wider permissions. Its -wal and -shm files
         // inherit this mode from it.
         create_private_file(path).map_err(|e| unusable(path, e))?;
-        let mut lock_name = file_name.to_os_string();
-        lock_name.push(".lock");
-        let lock = LockFile::open(&path.with_file_name(lock_name)).map_err(|e| unusable(path, e))?;
+        // SQLite follows a symlink to the file it names (and keeps its -wal
+        // beside the target); the lock must be the target's too, or two paths
+        // to one database would be two locks.
+        let path = resolve_symlink(path)?;
+        let lock_path = sibling(&path, ".lock");
+        let lock = LockFile::open(&lock_path)
+            .map_err(|e| unusable(&path, format!("lock file {}: {e}", lock_path.display())))?;
 
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).in_db(path)?;
+        let conn = Connection::open_with_flags(&path, flags).in_db(&path)?;
         // SQLite silently falls back to read-only; an ADD must not find out late.
-        if conn.is_readonly("main").in_db(path)? {
-            return Err(unusable(path, "the file is read-only"));
+        if conn.is_readonly("main").in_db(&path)? {
+            return Err(unusable(&path, "the file is read-only"));
         }
         // Waits only for outside writers such as the sqlite3 shell: our own
         // writers are serialized by the lock file.
-        conn.busy_timeout(lock_timeout).in_db(path)?;
+        conn.busy_timeout(lock_wait.timeout).in_db(&path)?;
         // Every plugin process is short-lived and usually the last connection:
         // by default SQLite then checkpoints and deletes the WAL at close, so
         // each process would recreate it (file creation, header and directory
         // fsyncs) and checkpoint again (two more fsyncs). The WAL persists
         // instead and writers truncate it past WAL_CHECKPOINT_BYTES; crash
         // safety is SQLite's WAL recovery, as after any crash.
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(path)?;
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(&path)?;
 
-        let mut store = AllocationStore { conn, lock, path: path.to_path_buf(), lock_timeout };
+        let mut store = AllocationStore { conn, lock, path, lock_wait, add_id: None };
         // The first statements read the file, and so meet whatever a killed
         // process left to recover.
         let found = store.under_lock_if_busy(|conn, path| {
@@ -117,25 +130,31 @@ impl AllocationStore {
             // mode FULL syncs the WAL at every commit.
             conn.pragma_update(None, "synchronous", "FULL").in_db(path)?;
             conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
-            schema::user_version(conn).in_db(path)
+            schema::identify(conn, path)
         })?;
-        schema::refuse_unknown(found, path)?;
-        if found < SCHEMA_VERSION {
-            let _held = store.lock.acquire(store.lock_timeout, &store.path)?;
-            schema::migrate(&mut store.conn, &store.path, store.lock_timeout)?;
+        make_private(&store.path)?;
+        if !matches!(found, schema::Found::Ours(SCHEMA_VERSION)) {
+            let _held = store.lock.acquire(&store.lock_wait, &store.path)?;
+            schema::migrate(&mut store.conn, &store.path, store.lock_wait.timeout)?;
         }
         Ok(store)
+    }
+
+    /// Tags the leases this handle takes with the ipam-delegated ADD they
+    /// belong to (see [`Tx::release_added_by`]).
+    pub fn set_add_id(&mut self, add_id: Option<String>) {
+        self.add_id = add_id;
     }
 
     /// Runs `f` in one write transaction while holding the lock: commits if
     /// `f` succeeds, rolls back otherwise, and releases the lock after.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
         let asked = Instant::now();
-        let held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let held = self.lock.acquire(&self.lock_wait, &self.path)?;
         let locked = Instant::now();
         let value = {
             let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
-            let tx = Tx { sql, path: &self.path };
+            let tx = Tx { sql, path: &self.path, add_id: self.add_id.as_deref() };
             let value = f(&tx)?;
             let committing = Instant::now();
             tx.sql.commit().in_db(&self.path)?;
@@ -147,7 +166,7 @@ impl AllocationStore {
             );
             value
         };
-        truncate_large_wal(&self.conn, &self.path, self.lock_timeout);
+        truncate_large_wal(&self.conn, &self.path, self.lock_wait.timeout);
         drop(held);
         Ok(value)
     }
@@ -158,7 +177,7 @@ impl AllocationStore {
         self.under_lock_if_busy(|conn, path| {
             let changes_before = conn.total_changes();
             let sql = conn.transaction_with_behavior(TransactionBehavior::Deferred).in_db(path)?;
-            let tx = Tx { sql, path };
+            let tx = Tx { sql, path, add_id: None };
             let value = f(&tx);
             let changed = tx.sql.total_changes() != changes_before;
             tx.sql.rollback().in_db(path)?;
@@ -179,9 +198,9 @@ impl AllocationStore {
     /// is writing, so the second attempt recovers or waits (busy_timeout).
     fn under_lock_if_busy<T>(&mut self, read: impl Fn(&mut Connection, &Path) -> Result<T>) -> Result<T> {
         match read(&mut self.conn, &self.path) {
-            Err(e) if e.code == Code::TryAgainLater as u32 => {
+            Err(e) if e.is(Code::TryAgainLater) => {
                 tracing::debug!("lock-free read of {} was busy; reading under the lock", self.path.display());
-                let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+                let _held = self.lock.acquire(&self.lock_wait, &self.path)?;
                 read(&mut self.conn, &self.path)
             }
             other => other,
@@ -191,7 +210,7 @@ impl AllocationStore {
     /// Ok when the database can be written now (for STATUS): takes the lock,
     /// begins a write transaction and rolls it back.
     pub fn probe_writable(&mut self) -> Result<()> {
-        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let _held = self.lock.acquire(&self.lock_wait, &self.path)?;
         let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
         sql.rollback().in_db(&self.path)
     }
@@ -200,7 +219,7 @@ impl AllocationStore {
     /// under the lock. For bulk loads (tools, benchmarks): a plugin's next
     /// commit then does not pay for checkpointing a large log.
     pub fn checkpoint(&mut self) -> Result<()> {
-        let _held = self.lock.acquire(self.lock_timeout, &self.path)?;
+        let _held = self.lock.acquire(&self.lock_wait, &self.path)?;
         let (busy, _, _): (i64, i64, i64) = self
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
@@ -238,9 +257,60 @@ fn truncate_large_wal(conn: &Connection, path: &Path, busy_timeout: Duration) {
 }
 
 fn wal_len(path: &Path) -> Option<u64> {
-    let mut wal = path.as_os_str().to_os_string();
-    wal.push("-wal");
-    std::fs::metadata(&wal).ok().map(|m| m.len())
+    std::fs::metadata(sibling(path, "-wal")).ok().map(|m| m.len())
+}
+
+/// `<path><suffix>`, as SQLite names its -wal and -shm files.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The file a symlink at `path` leads to (created by now), or `path`.
+fn resolve_symlink(path: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            std::fs::canonicalize(path).map_err(|e| unusable(path, format!("cannot resolve the symlink: {e}")))
+        }
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
+/// SQLite's file header; a non-empty file without it is not a database.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Error 103 for an existing non-empty file that is not SQLite at all,
+/// before anything (SQLite included) opens it for writing.
+fn refuse_non_sqlite(path: &Path) -> Result<()> {
+    let mut header = [0u8; 16];
+    let read = match std::fs::File::open(path) {
+        Ok(mut file) => std::io::Read::read(&mut file, &mut header),
+        Err(_) => return Ok(()), // missing (created next) or unreadable (open says why)
+    };
+    match read {
+        Ok(0) => Ok(()),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(()),
+        Ok(_) => Err(unusable(
+            path,
+            "it is not a database (a file without the SQLite header); nothing was changed: point \
+             ipam.database at a file of its own",
+        )),
+        Err(e) => Err(unusable(path, e)),
+    }
+}
+
+/// Ours, so nobody else may read it: the database and its -wal and -shm
+/// become 0600 if they were created wider (by hand, or by an older build).
+fn make_private(path: &Path) -> Result<()> {
+    for file in [path.to_path_buf(), sibling(path, "-wal"), sibling(path, "-shm")] {
+        let Ok(meta) = std::fs::metadata(&file) else { continue };
+        if meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| unusable(path, format!("cannot make {} private (0600): {e}", file.display())))?;
+        }
+    }
+    Ok(())
 }
 
 fn create_private_file(path: &Path) -> std::io::Result<()> {

@@ -9,7 +9,8 @@ use ipnet::IpNet;
 use rusqlite::{params, Row};
 use serde_json::Value;
 
-use super::{unusable, InDatabase, Tx};
+use super::{unusable, InDatabase, Lease, Tx};
+use crate::addr::{from_key, to_key, to_u128};
 use crate::error::{CniError, Code, Result};
 
 /// A pool as recorded in the database.
@@ -73,8 +74,11 @@ impl Tx<'_> {
 
     /// Records a pool's subnets and definition and returns its cursor. Writes
     /// nothing when they are already recorded as given, so the common case
-    /// stays read-only. Error 7 when a subnet overlaps one of another pool (of
-    /// any network); a changed definition replaces the old one and keeps the cursor.
+    /// stays read-only; a changed definition replaces the old one and keeps
+    /// the cursor. Another pool (of any network) registered on an
+    /// overlapping subnet gives way when it holds no lease (its record is
+    /// dropped); while it holds leases this is error 7 naming how many and
+    /// how to release them.
     pub fn register_pool(
         &self,
         network: &str,
@@ -86,23 +90,34 @@ impl Tx<'_> {
         if let Some(known) = known.as_ref().filter(|k| k.is(subnets, definition)) {
             return Ok(known.cursor);
         }
-        for other in self
-            .registered_pools()?
-            .iter()
-            .filter(|other| (other.network.as_str(), other.name.as_str()) != (network, name))
-        {
-            for mine in subnets {
-                if let Some(theirs) = other.subnets.iter().find(|theirs| overlap(mine, theirs)) {
+        let mut gave_way: Vec<(String, String)> = Vec::new();
+        for mine in subnets {
+            for (theirs, other_network, other_name) in self.overlapping_subnets(mine, network, name)? {
+                if gave_way.iter().any(|(n, p)| (n, p) == (&other_network, &other_name)) {
+                    continue;
+                }
+                let held = self.count_pool_leases(&other_network, &other_name)?;
+                if held > 0 {
                     return Err(CniError::config(
                         &format!("pool {name}"),
                         format!(
-                            "subnet {mine} overlaps subnet {theirs} of pool {} of network {:?}, recorded in allocation database {}",
-                            other.name,
-                            other.network,
-                            self.path.display()
+                            "subnet {mine} overlaps subnet {theirs} of pool {other_name} of network {other_network:?}, \
+                             which still holds {held} lease{} in allocation database {}: release {} (DEL the \
+                             attachments, or run 'ipam-delegated --database {} forget-pool --network {other_network} \
+                             --pool {other_name}')",
+                            if held == 1 { "" } else { "s" },
+                            self.path.display(),
+                            if held == 1 { "it" } else { "them" },
+                            self.path.display(),
                         ),
                     ));
                 }
+                self.unregister_pool(&other_network, &other_name)?;
+                tracing::info!(
+                    "pool {other_name} of network {other_network:?} ({theirs}) held no lease and gave way to pool \
+                     {name} of network {network:?} ({mine})"
+                );
+                gave_way.push((other_network, other_name));
             }
         }
         let mut stmt = self
@@ -116,7 +131,80 @@ impl Tx<'_> {
         let subnet_list: Vec<String> = subnets.iter().map(IpNet::to_string).collect();
         stmt.execute(params![network, name, family(subnets), subnet_list.join(","), definition.to_string()])
             .in_db(self.path)?;
+        if known.as_ref().is_none_or(|k| k.subnets != subnets) {
+            self.index_subnets(network, name, subnets)?;
+        }
         Ok(known.and_then(|k| k.cursor))
+    }
+
+    /// The registered subnets of other pools that share an address with
+    /// `subnet`, as (their subnet, network, pool). Registered subnets do not
+    /// overlap each other, so walking down from the last one that starts
+    /// within `subnet` can stop at the first that ends before it.
+    fn overlapping_subnets(&self, subnet: &IpNet, network: &str, name: &str) -> Result<Vec<(IpNet, String, String)>> {
+        let (first, last) = (to_key(subnet.network()), to_key(subnet.broadcast()));
+        let mut stmt = self
+            .sql
+            .prepare_cached("SELECT first, last, network, name FROM pool_subnets WHERE first <= ?1 ORDER BY first DESC")
+            .in_db(self.path)?;
+        let mut rows = stmt.query([&last[..]]).in_db(self.path)?;
+        let mut found = Vec::new();
+        while let Some(row) = rows.next().in_db(self.path)? {
+            let (their_first, their_last): (Vec<u8>, Vec<u8>) =
+                (row.get(0).in_db(self.path)?, row.get(1).in_db(self.path)?);
+            if their_last.as_slice() < &first[..] {
+                break;
+            }
+            let (other_network, other_name): (String, String) =
+                (row.get(2).in_db(self.path)?, row.get(3).in_db(self.path)?);
+            if (other_network.as_str(), other_name.as_str()) == (network, name) {
+                continue;
+            }
+            let theirs = subnet_of(&their_first, &their_last)
+                .ok_or_else(|| unusable(self.path, format!("pool {other_name}: a subnet key that is not a subnet")))?;
+            found.push((theirs, other_network, other_name));
+        }
+        Ok(found)
+    }
+
+    /// Replaces the pool's rows of the subnet index.
+    fn index_subnets(&self, network: &str, name: &str, subnets: &[IpNet]) -> Result<()> {
+        self.sql
+            .prepare_cached("DELETE FROM pool_subnets WHERE network = ?1 AND name = ?2")
+            .and_then(|mut stmt| stmt.execute([network, name]))
+            .in_db(self.path)?;
+        let mut insert = self
+            .sql
+            .prepare_cached("INSERT INTO pool_subnets (first, last, network, name) VALUES (?1, ?2, ?3, ?4)")
+            .in_db(self.path)?;
+        for subnet in subnets {
+            insert
+                .execute(params![&to_key(subnet.network())[..], &to_key(subnet.broadcast())[..], network, name])
+                .in_db(self.path)?;
+        }
+        Ok(())
+    }
+
+    /// Drops a pool's record (its leases, if any, stay: see [`Tx::forget_pool`]).
+    /// Returns whether it was registered.
+    fn unregister_pool(&self, network: &str, name: &str) -> Result<bool> {
+        self.index_subnets(network, name, &[])?;
+        let deleted = self
+            .sql
+            .prepare_cached("DELETE FROM pools WHERE network = ?1 AND name = ?2")
+            .and_then(|mut stmt| stmt.execute([network, name]))
+            .in_db(self.path)?;
+        Ok(deleted > 0)
+    }
+
+    /// The operator's way out for a pool that is gone from the configuration
+    /// but still holds leases: releases every lease of the pool and drops its
+    /// record, so that its subnets can be registered again. Returns the
+    /// released leases and whether the pool was registered.
+    pub fn forget_pool(&self, network: &str, name: &str) -> Result<(Vec<Lease>, bool)> {
+        let released = self.release_pool_leases(network, name)?;
+        let was_registered = self.unregister_pool(network, name)?;
+        Ok((released, was_registered))
     }
 
     /// Records `last` as the pool's last handed-out address.
@@ -147,8 +235,12 @@ impl Tx<'_> {
     }
 }
 
-fn overlap(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
+/// The subnet whose first and last address keys these are.
+fn subnet_of(first: &[u8], last: &[u8]) -> Option<IpNet> {
+    let (first, last) = (from_key(first)?, from_key(last)?);
+    let host_bits = (to_u128(first) ^ to_u128(last)).count_ones() as u8;
+    let max = if first.is_ipv4() { 32 } else { 128 };
+    IpNet::new(first, max - host_bits).ok()
 }
 
 /// For people reading the table: which families the subnets cover.
@@ -164,7 +256,7 @@ fn family(subnets: &[IpNet]) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{ip, temp_store};
+    use super::super::testing::{ip, owner, temp_store};
     use super::super::{AllocationStore, DEFAULT_LOCK_TIMEOUT};
     use super::*;
     use serde_json::json;
@@ -174,23 +266,51 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_subnets_of_another_pool_are_error_7_naming_both() {
+    fn overlapping_subnets_of_a_pool_with_leases_are_error_7_naming_both_and_the_way_out() {
         let (_dir, mut store) = temp_store();
         store.write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/16", "fd00::/64"]), &json!({"n": 1}))).unwrap();
+        store.write(|tx| tx.insert_lease(ip("10.0.9.9"), "a", &owner("n", "c", "eth0"))).unwrap();
+        store.write(|tx| tx.insert_lease(ip("fd00::9"), "a", &owner("n", "c", "eth0"))).unwrap();
         for (mine, theirs) in
             [("10.0.3.0/24", "10.0.0.0/16"), ("10.0.0.0/8", "10.0.0.0/16"), ("fd00::/48", "fd00::/64")]
         {
             let e =
-                store.write(|tx| tx.register_pool("n", "b", &nets(&["10.200.0.0/24", mine]), &json!({}))).unwrap_err();
+                store.write(|tx| tx.register_pool("m", "b", &nets(&["10.200.0.0/24", mine]), &json!({}))).unwrap_err();
             assert_eq!(e.code, 7);
-            for part in ["pool b", mine, theirs, "pool a"] {
+            for part in ["pool b", mine, theirs, "pool a", "holds 2 leases", "forget-pool --network n --pool a"] {
                 assert!(e.msg.contains(part), "{part} in {}", e.msg);
             }
         }
-        assert_eq!(store.read(|tx| tx.registered_pool("n", "b")).unwrap(), None);
+        assert_eq!(store.read(|tx| tx.registered_pool("m", "b")).unwrap(), None);
         store.write(|tx| tx.register_pool("n", "b", &nets(&["10.1.0.0/16", "fd01::/64"]), &json!({}))).unwrap();
         let names: Vec<String> = store.read(|tx| tx.registered_pools()).unwrap().into_iter().map(|p| p.name).collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn a_registration_without_leases_gives_way_and_forget_pool_releases_one_with_leases() {
+        let (_dir, mut store) = temp_store();
+        // Renamed: p becomes q on the same subnet, p holding nothing.
+        store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("n", "q", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap();
+        // Moved to another network and merged into one larger pool.
+        store.write(|tx| tx.register_pool("n", "r", &nets(&["10.8.0.0/25"]), &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("other", "all", &nets(&["10.7.0.0/23", "10.8.0.0/24"]), &json!({}))).unwrap();
+        let names: Vec<(String, String)> =
+            store.read(|tx| tx.registered_pools()).unwrap().into_iter().map(|p| (p.network, p.name)).collect();
+        assert_eq!(names, [("other".to_string(), "all".to_string())]);
+
+        // Leases hold a registration in place until the operator forgets it.
+        store.write(|tx| tx.insert_lease(ip("10.7.0.5"), "all", &owner("other", "c1", "eth0"))).unwrap();
+        store.write(|tx| tx.insert_lease(ip("10.8.0.5"), "all", &owner("other", "c2", "eth0"))).unwrap();
+        let e = store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap_err();
+        assert!(e.msg.contains("holds 2 leases"), "{}", e.msg);
+        let (released, was_registered) = store.write(|tx| tx.forget_pool("other", "all")).unwrap();
+        assert!(was_registered);
+        assert_eq!(released.iter().map(|l| l.address).collect::<Vec<_>>(), [ip("10.7.0.5"), ip("10.8.0.5")]);
+        store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap();
+        assert_eq!(store.read(|tx| tx.holder(ip("10.7.0.5"))).unwrap(), None);
+        assert_eq!(store.write(|tx| tx.forget_pool("other", "all")).unwrap(), (vec![], false));
     }
 
     #[test]

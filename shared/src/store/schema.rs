@@ -1,4 +1,5 @@
-//! The schema, versioned with `PRAGMA user_version`, and its migrations.
+//! The schema, versioned with `PRAGMA user_version`, its migrations, and the
+//! mark that says a file is one of ours (`PRAGMA application_id`).
 //!
 //! Addresses are keyed by 16-byte big-endian BLOBs (see [`crate::addr::to_key`]),
 //! so that SQLite's BLOB order is numeric order; text columns beside them are
@@ -8,17 +9,22 @@ use std::path::Path;
 
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{params, Connection, Transaction, TransactionBehavior};
 
 use super::{unusable, InDatabase};
-use crate::error::{Code, Result};
+use crate::addr::to_key;
+use crate::error::{CniError, Code, Result};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// `PRAGMA application_id` of the suite's databases ("IPMD"): a SQLite file
+/// without it is someone else's and is never written to.
+pub const APPLICATION_ID: i32 = 0x4950_4D44;
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
 /// entries never change, new versions append.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [V1];
+const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] = [to_v1, to_v2];
 
 const V1: &str = "
 -- A pool belongs to the network whose configuration defines it: two networks
@@ -53,6 +59,101 @@ CREATE TABLE leased_runs (
 ) WITHOUT ROWID;
 ";
 
+const V2: &str = "
+-- Which ipam-delegated ADD took the lease (NULL: a delegate run on its own),
+-- so that rolling back a failed ADD releases only what that ADD took.
+ALTER TABLE leases ADD COLUMN added_by TEXT;
+
+CREATE INDEX leases_by_pool ON leases (network, pool);
+
+-- Derived from pools: every registered subnet as a key interval, so that a
+-- new pool's overlap check is an index lookup instead of reading every pool.
+-- (The key's columns come first: the sqlite3 shell of Debian 12, 3.40,
+-- misreads a WITHOUT ROWID table's other columns in its integrity check.)
+CREATE TABLE pool_subnets (
+    first   BLOB NOT NULL,
+    network TEXT NOT NULL,
+    name    TEXT NOT NULL,
+    last    BLOB NOT NULL,
+    PRIMARY KEY (first, network, name)
+) WITHOUT ROWID;
+
+CREATE INDEX pool_subnets_by_pool ON pool_subnets (network, name);
+";
+
+fn to_v1(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V1)
+}
+
+fn to_v2(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V2)?;
+    let pools: Vec<(String, String, String)> = tx
+        .prepare("SELECT network, name, subnets FROM pools")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut insert = tx.prepare("INSERT INTO pool_subnets (first, last, network, name) VALUES (?1, ?2, ?3, ?4)")?;
+    for (network, name, subnets) in pools {
+        // A subnet that does not parse was never written by a build of ours;
+        // the operator's check reports such a pool, and it stays unindexed.
+        for subnet in subnets.split(',').filter_map(|s| s.parse::<ipnet::IpNet>().ok()) {
+            insert.execute(params![&to_key(subnet.network())[..], &to_key(subnet.broadcast())[..], network, name])?;
+        }
+    }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+}
+
+/// What the file at the database path is, judged before anything is written.
+pub(super) enum Found {
+    /// One of ours, at this schema version.
+    Ours(i64),
+    /// An empty database (a new file, or one with no tables): ours to create.
+    Empty,
+}
+
+/// Reads the marks of the open file and refuses anything that is not ours
+/// (error 103), touching nothing: a foreign database is never migrated,
+/// switched to WAL or written.
+pub(super) fn identify(conn: &Connection, path: &Path) -> Result<Found> {
+    // One snapshot for all the marks: a sibling may be creating the schema.
+    let snapshot = conn.unchecked_transaction().in_db(path)?;
+    let found = identify_in(conn, path);
+    snapshot.rollback().in_db(path)?;
+    found
+}
+
+fn identify_in(conn: &Connection, path: &Path) -> Result<Found> {
+    let application_id: i32 = conn.pragma_query_value(None, "application_id", |row| row.get(0)).in_db(path)?;
+    let version = user_version(conn).in_db(path)?;
+    if application_id == APPLICATION_ID {
+        refuse_unknown(version, path)?;
+        return Ok(Found::Ours(version));
+    }
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .and_then(|mut stmt| stmt.query_map([], |row| row.get(0))?.collect())
+        .in_db(path)?;
+    match (application_id, version) {
+        (0, 0) if tables.is_empty() => Ok(Found::Empty),
+        // Version 1 predates the mark: recognised by its tables.
+        (0, 1) if tables == ["leased_runs", "leases", "pools"] => Ok(Found::Ours(1)),
+        _ => Err(foreign(path, application_id, version, &tables)),
+    }
+}
+
+fn foreign(path: &Path, application_id: i32, version: i64, tables: &[String]) -> CniError {
+    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+    unusable(
+        path,
+        format!(
+            "it is a SQLite database of another application (application_id {application_id:#x}, user_version \
+             {version}, tables: {}{}), not an allocation database of this suite; nothing was changed: point \
+             ipam.database at a file of its own",
+            if shown.is_empty() { "none".to_string() } else { shown.join(", ") },
+            if tables.len() > shown.len() { ", …" } else { "" }
+        ),
+    )
+}
+
 /// Persistent, and impossible inside a transaction: set once at creation. It
 /// needs the file to itself, and SQLite does not wait for that: a sibling
 /// opening the new database holds a read lock for a moment, so try again
@@ -63,7 +164,7 @@ fn switch_to_wal(conn: &Connection, path: &Path, patience: Duration) -> Result<(
         match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get::<_, String>(0)).in_db(path) {
             Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
             Ok(mode) => return Err(unusable(path, format!("cannot switch to WAL journal mode (got {mode})"))),
-            Err(e) if e.code == Code::TryAgainLater as u32 && started.elapsed() < patience => {
+            Err(e) if e.is(Code::TryAgainLater) && started.elapsed() < patience => {
                 std::thread::sleep(Duration::from_millis(1));
             }
             Err(e) => return Err(e),
@@ -92,19 +193,22 @@ pub(super) fn refuse_unknown(found: i64, path: &Path) -> Result<()> {
 }
 
 /// Brings the schema to [`SCHEMA_VERSION`]. Call with the lock held: the
-/// version is read again because another process may have migrated first.
+/// file is identified again because another process may have migrated first.
 pub(super) fn migrate(conn: &mut Connection, path: &Path, patience: Duration) -> Result<()> {
-    let found = user_version(conn).in_db(path)?;
-    refuse_unknown(found, path)?;
-    if found == SCHEMA_VERSION {
-        return Ok(());
-    }
+    let found = match identify(conn, path)? {
+        Found::Ours(version) if version == SCHEMA_VERSION => return Ok(()),
+        Found::Ours(version) => version,
+        Found::Empty => 0,
+    };
     if found == 0 {
+        // Marked before the switch to WAL, so that the mark is in the
+        // file's own header from the start, where a plain read finds it.
+        conn.pragma_update(None, "application_id", APPLICATION_ID).in_db(path)?;
         switch_to_wal(conn, path, patience)?;
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(path)?;
     for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-        tx.execute_batch(migration).map_err(|e| unusable(path, format!("migration from version {from}: {e}")))?;
+        migration(&tx).map_err(|e| unusable(path, format!("migration from version {from}: {e}")))?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)?;
     tx.commit().in_db(path)

@@ -211,3 +211,168 @@ fn the_wal_stays_bounded_when_every_write_is_a_new_process() {
     let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
     assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.255.255"))).unwrap(), 120);
 }
+
+/// A database with a `leases` table of its own, as another program keeps it.
+fn foreign_database(path: &Path) {
+    let other = rusqlite::Connection::open(path).unwrap();
+    other
+        .execute_batch("CREATE TABLE leases (mac TEXT, ip TEXT); INSERT INTO leases VALUES ('aa', '10.9.0.1');")
+        .unwrap();
+}
+
+#[test]
+fn someone_elses_sqlite_file_is_error_103_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dhcp.db");
+    foreign_database(&path);
+    let before = fs::read(&path).unwrap();
+    let e = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).err().unwrap();
+    assert_eq!(e.code, 103);
+    assert!(e.msg.contains("another application") && e.msg.contains("leases"), "{}", e.msg);
+    assert_eq!(fs::read(&path).unwrap(), before, "the foreign file was modified");
+    let shell = rusqlite::Connection::open(&path).unwrap();
+    let journal: String = shell.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+    assert_eq!(journal, "delete", "switched to WAL");
+    let tables: i64 = shell.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).unwrap();
+    assert_eq!(tables, 1, "tables were added");
+
+    // Another application's mark, even on an empty schema, is refused too.
+    let marked = dir.path().join("marked.db");
+    rusqlite::Connection::open(&marked).unwrap().pragma_update(None, "application_id", 42).unwrap();
+    assert_eq!(AllocationStore::open(&marked, DEFAULT_LOCK_TIMEOUT).err().unwrap().code, 103);
+}
+
+#[test]
+fn the_suites_databases_carry_its_application_id() {
+    let (dir, mut store) = temp_store();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    drop(store);
+    let shell = rusqlite::Connection::open(dir.path().join("ipam.db")).unwrap();
+    let id: i32 = shell.pragma_query_value(None, "application_id", |r| r.get(0)).unwrap();
+    assert_eq!(id, APPLICATION_ID);
+    // In the file's own header, not only in the WAL.
+    let header = fs::read(dir.path().join("ipam.db")).unwrap();
+    assert_eq!(i32::from_be_bytes(header[68..72].try_into().unwrap()), APPLICATION_ID);
+}
+
+#[test]
+fn a_pre_existing_file_of_ours_becomes_0600_with_its_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    fs::write(&path, b"").unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&dir.path().join("ipam.db-wal")), 0o600);
+    drop(store);
+    // Widened by hand later: narrowed again at the next open.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::set_permissions(dir.path().join("ipam.db-wal"), fs::Permissions::from_mode(0o664)).unwrap();
+    AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert_eq!((mode(&path), mode(&dir.path().join("ipam.db-wal"))), (0o600, 0o600));
+}
+
+#[test]
+fn a_symlinked_database_path_uses_the_targets_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("real/ipam.db");
+    fs::create_dir_all(target.parent().unwrap()).unwrap();
+    let link = dir.path().join("ipam.db");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut via_link = AllocationStore::open(&link, Duration::from_millis(200)).unwrap();
+    assert!(target.is_file(), "the target was not created");
+    assert!(!dir.path().join("ipam.db.lock").exists(), "a lock beside the link");
+    let holder = File::open(dir.path().join("real/ipam.db.lock")).unwrap();
+    holder.lock_exclusive().unwrap();
+    let e = via_link.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap_err();
+    assert_eq!(e.code, 11, "the link's writer did not wait for the target's lock: {e}");
+}
+
+#[test]
+fn a_version_1_database_is_migrated_keeping_leases_and_indexing_its_pools() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    {
+        // Exactly what version 1 builds wrote: WAL, no application id.
+        let old = rusqlite::Connection::open(&path).unwrap();
+        old.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)).unwrap();
+        old.execute_batch(schema_v1_for_tests()).unwrap();
+        old.execute_batch(
+            "INSERT INTO pools (network, name, family, subnets, definition) VALUES ('n', 'a', 'ipv4', '10.5.0.0/24', '{}');
+             INSERT INTO leases VALUES (x'00000000000000000000ffff0a050002', '10.5.0.2', 'a', 'n', 'c', 'eth0', 1);
+             INSERT INTO leased_runs VALUES (x'00000000000000000000ffff0a050002', x'00000000000000000000ffff0a050002');
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert_eq!(store.read(|tx| tx.holder(ip("10.5.0.2"))).unwrap().unwrap().owner, owner("n", "c", "eth0"));
+    assert!(store.read(|tx| tx.integrity_problems()).unwrap().is_empty());
+    // The migrated pool's subnet is indexed: an overlapping pool meets its lease.
+    let e = store.write(|tx| tx.register_pool("n", "b", &["10.5.0.0/16".parse().unwrap()], &serde_json::json!({})));
+    assert!(e.unwrap_err().msg.contains("holds 1 lease"));
+    drop(store);
+    let shell = rusqlite::Connection::open(&path).unwrap();
+    let (id, version): (i32, i64) = (
+        shell.pragma_query_value(None, "application_id", |r| r.get(0)).unwrap(),
+        shell.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap(),
+    );
+    assert_eq!((id, version), (APPLICATION_ID, SCHEMA_VERSION));
+}
+
+/// Version 1's tables, as released.
+fn schema_v1_for_tests() -> &'static str {
+    "CREATE TABLE pools (network TEXT NOT NULL, name TEXT NOT NULL, family TEXT NOT NULL, subnets TEXT NOT NULL,
+         definition TEXT NOT NULL, cursor TEXT, PRIMARY KEY (network, name)) WITHOUT ROWID;
+     CREATE TABLE leases (key BLOB PRIMARY KEY NOT NULL, address TEXT NOT NULL, pool TEXT NOT NULL,
+         network TEXT NOT NULL, container_id TEXT NOT NULL, ifname TEXT NOT NULL, since INTEGER NOT NULL) WITHOUT ROWID;
+     CREATE INDEX leases_by_owner ON leases (network, container_id, ifname);
+     CREATE TABLE leased_runs (first BLOB PRIMARY KEY NOT NULL, last BLOB NOT NULL) WITHOUT ROWID;"
+}
+
+#[test]
+fn a_rollback_releases_only_what_its_add_took() {
+    let (_dir, mut store) = temp_store();
+    let c1 = owner("n", "c1", "eth0");
+    store.set_add_id(Some("first".into()));
+    store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &c1)).unwrap();
+    store.set_add_id(Some("repeat".into()));
+    store.write(|tx| tx.insert_lease(ip("fd00::2"), "p6", &c1)).unwrap();
+    let released = store.write(|tx| tx.release_added_by(&c1, "repeat")).unwrap();
+    assert_eq!(released.iter().map(|l| l.address).collect::<Vec<_>>(), [ip("fd00::2")]);
+    assert!(store.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap().is_some(), "the earlier ADD's lease went");
+    assert!(store.write(|tx| tx.release_added_by(&owner("n", "c2", "eth0"), "first")).unwrap().is_empty());
+}
+
+#[test]
+fn lock_waits_share_the_calls_budget_and_its_deadline_is_error_105() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    drop(AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap());
+    let holder = File::open(dir.path().join("ipam.db.lock")).unwrap();
+    holder.lock_exclusive().unwrap();
+    let write = |wait: LockWait| {
+        let mut store = AllocationStore::open(&path, wait).unwrap();
+        let started = Instant::now();
+        let e = store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap_err();
+        (e, started.elapsed())
+    };
+
+    // A spent shared budget: no wait at all, error 11.
+    let spent = LockWait { timeout: Duration::from_secs(10), shared_until: Some(Instant::now()), call_deadline: None };
+    let (e, waited) = write(spent);
+    assert_eq!(e.code, 11, "{e}");
+    assert!(waited < Duration::from_millis(150), "{waited:?}");
+
+    // The call's deadline before the lock timeout: 105, saying it was the lock.
+    let deadline = LockWait {
+        timeout: Duration::from_secs(10),
+        shared_until: Some(Instant::now() + Duration::from_secs(10)),
+        call_deadline: Some(Instant::now() + Duration::from_millis(300)),
+    };
+    let (e, waited) = write(deadline);
+    assert_eq!(e.code, 105, "{e}");
+    assert!(e.msg.contains("ipam.timeout") && e.msg.contains("waiting for the lock"), "{}", e.msg);
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(3), "{waited:?}");
+}

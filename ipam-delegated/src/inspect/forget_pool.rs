@@ -1,0 +1,37 @@
+//! `forget-pool`: the operator releases a pool that is gone from the
+//! configuration but still holds leases, so that its subnets can be
+//! registered by another pool. Under the plugins' lock.
+
+use shared::store::AllocationStore;
+
+use super::{Failure, Report};
+
+pub fn run(store: &mut AllocationStore, network: &str, pool: &str) -> Result<Report, Failure> {
+    let (released, was_registered) = store.write(|tx| tx.forget_pool(network, pool))?;
+    let which = format!("pool {pool:?} of network {network:?}");
+    if !was_registered && released.is_empty() {
+        return Err(Failure(format!("{which} is not registered and holds no lease in {}", store.path().display())));
+    }
+    let mut out = String::new();
+    for lease in &released {
+        tracing::info!(
+            "operator forget-pool: released {} of {which} held by container {} ifname {} in {}",
+            lease.address,
+            lease.owner.container_id,
+            lease.owner.ifname,
+            store.path().display()
+        );
+        out.push_str(&format!(
+            "released {} held by container {:?} ifname {:?}\n",
+            lease.address, lease.owner.container_id, lease.owner.ifname
+        ));
+    }
+    tracing::info!("operator forget-pool: forgot {which} in {}", store.path().display());
+    out.push_str(&format!(
+        "forgot {which}: {} lease{} released{}\n",
+        released.len(),
+        if released.len() == 1 { "" } else { "s" },
+        if was_registered { ", registration dropped" } else { " (it was no longer registered)" }
+    ));
+    Ok(Report::fine(out))
+}

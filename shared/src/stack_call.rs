@@ -1,0 +1,167 @@
+//! What `ipam-delegated` tells the delegates it runs beyond the CNI protocol,
+//! in environment variables that any other plugin ignores:
+//!
+//! - `IPAM_DELEGATED_ADD`: the id of the ADD a delegate takes part in; the
+//!   suite's allocators tag the leases they take with it.
+//! - `IPAM_DELEGATED_ROLLBACK`: set on the DELs that roll a failed ADD back,
+//!   to that ADD's id; the suite's allocators then release only the leases
+//!   that ADD took, never what the attachment held before it.
+//! - `IPAM_DELEGATED_DEADLINE`: the whole call's deadline (`ipam.timeout`), and
+//!   `IPAM_DELEGATED_LOCK_DEADLINE`: the call's budget for waiting on the
+//!   database lock, both as CLOCK_MONOTONIC milliseconds (one clock for every
+//!   process of the machine).
+//! - `IPAM_DELEGATED_DEPTH`: how many orchestrators are running this one, so
+//!   that a stack that runs itself, directly or through a wrapper, ends.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{CniError, Result};
+
+pub const ADD_ID: &str = "IPAM_DELEGATED_ADD";
+pub const ROLLBACK: &str = "IPAM_DELEGATED_ROLLBACK";
+pub const DEADLINE: &str = "IPAM_DELEGATED_DEADLINE";
+pub const LOCK_DEADLINE: &str = "IPAM_DELEGATED_LOCK_DEADLINE";
+pub const DEPTH: &str = "IPAM_DELEGATED_DEPTH";
+
+/// Every variable of this module, so that a delegate gets only the ones its
+/// orchestrator sets and never stale ones inherited from further up.
+pub const ALL: [&str; 5] = [ADD_ID, ROLLBACK, DEADLINE, LOCK_DEADLINE, DEPTH];
+
+/// One call's place in a stack, as read from (or written to) the variables.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StackCall {
+    pub add_id: Option<String>,
+    pub rollback_of: Option<String>,
+    pub deadline: Option<Instant>,
+    pub lock_deadline: Option<Instant>,
+    pub depth: u32,
+}
+
+impl StackCall {
+    /// Reads the variables through `var`; a malformed one is error 4.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let id = |name: &str| -> Result<Option<String>> {
+            match var(name).filter(|v| !v.is_empty()) {
+                Some(v) if v.len() <= 64 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') => Ok(Some(v)),
+                Some(v) => Err(CniError::env(name, format!("{v:?} is not an id (letters, digits and '-')"))),
+                None => Ok(None),
+            }
+        };
+        let instant = |name: &str| -> Result<Option<Instant>> {
+            match var(name).filter(|v| !v.is_empty()) {
+                Some(v) => v
+                    .parse::<u64>()
+                    .map(|ms| Some(from_monotonic_ms(ms)))
+                    .map_err(|_| CniError::env(name, format!("{v:?} is not a number of milliseconds"))),
+                None => Ok(None),
+            }
+        };
+        let depth = match var(DEPTH).filter(|v| !v.is_empty()) {
+            Some(v) => v.parse().map_err(|_| CniError::env(DEPTH, format!("{v:?} is not a whole number")))?,
+            None => 0,
+        };
+        Ok(StackCall {
+            add_id: id(ADD_ID)?,
+            rollback_of: id(ROLLBACK)?,
+            deadline: instant(DEADLINE)?,
+            lock_deadline: instant(LOCK_DEADLINE)?,
+            depth,
+        })
+    }
+
+    /// The variables that say this to a delegate.
+    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![(DEPTH, self.depth.to_string())];
+        if let Some(id) = &self.add_id {
+            vars.push((ADD_ID, id.clone()));
+        }
+        if let Some(id) = &self.rollback_of {
+            vars.push((ROLLBACK, id.clone()));
+        }
+        if let Some(at) = self.deadline {
+            vars.push((DEADLINE, to_monotonic_ms(at).to_string()));
+        }
+        if let Some(at) = self.lock_deadline {
+            vars.push((LOCK_DEADLINE, to_monotonic_ms(at).to_string()));
+        }
+        vars
+    }
+}
+
+/// A new ADD id: random, so that no two ADDs of one machine share one.
+pub fn new_add_id() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if filled != bytes.len() as isize {
+        // Without the kernel's randomness: the process id and the time, which
+        // no other process of this machine shares at once.
+        let nanos = monotonic_now().as_nanos() as u64;
+        bytes = (u64::from(std::process::id()) << 40 ^ nanos).to_be_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// CLOCK_MONOTONIC, which std's `Instant` also reads, as a duration since boot.
+fn monotonic_now() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime fills the timespec we own; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn to_monotonic_ms(at: Instant) -> u64 {
+    let (now, clock) = (Instant::now(), monotonic_now());
+    let at = match at.checked_duration_since(now) {
+        Some(ahead) => clock + ahead,
+        None => clock.saturating_sub(now - at),
+    };
+    at.as_millis() as u64
+}
+
+fn from_monotonic_ms(ms: u64) -> Instant {
+    let (now, clock) = (Instant::now(), monotonic_now());
+    let at = Duration::from_millis(ms);
+    match at.checked_sub(clock) {
+        Some(ahead) => now + ahead,
+        None => now.checked_sub(clock - at).unwrap_or(now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(vars: &[(&str, String)]) -> Result<StackCall> {
+        StackCall::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn round_trips_through_the_environment() {
+        let call = StackCall {
+            add_id: Some(new_add_id()),
+            rollback_of: Some("0123abcd".into()),
+            deadline: Some(Instant::now() + Duration::from_secs(30)),
+            lock_deadline: Some(Instant::now() + Duration::from_secs(10)),
+            depth: 2,
+        };
+        let back = read(&call.to_vars()).unwrap();
+        assert_eq!((&back.add_id, &back.rollback_of, back.depth), (&call.add_id, &call.rollback_of, 2));
+        for (sent, got) in [(call.deadline, back.deadline), (call.lock_deadline, back.lock_deadline)] {
+            let (sent, got) = (sent.unwrap(), got.unwrap());
+            let apart = if sent > got { sent - got } else { got - sent };
+            assert!(apart < Duration::from_millis(5), "{apart:?}");
+        }
+        assert_eq!(read(&[]).unwrap(), StackCall::default());
+    }
+
+    #[test]
+    fn ids_are_distinct_and_malformed_values_are_error_4() {
+        assert_ne!(new_add_id(), new_add_id());
+        assert_eq!(new_add_id().len(), 16);
+        for (name, value) in [(ADD_ID, "a b"), (ROLLBACK, "x;y"), (DEADLINE, "soon"), (DEPTH, "-1")] {
+            let e = read(&[(name, value.to_string())]).unwrap_err();
+            assert!(e.code == 4 && e.msg.contains(name), "{e}");
+        }
+    }
+}

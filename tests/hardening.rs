@@ -1,0 +1,324 @@
+//! The defects found by trying to break the suite, each held down by the
+//! test that reproduced it: chained prevResults, pools that change under
+//! their leases, repeat ADDs that fail, stacks that run themselves, stuck
+//! locks, thousands of pools, other programs' files. Every test drives the
+//! real executables on a database of its own.
+
+mod stack;
+mod support;
+
+use std::fs::{self, File};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{list_leases, run_args, suite_bin, Outcome, Sandbox};
+
+/// The full stack on the sandbox's database, `cniVersion` 1.0.0, with `pools`.
+fn network(sb: &Sandbox, pools: Value) -> Value {
+    stack::config("1.0.0", "hard", "bridge", &sb.db(), pools)
+}
+
+fn pool(name: &str, subnet: &str) -> Value {
+    json!({"name": name, "ranges": [{"subnet": subnet}]})
+}
+
+fn with_ipam(config: &Value, key: &str, value: Value) -> Value {
+    let mut c = config.clone();
+    c["ipam"][key] = value;
+    c
+}
+
+fn cni(sb: &Sandbox, command: &str, config: &Value, ctr: &str, extra: &[(&str, &str)]) -> Outcome {
+    let mut env = vec![("CNI_CONTAINERID", ctr)];
+    env.extend_from_slice(extra);
+    sb.cni("ipam-delegated", command, config, &env)
+}
+
+fn add(sb: &Sandbox, config: &Value, ctr: &str) -> Outcome {
+    cni(sb, "ADD", config, ctr, &[])
+}
+
+/// The addresses of a 1.0.0 result, as text without the prefix length.
+fn addresses(out: &Outcome) -> Vec<String> {
+    stack::addresses(out.result()).iter().map(ToString::to_string).collect()
+}
+
+/// (address, container, ifname) of every lease on record.
+fn leases(sb: &Sandbox) -> Vec<(String, String, String)> {
+    let text = |l: &Value, k: &str| l[k].as_str().unwrap_or_default().to_string();
+    let list = list_leases(&sb.db());
+    let list = list.as_array().cloned().unwrap_or_default();
+    list.iter().map(|l| (text(l, "address"), text(l, "container_id"), text(l, "ifname"))).collect()
+}
+
+fn lease(address: &str, ctr: &str, ifname: &str) -> (String, String, String) {
+    (address.to_string(), ctr.to_string(), ifname.to_string())
+}
+
+fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
+    let (got, msg, details) = out.error();
+    assert_eq!(got, code, "{out:#?}");
+    for w in words {
+        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
+    }
+}
+
+#[test]
+fn an_add_with_a_chains_prev_result_allocates_for_its_own_attachment() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p", "10.79.0.0/24")]));
+    let c1 = add(&sb, &config, "c1");
+    assert_eq!(addresses(&c1), ["10.79.0.2"]);
+
+    // A plugin later in a chain passes its prevResult to IPAM unchanged.
+    let c2 = add(&sb, &stack::with_prev(&config, c1.result()), "c2");
+    assert_eq!(addresses(&c2), ["10.79.0.3"], "c2 was answered with c1's address");
+    let foreign = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.200.0.5/24"}]});
+    let c3 = add(&sb, &stack::with_prev(&config, &foreign), "c3");
+    assert_eq!(addresses(&c3), ["10.79.0.4"], "c3 was answered with a foreign address");
+    assert_eq!(
+        leases(&sb),
+        [lease("10.79.0.2", "c1", "eth0"), lease("10.79.0.3", "c2", "eth0"), lease("10.79.0.4", "c3", "eth0")]
+    );
+}
+
+#[test]
+fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p", "10.83.0.0/24")]));
+    let eth0 = add(&sb, &config, "c1");
+    let eth1 = cni(&sb, "ADD", &config, "c1", &[("CNI_IFNAME", "eth1")]);
+    let (a0, a1) = (format!("{}/24", addresses(&eth0)[0]), format!("{}/24", addresses(&eth1)[0]));
+    assert_ne!(a0, a1);
+    // The chain's final result, as a runtime caches it: both interfaces.
+    let chain = json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/x"}, {"name": "eth1", "sandbox": "/x"}],
+        "ips": [{"address": a0, "interface": 0}, {"address": a1, "interface": 1}]});
+    let bare = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": a1}]});
+    for prev in [&chain, &bare] {
+        for ifname in ["eth0", "eth1"] {
+            let out = cni(&sb, "CHECK", &stack::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
+            out.assert_quiet_success();
+        }
+    }
+    // Another container's address is still a failure.
+    let other = add(&sb, &config, "c2");
+    let theirs =
+        json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": format!("{}/24", addresses(&other)[0])}]});
+    assert_error(&cni(&sb, "CHECK", &stack::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
+
+    cni(&sb, "DEL", &stack::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
+    let a0_address = a0.split('/').next().unwrap_or_default();
+    assert_eq!(
+        leases(&sb).iter().filter(|l| l.1 == "c1").cloned().collect::<Vec<_>>(),
+        [lease(a0_address, "c1", "eth0")]
+    );
+}
+
+#[test]
+fn a_held_address_outside_its_changed_pool_is_not_handed_back() {
+    let sb = Sandbox::new();
+    let before = network(&sb, json!([pool("p", "10.77.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &before, "c1")), ["10.77.0.2"]);
+
+    let moved = network(&sb, json!([pool("p", "10.78.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &moved, "c1")), ["10.78.0.2"]);
+    // 0.2.0, whose result has one ip4 object that libcni requires.
+    let mut legacy = moved.clone();
+    legacy["cniVersion"] = json!("0.2.0");
+    assert_eq!(add(&sb, &legacy, "c1").result()["ip4"]["ip"], "10.78.0.2/24");
+
+    let six = network(&sb, json!([pool("p", "fd00:78::/64")]));
+    assert_eq!(addresses(&add(&sb, &six, "c1")), ["fd00:78::2"]);
+    // The old addresses stay held until DEL: the container may still use them.
+    let held: Vec<String> = leases(&sb).into_iter().map(|l| l.0).collect();
+    assert_eq!(held, ["10.77.0.2", "10.78.0.2", "fd00:78::2"]);
+    cni(&sb, "DEL", &six, "c1", &[]).assert_quiet_success();
+    assert!(leases(&sb).is_empty());
+}
+
+#[test]
+fn a_held_address_that_became_the_gateway_or_excluded_is_not_handed_back() {
+    let sb = Sandbox::new();
+    let base = network(&sb, json!([pool("p", "10.80.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &base, "c1")), ["10.80.0.2"]);
+    assert_eq!(addresses(&add(&sb, &base, "c2")), ["10.80.0.3"]);
+
+    let gateway = network(&sb, json!([{"name": "p", "ranges": [{"subnet": "10.80.0.0/24", "gateway": "10.80.0.2"}]}]));
+    let out = add(&sb, &gateway, "c1");
+    assert_eq!(addresses(&out), ["10.80.0.4"]);
+    assert_eq!(out.result()["ips"][0]["gateway"], "10.80.0.2");
+
+    let excluded =
+        network(&sb, json!([{"name": "p", "ranges": [{"subnet": "10.80.0.0/24"}], "exclude": ["10.80.0.3"]}]));
+    assert_eq!(addresses(&add(&sb, &excluded, "c2")), ["10.80.0.5"]);
+}
+
+#[test]
+fn a_failed_repeat_add_keeps_the_attachments_lease() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p", "10.82.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.82.0.2"]);
+    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.82.0.3"]);
+
+    let taken = cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.82.0.3")]);
+    assert_error(&taken, 101, &["10.82.0.3"]);
+    assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
+
+    // What the failed ADD itself took is rolled back, and only that.
+    let dual = network(&sb, json!([pool("p", "10.82.0.0/24"), pool("p6", "fd00:82::/64")]));
+    let with_static = stack::with_static(&dual, &["10.82.0.3".parse().unwrap()]);
+    let out = add(&sb, &with_static, "c1");
+    assert_error(&out, 101, &["10.82.0.3"]);
+    assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
+
+    // A transient failure: the lock is stuck past lockTimeout, then freed
+    // while the rollback runs. The rollback must not take c1's lease.
+    let quick = with_ipam(&config, "lockTimeout", json!(0.5));
+    let holder = File::open(lock_file(&sb.db())).expect("lock file");
+    fs2::FileExt::lock_exclusive(&holder).expect("flock");
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        drop(holder);
+    });
+    let out = cni(&sb, "ADD", &stack::with_static(&quick, &["10.82.0.9".parse().unwrap()]), "c1", &[]);
+    releaser.join().expect("releaser");
+    assert_error(&out, 11, &["locked"]);
+    assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
+}
+
+fn lock_file(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_os_string();
+    name.push(".lock");
+    name.into()
+}
+
+#[test]
+fn a_stack_that_runs_itself_is_error_7_at_once() {
+    let sb = Sandbox::new();
+    let direct = with_ipam(&network(&sb, json!([pool("p", "10.84.0.0/24")])), "delegates", json!(["ipam-delegated"]));
+    let started = Instant::now();
+    assert_error(&add(&sb, &direct, "c1"), 7, &["ipam.delegates[0]", "ipam-delegated"]);
+
+    // Through a wrapper: the depth carried in the environment ends it.
+    let wrapper = sb.fakes_dir().join("wrapper");
+    fs::write(&wrapper, format!("#!/bin/sh\nexec {} \"$@\"\n", suite_bin("ipam-delegated").display())).unwrap();
+    fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let indirect = with_ipam(&direct, "delegates", json!(["wrapper"]));
+    let out = add(&sb, &indirect, "c1");
+    assert_error(&out, 7, &["ipam.delegates", "nested"]);
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_renamed_pool_takes_over_its_subnet_once_the_old_one_holds_nothing() {
+    let sb = Sandbox::new();
+    let p = network(&sb, json!([pool("p", "10.85.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &p, "c1")), ["10.85.0.2"]);
+    let q = network(&sb, json!([pool("q", "10.85.0.0/24")]));
+    let out = add(&sb, &q, "c2");
+    assert_error(&out, 7, &["pool q", "pool p", "holds 1 lease", "forget-pool --network hard --pool p"]);
+
+    let db = sb.db();
+    let args = ["--database", db.to_str().unwrap(), "forget-pool", "--network", "hard", "--pool", "p"];
+    let forgot = run_args(&suite_bin("ipam-delegated"), &args, &[], b"", None);
+    assert_eq!(forgot.status, 0, "{forgot:#?}");
+    assert!(forgot.stdout.contains("released 10.85.0.2") && forgot.stdout.contains("1 lease released"), "{forgot:#?}");
+    assert_eq!(addresses(&add(&sb, &q, "c2")), ["10.85.0.2"]);
+
+    // Without leases the old registration gives way by itself.
+    cni(&sb, "DEL", &q, "c2", &[]).assert_quiet_success();
+    let r = network(&sb, json!([pool("r", "10.85.0.0/23")]));
+    assert_eq!(addresses(&add(&sb, &r, "c3")), ["10.85.0.2"]);
+}
+
+#[test]
+fn ten_thousand_pools_register_in_one_add() {
+    let sb = Sandbox::new();
+    let pools: Vec<Value> =
+        (0..10_000).map(|i| pool(&format!("p{i}"), &format!("10.{}.{}.0/24", 100 + i / 256, i % 256))).collect();
+    let config = network(&sb, Value::Array(pools));
+    let started = Instant::now();
+    let out = add(&sb, &config, "c1");
+    let first = started.elapsed();
+    assert_eq!(addresses(&out), ["10.100.0.2"]);
+    let started = Instant::now();
+    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.100.0.3"]);
+    println!("first ADD registering 10,000 pools: {first:?}; the next ADD: {:?}", started.elapsed());
+}
+
+#[test]
+fn a_stuck_lock_costs_the_call_one_deadline() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p", "10.86.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.86.0.2"]);
+    let holder = File::open(lock_file(&sb.db())).expect("lock file");
+    fs2::FileExt::lock_exclusive(&holder).expect("flock");
+
+    // ipam.timeout first: 105, saying the delegate was waiting for the lock.
+    let short = with_ipam(&config, "timeout", json!(1.5));
+    let started = Instant::now();
+    let out = add(&sb, &short, "c2");
+    let took = started.elapsed();
+    assert_error(&out, 105, &["waiting for the lock"]);
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+
+    // lockTimeout first: 11 once, not once per delegate and rollback DEL.
+    let locked = with_ipam(&config, "lockTimeout", json!(2));
+    let started = Instant::now();
+    let out = add(&sb, &locked, "c2");
+    let took = started.elapsed();
+    assert_error(&out, 11, &["locked"]);
+    assert!(took < Duration::from_millis(4500), "a stuck lock cost {took:?}, more than one lock timeout");
+    drop(holder);
+}
+
+#[test]
+fn someone_elses_sqlite_file_is_error_103_and_left_as_it_was() {
+    let sb = Sandbox::new();
+    let foreign = sb.path().join("other.sqlite");
+    let other = rusqlite::Connection::open(&foreign).unwrap();
+    other.execute_batch("CREATE TABLE leases (mac TEXT); INSERT INTO leases VALUES ('aa');").unwrap();
+    drop(other);
+    let before = fs::read(&foreign).unwrap();
+    let config = with_ipam(&network(&sb, json!([pool("p", "10.87.0.0/24")])), "database", json!(foreign));
+    assert_error(&add(&sb, &config, "c1"), 103, &["another application"]);
+    assert_eq!(fs::read(&foreign).unwrap(), before);
+    assert!(!sb.path().join("other.sqlite-wal").exists());
+}
+
+#[test]
+fn a_lock_file_that_cannot_be_opened_is_named() {
+    let sb = Sandbox::new();
+    fs::create_dir_all(lock_file(&sb.db())).unwrap();
+    let out = add(&sb, &network(&sb, json!([pool("p", "10.88.0.0/24")])), "c1");
+    assert_error(&out, 103, &[&format!("lock file {}", lock_file(&sb.db()).display())]);
+}
+
+#[test]
+fn del_with_an_odd_prev_result_still_releases_and_succeeds() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p", "10.89.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.89.0.2"]);
+    for odd in [
+        json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2/24", "gateway": ""}]}),
+        json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2"}]}),
+        json!("not a result"),
+    ] {
+        cni(&sb, "DEL", &stack::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
+        assert!(leases(&sb).is_empty(), "{odd}");
+        add(&sb, &config, "c1");
+    }
+}
+
+#[test]
+fn octets_with_leading_zeros_are_refused_in_requests_too() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p", "10.90.0.0/24")]));
+    assert_error(&cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.90.0.050")]), 7, &["CNI_ARGS IP", "050"]);
+    assert_error(&cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=010.90.0.5/24")]), 7, &["CNI_ARGS IP"]);
+    let zero = network(&sb, json!([pool("p", "010.90.0.0/24")]));
+    assert_error(&add(&sb, &zero, "c1"), 7, &["010.90.0.0/24"]);
+    assert!(leases(&sb).is_empty());
+}
