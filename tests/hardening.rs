@@ -322,3 +322,41 @@ fn octets_with_leading_zeros_are_refused_in_requests_too() {
     assert_error(&add(&sb, &zero, "c1"), 7, &["010.90.0.0/24"]);
     assert!(leases(&sb).is_empty());
 }
+
+/// Runs an operator command of ipam-delegated on the sandbox's database.
+fn operator(sb: &Sandbox, args: &[&str]) -> Outcome {
+    let db = sb.db();
+    let mut all = vec!["--database", db.to_str().unwrap_or_default()];
+    all.extend_from_slice(args);
+    run_args(&suite_bin("ipam-delegated"), &all, &[], b"", None)
+}
+
+#[test]
+fn names_of_any_length_never_crash_the_operator_listing() {
+    let sb = Sandbox::new();
+    let long = "n".repeat(70_000);
+    let config = stack::config("1.0.0", &long, "bridge", &sb.db(), json!([pool("p", "10.91.0.0/24")]));
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.91.0.2"]);
+    for args in [&["list"][..], &["pools"], &["list", "--json"], &["pools", "--json"], &["check"]] {
+        let out = operator(&sb, args);
+        assert_eq!(out.status, 0, "{args:?}: {}", out.stderr);
+    }
+    let table = operator(&sb, &["list"]).stdout;
+    assert!(table.contains(&format!("{}…", "n".repeat(71))) && table.len() < 1000, "{table}");
+    assert_eq!(operator(&sb, &["list", "--json"]).json.expect("JSON")[0]["network"], json!(long));
+}
+
+#[test]
+fn pool_sizes_beyond_2_to_the_53_are_exact_strings_in_json() {
+    let sb = Sandbox::new();
+    let config = network(&sb, json!([pool("p4", "10.92.0.0/24"), pool("p6", "fd00:92::/64")]));
+    add(&sb, &config, "c1");
+    let pools = operator(&sb, &["pools", "--json"]).json.expect("JSON");
+    let by_name = |name: &str| pools.as_array().and_then(|a| a.iter().find(|p| p["name"] == name)).cloned();
+    let (p4, p6) = (by_name("p4").expect("p4"), by_name("p6").expect("p6"));
+    assert_eq!((p4["size"].clone(), p4["used"].clone(), p4["free"].clone()), (json!(253), json!(1), json!(252)));
+    // fd00:92::/64 minus the network address and the gateway.
+    assert_eq!(p6["size"], json!("18446744073709551614"));
+    assert_eq!(p6["free"], json!("18446744073709551613"));
+    assert_eq!(p6["used"], json!(1));
+}
