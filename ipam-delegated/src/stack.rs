@@ -1,13 +1,16 @@
 //! The stack of delegates named in `ipam.delegates`, and how each CNI command
 //! runs through it.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use shared::delegate::{self, DelegateGroup};
 use shared::stack_call::{new_add_id, StackCall};
-use shared::{delegate, CniError, Code, Command, IpamResult, Request, Result};
+use shared::{CniError, Code, Command, IpamResult, Request, Result};
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -36,7 +39,9 @@ pub struct Stack<'a> {
     depth: u32,
     /// The configuration as an ADD's first delegate gets it: without the
     /// runtime's `prevResult`, which is not the stack's own.
-    fresh: Vec<u8>,
+    fresh: Cow<'a, [u8]>,
+    /// The process group the delegates run in, one after another.
+    group: RefCell<DelegateGroup>,
 }
 
 struct Delegate {
@@ -83,24 +88,27 @@ impl<'a> Stack<'a> {
             .into_iter()
             .enumerate()
             .map(|(i, name)| {
-                let path = delegate::find(&name, &req.env.path)?;
-                let found = std::fs::metadata(&path).ok().map(|m| (m.dev(), m.ino()));
-                if found.is_some() && found == myself {
+                let found = delegate::find(&name, &req.env.path)?;
+                if Some(found.file) == myself {
                     return Err(CniError::config(
                         &format!("ipam.delegates[{i}]"),
-                        format!("{name:?} ({}) is ipam-delegated itself: a stack cannot run itself", path.display()),
+                        format!(
+                            "{name:?} ({}) is ipam-delegated itself: a stack cannot run itself",
+                            found.path.display()
+                        ),
                     ));
                 }
-                Ok(Delegate { path, name })
+                Ok(Delegate { path: found.path, name })
             })
             .collect::<Result<_>>()?;
         let deadline = earliest(started + timeout, inherited.deadline);
         let lock_deadline = earliest(earliest(started + lock_timeout, inherited.lock_deadline), Some(deadline));
         let fresh = match req.config.raw.get("prevResult") {
-            Some(_) => req.config.with_prev_result(None).to_string().into_bytes(),
-            None => req.config.bytes.clone(),
+            Some(_) => Cow::Owned(req.config.with_prev_result(None).to_string().into_bytes()),
+            None => Cow::Borrowed(req.config.bytes.as_slice()),
         };
-        Ok(Stack { req, delegates, timeout, deadline, lock_deadline, depth, fresh })
+        let group = RefCell::default();
+        Ok(Stack { req, delegates, timeout, deadline, lock_deadline, depth, fresh, group })
     }
 
     /// ADD: the stack starts from an empty result; each delegate gets the
@@ -245,17 +253,17 @@ impl<'a> Stack<'a> {
             lock_deadline: Some(lock_deadline),
             depth: self.depth,
         };
-        let vars = told.to_vars();
-        match (prev, command) {
-            (None, Command::Add | Command::Del) if matches!(role, Role::Add(_) | Role::Rollback { .. }) => {
-                delegate::run(&d.path, command, &self.fresh, left + GRACE, &vars)
+        let with_prev;
+        let input: &[u8] = match prev {
+            Some(p) => {
+                with_prev = self.req.config.with_prev_result(Some(p)).to_string();
+                with_prev.as_bytes()
             }
-            (None, _) => delegate::run(&d.path, command, &self.req.config.bytes, left + GRACE, &vars),
-            (Some(p), _) => {
-                let input = self.req.config.with_prev_result(Some(p)).to_string();
-                delegate::run(&d.path, command, input.as_bytes(), left + GRACE, &vars)
-            }
-        }
+            None if matches!(role, Role::Add(_) | Role::Rollback { .. }) => &self.fresh,
+            None => &self.req.config.bytes,
+        };
+        let mut group = self.group.borrow_mut();
+        delegate::run(&mut group, &d.path, command, input, left + GRACE, &told.to_vars())
     }
 }
 

@@ -6,12 +6,12 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Once, PoisonError, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
@@ -21,14 +21,23 @@ use crate::config::STDIN_LIMIT;
 use crate::env::Command;
 use crate::error::{CniError, Code, Result};
 
-/// The directory of CNI_PATH holding an executable file called `name`; error 106 otherwise.
-pub fn find(name: &str, dirs: &[PathBuf]) -> Result<PathBuf> {
+/// A delegate's executable as found: its path, and the file's (device,
+/// inode), which tell whether it is the same file as another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub path: PathBuf,
+    pub file: (u64, u64),
+}
+
+/// The executable file called `name` in the first directory of CNI_PATH
+/// holding one; error 106 otherwise.
+pub fn find(name: &str, dirs: &[PathBuf]) -> Result<Found> {
     for dir in dirs {
-        let candidate = dir.join(name);
-        let executable =
-            std::fs::metadata(&candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
-        if executable {
-            return Ok(candidate);
+        let path = dir.join(name);
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return Ok(Found { path, file: (meta.dev(), meta.ino()) });
+            }
         }
     }
     let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
@@ -46,6 +55,7 @@ pub fn find(name: &str, dirs: &[PathBuf]) -> Result<PathBuf> {
 /// that is not JSON, error 11 when the system has no process or thread to
 /// spare for it, and error 106 when it cannot be executed.
 pub fn run(
+    group: &mut DelegateGroup,
     path: &Path,
     command: Command,
     input: &[u8],
@@ -53,8 +63,8 @@ pub fn run(
     vars: &[(&str, String)],
 ) -> Result<Option<Value>> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let lease = Lease::take(&name)?;
-    let group = Arc::clone(&lease.group);
+    let watcher = group.watcher(&name)?;
+    let (leader, group) = (watcher.pid, Arc::clone(&watcher.group));
     let mut process = Process::new(path);
     process.env("CNI_COMMAND", command.as_str()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     // What the orchestrator tells this delegate, and nothing stale from further up.
@@ -64,7 +74,7 @@ pub fn run(
     process.envs(vars.iter().map(|(k, v)| (k, v)));
     // The watcher's process group, so that a timeout, or our death, kills
     // everything the delegate started.
-    process.process_group(lease.pid);
+    process.process_group(leader);
     // SAFETY: prctl and getppid are async-signal-safe. They tie the
     // delegate's life to ours: if we are killed, it is too, instead of
     // finishing behind our back — even if we died before prctl took effect.
@@ -141,7 +151,6 @@ pub fn run(
     if matches!(&status, Ok(st) if st.signal() == Some(libc::SIGKILL)) {
         group.killed.store(true, Ordering::Relaxed);
     }
-    drop(lease);
     read.map_err(|e| CniError::io(&format!("reading the output of delegate {name:?}"), e))?;
     let status = status.map_err(|e| CniError::io(&format!("waiting for delegate {name:?}"), e))?;
     if out.len() as u64 > STDIN_LIMIT {
@@ -252,88 +261,29 @@ impl Group {
     }
 }
 
-/// The watcher no run is using. Runs take turns with it, so that a process
-/// running several delegates in a row (ipam-delegated's stack, its rollback)
-/// forks one watcher, not one per delegate: a fork and its reaping cost
-/// about 0.2 ms, a trivial delegate's whole run about 0.8 ms. Concurrent runs
-/// get their own. The delegates of one process thus share a group: a timeout
-/// also kills what earlier ones left running in the background, as our death
-/// would.
-static IDLE: Mutex<Option<Watcher>> = Mutex::new(None);
-
-/// One run's use of a watcher: the idle one if it is still whole, or a new
-/// one. Given back when the run ends, unless its group was killed.
-struct Lease {
-    /// The group to join: the watcher's pid.
-    pid: libc::pid_t,
-    group: Arc<Group>,
-    /// `None` only once given back.
+/// The process group that one caller's delegates run in, one after another,
+/// led by a [`Watcher`]: a caller running several delegates in a row
+/// (ipam-delegated's stack, its rollback) forks one watcher, not one per
+/// delegate (a fork and its reaping cost about 0.2 ms, a trivial delegate's
+/// whole run about 0.8 ms). Its delegates thus share a group: a timeout also
+/// kills what earlier ones left running in the background, as our death
+/// would. Dropping it kills and reaps the watcher.
+#[derive(Default)]
+pub struct DelegateGroup {
     watcher: Option<Watcher>,
 }
 
-impl Lease {
-    fn take(name: &str) -> Result<Lease> {
-        let idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let watcher = match idle {
-            Some(watcher) if watcher.whole() => watcher,
-            // A dead one is reaped here, by its drop.
-            _ => Watcher::start(name)?,
+impl DelegateGroup {
+    /// The watcher, started anew when there is none or its group was killed.
+    fn watcher(&mut self, name: &str) -> Result<&Watcher> {
+        // A dead one is reaped here, by its drop.
+        let whole = self.watcher.take().filter(Watcher::whole);
+        let watcher = match whole {
+            Some(watcher) => watcher,
+            None => Watcher::start(name)?,
         };
-        Ok(Lease { pid: watcher.pid, group: Arc::clone(&watcher.group), watcher: Some(watcher) })
+        Ok(self.watcher.insert(watcher))
     }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        let Some(watcher) = self.watcher.take() else { return };
-        if !watcher.whole() {
-            return;
-        }
-        let mut idle = IDLE.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.is_some() {
-            // Another run's watcher is idle already; this one goes (dropped
-            // after the lock, since reaping waits).
-            drop(idle);
-            return;
-        }
-        *idle = Some(watcher);
-        drop(idle);
-        // Reaped by us at exit rather than left to end itself at our end of
-        // file: it would kill its group, which may hold what a delegate left
-        // running in the background, and init would reap it, late.
-        static AT_EXIT: Once = Once::new();
-        // SAFETY: registers a function that takes a lock without blocking and
-        // makes plain syscalls; if registration fails, the watcher ends
-        // itself at our exit, as above.
-        AT_EXIT.call_once(|| unsafe {
-            IDLE_OWNER.store(libc::getpid(), Ordering::Relaxed);
-            libc::atexit(dismiss_idle_watcher);
-        });
-    }
-}
-
-/// The process that registered [`dismiss_idle_watcher`]: a child forked
-/// from it that calls exit() runs the handler too, and must not kill its
-/// parent's watcher.
-static IDLE_OWNER: AtomicI32 = AtomicI32::new(0);
-
-/// At exit: kills and reaps the idle watcher. A watcher leased to a run still
-/// going on is not there: it ends as at our death, with that run's group.
-/// Nor is the lock waited for: better let the watcher end itself than block
-/// the exit.
-extern "C" fn dismiss_idle_watcher() {
-    // SAFETY: a plain syscall.
-    if IDLE_OWNER.load(Ordering::Relaxed) != unsafe { libc::getpid() } {
-        return;
-    }
-    let mut idle = match IDLE.try_lock() {
-        Ok(idle) => idle,
-        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(TryLockError::WouldBlock) => return,
-    };
-    let watcher = idle.take();
-    drop(idle);
-    drop(watcher);
 }
 
 /// A process of ours that leads the delegates' process group and, when we
@@ -512,7 +462,10 @@ mod tests {
         script(b.path(), "d", "true");
         std::fs::write(a.path().join("d"), "not executable").unwrap();
         let dirs = vec![a.path().to_path_buf(), b.path().to_path_buf()];
-        assert_eq!(find("d", &dirs).unwrap(), b.path().join("d"));
+        let found = find("d", &dirs).unwrap();
+        assert_eq!(found.path, b.path().join("d"));
+        let meta = std::fs::metadata(b.path().join("d")).unwrap();
+        assert_eq!(found.file, (meta.dev(), meta.ino()));
         let e = find("missing", &dirs).unwrap_err();
         assert_eq!(e.code, 106);
         assert!(e.details.contains(&a.path().display().to_string()));
@@ -523,32 +476,30 @@ mod tests {
     fn passes_stdin_and_command_and_reads_json() {
         let dir = tempfile::tempdir().unwrap();
         let d = script(dir.path(), "echo", r#"read -r line; printf '{"got":%s,"cmd":"%s"}' "$line" "$CNI_COMMAND""#);
-        let out = run(&d, Command::Del, b"{\"a\":1}\n", Duration::from_secs(5), &[]).unwrap().unwrap();
+        let out = run(&mut DelegateGroup::default(), &d, Command::Del, b"{\"a\":1}\n", Duration::from_secs(5), &[])
+            .unwrap()
+            .unwrap();
         assert_eq!(out, serde_json::json!({"got": {"a": 1}, "cmd": "DEL"}));
-        let told = script(
-            dir.path(),
-            "told",
-            r#"cat >/dev/null; printf '{"add":"%s","rollback":"%s"}' "$IPAM_DELEGATED_ADD" "$IPAM_DELEGATED_ROLLBACK""#,
-        );
-        std::env::set_var(crate::stack_call::ROLLBACK, "stale");
-        let out = run(&told, Command::Add, b"{}", Duration::from_secs(5), &[(crate::stack_call::ADD_ID, "abc".into())]);
-        std::env::remove_var(crate::stack_call::ROLLBACK);
-        assert_eq!(out.unwrap().unwrap(), serde_json::json!({"add": "abc", "rollback": ""}));
         let quiet = script(dir.path(), "quiet", "cat >/dev/null");
-        assert_eq!(run(&quiet, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap(), None);
+        assert_eq!(
+            run(&mut DelegateGroup::default(), &quiet, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap(),
+            None
+        );
     }
 
     #[test]
     fn failures_keep_the_delegates_code_or_become_6() {
         let dir = tempfile::tempdir().unwrap();
         let own = script(dir.path(), "own", r#"echo '{"cniVersion":"1.0.0","code":101,"msg":"in use"}'; exit 1"#);
-        let e = run(&own, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
+        let e = run(&mut DelegateGroup::default(), &own, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
         assert_eq!((e.code, e.msg.as_str()), (101, "in use"));
         let bare = script(dir.path(), "bare", "exit 3");
-        let e = run(&bare, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
+        let e =
+            run(&mut DelegateGroup::default(), &bare, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
         assert!(e.code == 6 && e.msg.contains("exited with status 3"), "{e}");
         let junk = script(dir.path(), "junk", "echo not-json");
-        let e = run(&junk, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
+        let e =
+            run(&mut DelegateGroup::default(), &junk, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
         assert!(e.code == 6 && e.details.contains("not-json"), "{e}");
     }
 
@@ -558,7 +509,8 @@ mod tests {
         let marker = dir.path().join("survived");
         let slow = script(dir.path(), "slow", &format!("(sleep 2; touch {}) & sleep 30", marker.display()));
         let start = Instant::now();
-        let e = run(&slow, Command::Add, b"{}", Duration::from_millis(300), &[]).unwrap_err();
+        let e = run(&mut DelegateGroup::default(), &slow, Command::Add, b"{}", Duration::from_millis(300), &[])
+            .unwrap_err();
         assert_eq!(e.code, 105);
         assert!(start.elapsed() < Duration::from_secs(2));
         thread::sleep(Duration::from_millis(2500));
@@ -624,13 +576,14 @@ mod tests {
         let no_interpreter = script(dir.path(), "no-interpreter", "");
         std::fs::write(&no_interpreter, "#!/nonexistent/sh\n").unwrap();
         for d in [no_interpreter, dir.path().join("gone")] {
-            let e = run(&d, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
+            let e =
+                run(&mut DelegateGroup::default(), &d, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
             assert!(e.code == 106 && e.msg.contains("could not be started"), "{}: {e}", d.display());
         }
     }
 
     #[test]
-    fn a_run_reaps_its_delegate_and_leaves_at_most_an_idle_watcher() {
+    fn a_group_reaps_its_delegates_and_its_watcher_serves_them_all() {
         let dir = tempfile::tempdir().unwrap();
         // Field 5 of its stat is its process group (its command name has no space).
         let d = script(
@@ -638,25 +591,30 @@ mod tests {
             "pgid",
             r#"read -r _ _ _ _ pgid _ < /proc/$$/stat; printf '{"pid":%s,"pgid":%s}' $$ "$pgid""#,
         );
+        let mut group = DelegateGroup::default();
+        let mut leaders = Vec::new();
         for _ in 0..3 {
-            let out = run(&d, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap().unwrap();
+            let out = run(&mut group, &d, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap().unwrap();
             let pid = out["pid"].as_i64().unwrap() as libc::pid_t;
             let pgid = out["pgid"].as_i64().unwrap() as libc::pid_t;
             // The watcher leads the group, not the delegate.
             assert_ne!(pid, pgid);
             // We are the delegate's parent: unreaped, it would be a zombie here.
             assert_eq!(state(pid), None, "the delegate {pid} is still there");
-            // The watcher is idle for the next run (or was reaped, when another
-            // test's was idle already): never a zombie of ours.
-            assert!(matches!(state(pgid), None | Some('S')), "the watcher {pgid}: {:?}", state(pgid));
+            assert_eq!(state(pgid), Some('S'), "the watcher {pgid} waits for the next run");
+            leaders.push(pgid);
         }
+        assert!(leaders.windows(2).all(|w| w[0] == w[1]), "one watcher for the group's runs: {leaders:?}");
+        drop(group);
+        assert_eq!(state(leaders[0]), None, "the watcher outlived its group");
     }
 
     #[test]
     fn a_delegate_killing_its_own_group_does_not_break_the_next_run() {
         let dir = tempfile::tempdir().unwrap();
+        let mut group = DelegateGroup::default();
         let rude = script(dir.path(), "rude", "kill -9 0");
-        let e = run(&rude, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
+        let e = run(&mut group, &rude, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
         assert!(e.code == 6 && e.msg.contains("killed by signal 9"), "{e}");
         // The next run's group has a live watcher, not the dead one.
         let fine = script(
@@ -665,7 +623,7 @@ mod tests {
             r#"read -r _ _ _ _ pgid _ < /proc/$$/stat; read -r _ _ state _ < /proc/$pgid/stat; echo "{\"watcher\":\"$state\"}""#,
         );
         for _ in 0..2 {
-            let out = run(&fine, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap();
+            let out = run(&mut group, &fine, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap();
             assert_eq!(out, Some(serde_json::json!({"watcher": "S"})));
         }
     }
@@ -708,7 +666,8 @@ mod tests {
     fn oversized_output_is_error_5() {
         let dir = tempfile::tempdir().unwrap();
         let flood = script(dir.path(), "flood", "yes");
-        let e = run(&flood, Command::Add, b"{}", Duration::from_secs(20), &[]).unwrap_err();
+        let e =
+            run(&mut DelegateGroup::default(), &flood, Command::Add, b"{}", Duration::from_secs(20), &[]).unwrap_err();
         assert_eq!(e.code, 5, "{e}");
     }
 }

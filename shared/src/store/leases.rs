@@ -55,6 +55,16 @@ fn now_unix() -> i64 {
 }
 
 impl Tx<'_> {
+    /// The leases matching `condition` (an SQL expression over `leases`), in
+    /// address order.
+    fn leases_where(&self, condition: &str, values: impl rusqlite::Params) -> Result<Vec<Lease>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE {condition} ORDER BY key"))
+            .in_db(self.path)?;
+        stmt.query_map(values, lease_from_row).and_then(Iterator::collect).in_db(self.path)
+    }
+
     /// The lease on `address`, if any.
     pub fn holder(&self, address: IpAddr) -> Result<Option<Lease>> {
         let mut stmt =
@@ -132,15 +142,10 @@ impl Tx<'_> {
 
     /// The leases of one attachment, in address order.
     pub fn leases_of(&self, owner: &Attachment) -> Result<Vec<Lease>> {
-        let mut stmt = self
-            .sql
-            .prepare_cached(&format!(
-                "SELECT {LEASE_COLUMNS} FROM leases
-                 WHERE network = ?1 AND container_id = ?2 AND ifname = ?3 ORDER BY key"
-            ))
-            .in_db(self.path)?;
-        let rows = stmt.query_map(params![owner.network, owner.container_id, owner.ifname], lease_from_row);
-        rows.and_then(Iterator::collect).in_db(self.path)
+        self.leases_where(
+            "network = ?1 AND container_id = ?2 AND ifname = ?3",
+            params![owner.network, owner.container_id, owner.ifname],
+        )
     }
 
     /// Releases every lease of `owner` (none is fine) and returns them.
@@ -154,17 +159,10 @@ impl Tx<'_> {
     /// `add_id` took, and only those. What the attachment held before that
     /// ADD (a repeat ADD that failed) stays held.
     pub fn release_added_by(&self, owner: &Attachment, add_id: &str) -> Result<Vec<Lease>> {
-        let mut stmt = self
-            .sql
-            .prepare_cached(&format!(
-                "SELECT {LEASE_COLUMNS} FROM leases
-                 WHERE network = ?1 AND container_id = ?2 AND ifname = ?3 AND added_by = ?4 ORDER BY key"
-            ))
-            .in_db(self.path)?;
-        let leases: Vec<Lease> = stmt
-            .query_map(params![owner.network, owner.container_id, owner.ifname, add_id], lease_from_row)
-            .and_then(Iterator::collect)
-            .in_db(self.path)?;
+        let leases = self.leases_where(
+            "network = ?1 AND container_id = ?2 AND ifname = ?3 AND added_by = ?4",
+            params![owner.network, owner.container_id, owner.ifname, add_id],
+        )?;
         self.delete_leases(&leases)?;
         Ok(leases)
     }
@@ -178,14 +176,7 @@ impl Tx<'_> {
 
     /// Releases every lease of the pool `name` of `network`.
     pub(super) fn release_pool_leases(&self, network: &str, name: &str) -> Result<Vec<Lease>> {
-        let mut stmt = self
-            .sql
-            .prepare_cached(&format!(
-                "SELECT {LEASE_COLUMNS} FROM leases WHERE network = ?1 AND pool = ?2 ORDER BY key"
-            ))
-            .in_db(self.path)?;
-        let leases: Vec<Lease> =
-            stmt.query_map([network, name], lease_from_row).and_then(Iterator::collect).in_db(self.path)?;
+        let leases = self.leases_where("network = ?1 AND pool = ?2", [network, name])?;
         self.delete_leases(&leases)?;
         Ok(leases)
     }
@@ -193,11 +184,7 @@ impl Tx<'_> {
     /// Releases every lease of `network` whose (container id, interface) is
     /// not in `keep`; other networks' leases are untouched.
     pub fn gc(&self, network: &str, keep: &HashSet<(String, String)>) -> Result<Vec<Lease>> {
-        let mut stmt = self
-            .sql
-            .prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE network = ?1 ORDER BY key"))
-            .in_db(self.path)?;
-        let all: Vec<Lease> = stmt.query_map([network], lease_from_row).and_then(Iterator::collect).in_db(self.path)?;
+        let all = self.leases_where("network = ?1", [network])?;
         // Clones only to probe the set, whose keys are owned pairs.
         let stale: Vec<Lease> = all
             .into_iter()
@@ -218,16 +205,10 @@ impl Tx<'_> {
 
     /// All leases matching `filter`, in address order (the operator listing).
     pub fn leases(&self, filter: &LeaseFilter) -> Result<Vec<Lease>> {
-        let mut stmt = self
-            .sql
-            .prepare_cached(&format!(
-                "SELECT {LEASE_COLUMNS} FROM leases
-                 WHERE (?1 IS NULL OR network = ?1) AND (?2 IS NULL OR pool = ?2) AND (?3 IS NULL OR container_id = ?3)
-                 ORDER BY key"
-            ))
-            .in_db(self.path)?;
-        let rows = stmt.query_map(params![filter.network, filter.pool, filter.container_id], lease_from_row);
-        rows.and_then(Iterator::collect).in_db(self.path)
+        self.leases_where(
+            "(?1 IS NULL OR network = ?1) AND (?2 IS NULL OR pool = ?2) AND (?3 IS NULL OR container_id = ?3)",
+            params![filter.network, filter.pool, filter.container_id],
+        )
     }
 
     /// How many leases lie in `[lo, hi]` (pool statistics).

@@ -16,7 +16,8 @@ mod schema;
 mod testing;
 
 use std::fmt;
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -92,11 +93,7 @@ impl AllocationStore {
                 .create(parent)
                 .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
         }
-        refuse_non_sqlite(path)?;
-        // SQLite would create the file with the umask's mode; create it first so
-        // that it never exists with wider permissions. Its -wal and -shm files
-        // inherit this mode from it.
-        create_private_file(path).map_err(|e| unusable(path, e))?;
+        let file = open_database_file(path)?;
         // SQLite follows a symlink to the file it names (and keeps its -wal
         // beside the target); the lock must be the target's too, or two paths
         // to one database would be two locks.
@@ -132,7 +129,7 @@ impl AllocationStore {
             conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
             schema::identify(conn, path)
         })?;
-        make_private(&store.path)?;
+        make_private(&file, &store.path)?;
         if !matches!(found, schema::Found::Ours(SCHEMA_VERSION)) {
             let _held = store.lock.acquire(&store.lock_wait, &store.path)?;
             schema::migrate(&mut store.conn, &store.path, store.lock_wait.timeout)?;
@@ -280,17 +277,23 @@ fn resolve_symlink(path: &Path) -> Result<PathBuf> {
 /// SQLite's file header; a non-empty file without it is not a database.
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-/// Error 103 for an existing non-empty file that is not SQLite at all,
-/// before anything (SQLite included) opens it for writing.
-fn refuse_non_sqlite(path: &Path) -> Result<()> {
+/// Opens the database file, creating it 0600 when missing: SQLite would
+/// create it with the umask's mode, and its -wal and -shm files inherit the
+/// mode from it. An existing non-empty file without SQLite's header is error
+/// 103 before SQLite ever opens it for writing.
+fn open_database_file(path: &Path) -> Result<File> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| unusable(path, e))?;
     let mut header = [0u8; 16];
-    let read = match std::fs::File::open(path) {
-        Ok(mut file) => std::io::Read::read(&mut file, &mut header),
-        Err(_) => return Ok(()), // missing (created next) or unreadable (open says why)
-    };
-    match read {
-        Ok(0) => Ok(()),
-        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(()),
+    match file.read(&mut header) {
+        Ok(0) => Ok(file),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(file),
         Ok(_) => Err(unusable(
             path,
             "it is not a database (a file without the SQLite header); nothing was changed: point \
@@ -300,21 +303,25 @@ fn refuse_non_sqlite(path: &Path) -> Result<()> {
     }
 }
 
-/// Ours, so nobody else may read it: the database and its -wal and -shm
-/// become 0600 if they were created wider (by hand, or by an older build).
-fn make_private(path: &Path) -> Result<()> {
-    for file in [path.to_path_buf(), sibling(path, "-wal"), sibling(path, "-shm")] {
-        let Ok(meta) = std::fs::metadata(&file) else { continue };
-        if meta.permissions().mode() & 0o077 != 0 {
-            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
-                .map_err(|e| unusable(path, format!("cannot make {} private (0600): {e}", file.display())))?;
+/// Ours, so nobody else may read it: a database file created wider (by hand,
+/// or by an older build) becomes 0600, and so do its -wal and -shm, which
+/// took their mode from it.
+fn make_private(file: &File, path: &Path) -> Result<()> {
+    let meta = file.metadata().map_err(|e| unusable(path, e))?;
+    if meta.permissions().mode() & 0o077 == 0 {
+        return Ok(());
+    }
+    let private = || Permissions::from_mode(0o600);
+    file.set_permissions(private()).map_err(|e| unusable(path, format!("cannot make it private (0600): {e}")))?;
+    for sibling in [sibling(path, "-wal"), sibling(path, "-shm")] {
+        match std::fs::set_permissions(&sibling, private()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(unusable(path, format!("cannot make {} private (0600): {e}", sibling.display())))
+            }
+            _ => {}
         }
     }
     Ok(())
-}
-
-fn create_private_file(path: &Path) -> std::io::Result<()> {
-    OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path).map(drop)
 }
 
 /// Error 103 naming the database and the cause.

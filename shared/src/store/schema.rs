@@ -112,26 +112,24 @@ pub(super) enum Found {
 
 /// Reads the marks of the open file and refuses anything that is not ours
 /// (error 103), touching nothing: a foreign database is never migrated,
-/// switched to WAL or written.
+/// switched to WAL or written. One statement, so one snapshot: a sibling may
+/// be creating the schema meanwhile.
 pub(super) fn identify(conn: &Connection, path: &Path) -> Result<Found> {
-    // One snapshot for all the marks: a sibling may be creating the schema.
-    let snapshot = conn.unchecked_transaction().in_db(path)?;
-    let found = identify_in(conn, path);
-    snapshot.rollback().in_db(path)?;
-    found
-}
-
-fn identify_in(conn: &Connection, path: &Path) -> Result<Found> {
-    let application_id: i32 = conn.pragma_query_value(None, "application_id", |row| row.get(0)).in_db(path)?;
-    let version = user_version(conn).in_db(path)?;
+    let (application_id, version, tables): (i32, i64, Option<String>) = conn
+        .query_row(
+            "SELECT a.application_id, v.user_version,
+                    (SELECT group_concat(name, ',') FROM
+                        (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name))
+             FROM pragma_application_id AS a, pragma_user_version AS v",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .in_db(path)?;
     if application_id == APPLICATION_ID {
         refuse_unknown(version, path)?;
         return Ok(Found::Ours(version));
     }
-    let tables: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .and_then(|mut stmt| stmt.query_map([], |row| row.get(0))?.collect())
-        .in_db(path)?;
+    let tables: Vec<String> = tables.iter().flat_map(|t| t.split(',')).map(String::from).collect();
     match (application_id, version) {
         (0, 0) if tables.is_empty() => Ok(Found::Empty),
         // Version 1 predates the mark: recognised by its tables.
@@ -170,10 +168,6 @@ fn switch_to_wal(conn: &Connection, path: &Path, patience: Duration) -> Result<(
             Err(e) => return Err(e),
         }
     }
-}
-
-pub(super) fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.pragma_query_value(None, "user_version", |row| row.get(0))
 }
 
 /// Error 103 for a database written by a newer build (or a version no build writes).
