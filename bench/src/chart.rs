@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use crate::{Figures, FILL_LEVELS};
+use crate::report::Figures;
+use crate::scenarios::fill_curve::FILL_LEVELS;
 
 const W: f64 = 760.0;
 const H: f64 = 440.0;

@@ -5,7 +5,25 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{stats, Figures, Stats, FILL_LEVELS, HOST_LOCAL};
+use crate::harness::{stats, Stats};
+use crate::scenarios::fill_curve::FILL_LEVELS;
+use crate::setup::{Counts, HOST_LOCAL};
+
+/// Every figure the report needs, filled in by the scenarios.
+#[derive(Default)]
+pub struct Figures {
+    pub add: Vec<(String, Stats)>,
+    pub del: Vec<(String, Stats)>,
+    pub throughput: Vec<(String, (f64, Duration))>,
+    pub one_free: Vec<(String, Vec<Duration>)>,
+    pub exhausted: Vec<(String, Vec<Duration>)>,
+    pub big: Vec<(String, Stats, Duration)>,
+    pub fill_curve: Vec<(String, Vec<(f64, Stats)>)>,
+    pub rss: Vec<(String, i64)>,
+    pub floors: Vec<(String, Stats)>,
+    pub loads: Vec<(String, String)>,
+    pub counts: Option<Counts>,
+}
 
 /// The machine and versions the figures were taken on.
 pub struct Machine {

@@ -2,9 +2,9 @@
 //! each with the full configuration plus the previous one's result as
 //! `prevResult`. A failed ADD is rolled back with DEL on every delegate that ran.
 //! Run with arguments, it is the operator's tool over the allocation database
-//! (see [`inspect`]).
+//! (see [`operator`]).
 
-mod inspect;
+mod operator;
 mod stack;
 
 use std::process::ExitCode;
@@ -18,8 +18,8 @@ const ABOUT: About = About {
     summary: "runs a stack of IPAM delegates (selection, then allocation)",
 };
 
-const OPERATOR_HINT: &str =
-    "Operator commands (list, pools, release, check) over the allocation database: ipam-delegated --help";
+const OPERATOR_HINT: &str = "Operator commands (list, pools, metrics, release, forget-pool, check) over the \
+     allocation database: ipam-delegated --help";
 
 struct Orchestrator;
 
@@ -49,7 +49,7 @@ fn main() -> ExitCode {
     // Runtimes never pass arguments to a CNI plugin: arguments mean a person.
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     if !args.is_empty() {
-        return inspect::main(&args);
+        return operator::main(&args);
     }
     // The frame would print the about text too; ours also points at the tool.
     if std::env::var_os("CNI_COMMAND").is_none() {

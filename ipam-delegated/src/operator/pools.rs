@@ -1,9 +1,9 @@
 //! `pools`: how full each registered pool is and where allocation goes next.
 
 use serde::Serialize;
-use shared::pool::Pool;
-use shared::store::{AllocationStore, RegisteredPool, Tx};
+use shared::store::AllocationStore;
 
+use super::survey::{survey, PoolSurvey};
 use super::table::{Align, Table};
 use super::{Failure, Report};
 
@@ -27,6 +27,27 @@ struct PoolRow {
     error: Option<String>,
 }
 
+impl PoolRow {
+    fn new(pool: PoolSurvey) -> Self {
+        let (figures, error) = match pool.figures {
+            Ok(figures) => (Some(figures), None),
+            Err(error) => (None, Some(error)),
+        };
+        let figures = figures.as_ref();
+        PoolRow {
+            network: pool.network,
+            name: pool.name,
+            subnets: pool.subnets,
+            size: figures.map(|f| f.size),
+            used: figures.map(|f| f.used),
+            free: figures.map(|f| f.free()),
+            percent_used: figures.map(|f| percent(f.used, f.size)),
+            next: figures.and_then(|f| f.next.clone()),
+            error,
+        }
+    }
+}
+
 /// Figures above 2^53 (an IPv6 pool's size) become strings: most JSON
 /// readers (jq, JavaScript) hold numbers as doubles and would round them.
 fn exact_figure<S: serde::Serializer>(figure: &Option<u128>, out: S) -> Result<S::Ok, S::Error> {
@@ -38,14 +59,8 @@ fn exact_figure<S: serde::Serializer>(figure: &Option<u128>, out: S) -> Result<S
     }
 }
 
-struct Figures {
-    size: u128,
-    used: u128,
-    next: Option<String>,
-}
-
 pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
-    let rows: Vec<PoolRow> = store.read(|tx| tx.registered_pools()?.into_iter().map(|pool| row(tx, pool)).collect())?;
+    let rows: Vec<PoolRow> = survey(store)?.into_iter().map(PoolRow::new).collect();
     if json {
         return Ok(Report::fine(super::to_json(&rows)?));
     }
@@ -82,51 +97,6 @@ pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
         ]);
     }
     Ok(Report::fine(table.render()))
-}
-
-/// A pool's row; only a database failure is an error, a bad definition is shown.
-fn row(tx: &Tx, registered: RegisteredPool) -> shared::Result<PoolRow> {
-    let subnets = registered.subnets.iter().map(ToString::to_string).collect();
-    let (network, name) = (registered.network, registered.name);
-    let pool = match Pool::from_json(&registered.definition, &format!("stored definition of pool {name}")) {
-        Ok(pool) => pool,
-        Err(e) => {
-            return Ok(PoolRow {
-                network,
-                name,
-                subnets,
-                size: None,
-                used: None,
-                free: None,
-                percent_used: None,
-                next: None,
-                error: Some(e.msg),
-            })
-        }
-    };
-    let figures = figures(tx, &pool, registered.cursor)?;
-    Ok(PoolRow {
-        network,
-        name,
-        subnets,
-        size: Some(figures.size),
-        used: Some(figures.used),
-        free: Some(figures.size.saturating_sub(figures.used)),
-        percent_used: Some(percent(figures.used, figures.size)),
-        next: figures.next,
-        error: None,
-    })
-}
-
-/// Size and use over the allocatable addresses only, so that used never
-/// exceeds size; next is what the plugins' own search would find.
-fn figures(tx: &Tx, pool: &Pool, cursor: Option<std::net::IpAddr>) -> shared::Result<Figures> {
-    let mut used = 0u128;
-    for (lo, hi) in pool.allocatable() {
-        used += u128::from(tx.count_leases(lo, hi)?);
-    }
-    let next = pool.find_free(cursor, tx)?.map(|ip| ip.to_string());
-    Ok(Figures { size: pool.capacity(), used, next })
 }
 
 /// Percent used, rounded to two decimals for JSON.

@@ -1,5 +1,7 @@
 //! Column-aligned text for people: a header row, then one row per item.
 
+use std::borrow::Cow;
+
 /// How a column's cells line up; numbers read best right-aligned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Align {
@@ -29,7 +31,7 @@ impl Table {
 
     /// The header and the rows, columns two spaces apart, no trailing blanks.
     pub fn render(&self) -> String {
-        let cell = |row: &[String], i: usize| cut(row.get(i).map_or("", String::as_str));
+        let cell = |row: &[String], i: usize| cut(&printable(row.get(i).map_or("", String::as_str)));
         let header: Vec<String> = self.columns.iter().map(|(name, _)| name.to_string()).collect();
         let lines: Vec<Vec<String>> = std::iter::once(header)
             .chain(self.rows.iter().map(|row| (0..self.columns.len()).map(|i| cell(row, i)).collect()))
@@ -55,6 +57,17 @@ impl Table {
     }
 }
 
+/// A line feed in a name (a network name may hold one) would break the row
+/// in two: control characters are shown escaped, as `\n`.
+fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
 /// `text`, or its first `MAX_CELL - 1` characters and `…`.
 fn cut(text: &str) -> String {
     match text.char_indices().nth(MAX_CELL - 1) {
@@ -76,6 +89,13 @@ mod tests {
         let lines: Vec<String> = t.render().lines().map(String::from).collect();
         assert_eq!(lines[1], format!("{}…  1", "é".repeat(MAX_CELL - 1)));
         assert_eq!(lines[2], format!("{}  2", "x".repeat(MAX_CELL)));
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let mut t = Table::new(&[("NAME", Align::Left), ("N", Align::Right)]);
+        t.push(vec!["a\nb\tc\u{1b}".into(), "1".into()]);
+        assert_eq!(t.render(), "NAME           N\na\\nb\\tc\\u{1b}  1\n");
     }
 
     #[test]

@@ -1,0 +1,61 @@
+//! Single-call latency: ADD then DEL, one process at a time, the full stack,
+//! ipam-da-sequential alone and host-local interleaved; then the cost of a
+//! process that does no work, through the same spawn path.
+
+use std::path::PathBuf;
+
+use crate::harness::{exec, loadavg, phase, stats};
+use crate::report::Figures;
+use crate::setup::{Ctx, HOST_LOCAL};
+
+pub fn run(ctx: &Ctx, fig: &mut Figures) {
+    let n = ctx.counts.latency;
+    let scratch = ctx.scenario_dir("latency");
+    let dir = scratch.path();
+    let subnet = "10.20.0.0/16";
+    let variants = [
+        ("suite: ipam-delegated (ds-pool + da-sequential)", ctx.stack(&dir.join("stack.sqlite"), subnet)),
+        ("suite: ipam-da-sequential alone", ctx.sequential(&dir.join("sequential.sqlite"), subnet)),
+        ("host-local", ctx.host_local(&dir.join("host-local"), subnet)),
+    ];
+    // Warm-up (page cache, database creation), not counted.
+    for (name, p) in &variants {
+        for i in 0..5 {
+            p.run("ADD", &format!("warm-{i}")).expect_ok(name);
+        }
+    }
+    for (command, out) in [("ADD", &mut fig.add), ("DEL", &mut fig.del)] {
+        let started = phase(&format!("latency {command}: {n} calls each, interleaved"));
+        let mut samples = vec![Vec::with_capacity(n); variants.len()];
+        for i in 0..n {
+            for k in 0..variants.len() {
+                let v = (i + k) % variants.len();
+                let run = variants[v].1.run(command, &format!("lat-{i}")).expect_ok(variants[v].0);
+                samples[v].push(run.wall);
+            }
+        }
+        for (v, (name, _)) in variants.iter().enumerate() {
+            out.push((name.to_string(), stats(&samples[v])));
+        }
+        eprintln!("    took {:.1?}", started.elapsed());
+    }
+    // What a process costs before any work, through the same spawn path.
+    let floors = [
+        ("/bin/true", PathBuf::from("/bin/true"), "ADD"),
+        ("ipam-da-sequential, CNI_COMMAND=VERSION", ctx.exe("ipam-da-sequential"), "VERSION"),
+        ("host-local, CNI_COMMAND=VERSION", PathBuf::from(HOST_LOCAL), "VERSION"),
+    ];
+    let mut samples = vec![Vec::with_capacity(n); floors.len()];
+    for i in 0..n {
+        for k in 0..floors.len() {
+            let v = (i + k) % floors.len();
+            let (_, exe, command) = &floors[v];
+            let run = exec(exe, command, "floor", &ctx.bins, br#"{"cniVersion":"1.0.0"}"#);
+            samples[v].push(run.wall);
+        }
+    }
+    for (v, (name, _, _)) in floors.iter().enumerate() {
+        fig.floors.push((name.to_string(), stats(&samples[v])));
+    }
+    fig.loads.push(("latency".into(), loadavg()));
+}

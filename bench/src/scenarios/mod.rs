@@ -1,0 +1,14 @@
+//! The scenarios, one module each. Each takes the run's [`Ctx`] and adds its
+//! figures to the report's [`Figures`]; each works in its own temporary
+//! directory with a fresh database / dataDir, removed when it returns.
+//!
+//! [`Ctx`]: crate::setup::Ctx
+//! [`Figures`]: crate::report::Figures
+
+pub mod big_pools;
+pub mod durability;
+pub mod fill_curve;
+pub mod latency;
+pub mod memory;
+pub mod nearly_full;
+pub mod throughput;

@@ -1,0 +1,233 @@
+//! What every scenario starts from: the counts, the suite's executables and
+//! host-local with their configurations, the temporary directories, and
+//! pools filled through the library (the suite) or lease files (host-local).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use shared::addr::{from_u128, to_u128};
+use shared::pool::{self, Pool};
+use shared::store::AllocationStore;
+use shared::{Attachment, CniArgs};
+use tempfile::TempDir;
+
+use crate::harness::{exec, Plugin};
+
+pub const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
+const NETWORK: &str = "bench";
+const CNI_VERSION: &str = "1.0.0";
+const SUITE_EXECUTABLES: [&str; 4] = ["ipam-delegated", "ipam-ds-pool", "ipam-da-sequential", "ipam-da-static"];
+
+/// How much to run.
+#[derive(Clone, Copy)]
+pub struct Counts {
+    pub latency: usize,
+    pub throughput: usize,
+    pub workers: usize,
+    pub big_fill: u128,
+    pub big_adds: usize,
+    pub trials: usize,
+}
+
+pub const FULL: Counts =
+    Counts { latency: 300, throughput: 1000, workers: 16, big_fill: 1_000_000, big_adds: 20, trials: 5 };
+pub const QUICK: Counts =
+    Counts { latency: 40, throughput: 200, workers: 16, big_fill: 100_000, big_adds: 5, trials: 1 };
+
+/// Builds the suite's executables in release mode, next to this one (the
+/// same target directory), and answers that directory.
+pub fn build_suite(workspace: &Path) -> PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace).args(["build", "--release", "--quiet"]);
+    for exe in SUITE_EXECUTABLES {
+        cmd.args(["-p", exe]);
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "cargo build --release of the suite failed");
+    let bins = std::env::current_exe().expect("current exe").parent().expect("bin dir").to_path_buf();
+    for exe in SUITE_EXECUTABLES {
+        assert!(bins.join(exe).is_file(), "{} missing after the build", bins.join(exe).display());
+    }
+    bins
+}
+
+/// A fresh directory `<prefix><random>` in `parent` (default: the system
+/// temp dir). It is removed when dropped, also on an early return or a
+/// panic, unless BENCH_KEEP is set (to profile its files).
+fn temp_dir(prefix: &str, parent: Option<&Path>) -> TempDir {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix).disable_cleanup(std::env::var_os("BENCH_KEEP").is_some());
+    let dir = match parent {
+        Some(parent) => fs::create_dir_all(parent).and_then(|()| builder.tempdir_in(parent)),
+        None => builder.tempdir(),
+    };
+    dir.unwrap_or_else(|e| panic!("cannot create a temp dir {prefix}…: {e}"))
+}
+
+/// Where things are.
+pub struct Ctx {
+    /// The directory holding the suite's executables: CNI_PATH for the suite.
+    pub bins: PathBuf,
+    /// A fresh directory per run (in BENCH_TMPDIR if set); every scenario
+    /// gets its own subdirectory.
+    root: TempDir,
+    pub counts: Counts,
+}
+
+impl Ctx {
+    pub fn new(bins: PathBuf, counts: Counts) -> Ctx {
+        let base = std::env::var_os("BENCH_TMPDIR").map(PathBuf::from);
+        Ctx { bins, root: temp_dir("ipam-bench-", base.as_deref()), counts }
+    }
+
+    /// The run's temporary directory.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    pub fn exe(&self, name: &str) -> PathBuf {
+        self.bins.join(name)
+    }
+
+    /// A fresh directory for one scenario, removed when the scenario drops it.
+    pub fn scenario_dir(&self, name: &str) -> TempDir {
+        temp_dir(&format!("{name}-"), Some(self.root()))
+    }
+
+    /// The full stack: ipam-delegated with ipam-ds-pool and ipam-da-sequential.
+    pub fn stack(&self, db: &Path, subnet: &str) -> Plugin {
+        Plugin {
+            exe: self.exe("ipam-delegated"),
+            cni_path: self.bins.clone(),
+            config: bytes(&suite_config(db, subnet)),
+        }
+    }
+
+    pub fn host_local(&self, data_dir: &Path, subnet: &str) -> Plugin {
+        Plugin {
+            exe: PathBuf::from(HOST_LOCAL),
+            cni_path: PathBuf::from("/usr/lib/cni"),
+            config: bytes(&host_local_config(data_dir, subnet)),
+        }
+    }
+
+    /// The selector alone, with the stack's configuration.
+    pub fn selector(&self, db: &Path, subnet: &str) -> Plugin {
+        Plugin { exe: self.exe("ipam-ds-pool"), cni_path: self.bins.clone(), config: bytes(&suite_config(db, subnet)) }
+    }
+
+    /// The configuration an allocator gets inside the stack: the config plus
+    /// `prevResult` = what ipam-ds-pool printed for it (so `pools` is there).
+    pub fn selected_config(&self, db: &Path, subnet: &str) -> Value {
+        let mut config = suite_config(db, subnet);
+        let selector = self.exe("ipam-ds-pool");
+        let out = exec(&selector, "ADD", "selector-probe", &self.bins, &bytes(&config)).expect_ok("ipam-ds-pool ADD");
+        config["prevResult"] = out.json();
+        assert!(config["prevResult"]["pools"].is_array(), "ipam-ds-pool printed no pools");
+        config
+    }
+
+    /// ipam-da-sequential alone, fed what the selector printed.
+    pub fn sequential(&self, db: &Path, subnet: &str) -> Plugin {
+        Plugin {
+            exe: self.exe("ipam-da-sequential"),
+            cni_path: self.bins.clone(),
+            config: bytes(&self.selected_config(db, subnet)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- configs
+
+fn suite_config(db: &Path, subnet: &str) -> Value {
+    json!({
+        "cniVersion": CNI_VERSION, "name": NETWORK, "type": "bridge",
+        "ipam": {
+            "type": "ipam-delegated",
+            "delegates": ["ipam-ds-pool", "ipam-da-sequential"],
+            "database": db,
+            "pools": [{ "name": "bench", "ranges": [{ "subnet": subnet }] }]
+        }
+    })
+}
+
+fn host_local_config(data_dir: &Path, subnet: &str) -> Value {
+    json!({
+        "cniVersion": CNI_VERSION, "name": NETWORK, "type": "bridge",
+        "ipam": { "type": "host-local", "dataDir": data_dir, "ranges": [[{ "subnet": subnet }]] }
+    })
+}
+
+pub fn bytes(v: &Value) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+// ------------------------------------------------------------------ fills
+
+/// The pool exactly as the selector registers it for this configuration.
+pub fn selector_pool(db: &Path, subnet: &str) -> Pool {
+    let mut pools = pool::candidates(&suite_config(db, subnet), &CniArgs::default()).expect("candidates");
+    pools.remove(0)
+}
+
+/// The allocatable addresses of a pool, as numbers, in order (gateway and
+/// network/broadcast excluded: the same set host-local hands out).
+pub fn allocatable(pool: &Pool, limit: u128) -> Vec<u128> {
+    let mut out = Vec::new();
+    for (lo, hi) in pool.allocatable() {
+        let (lo, hi) = (to_u128(lo), to_u128(hi));
+        let mut n = lo;
+        while n <= hi && (out.len() as u128) < limit {
+            out.push(n);
+            n += 1;
+        }
+    }
+    out
+}
+
+fn fill_owner(n: u128) -> Attachment {
+    Attachment { network: NETWORK.into(), container_id: format!("fill-{n:x}"), ifname: "eth0".into() }
+}
+
+/// Records leases on `addrs` through the library, as the selector and the
+/// allocator would have, and sets the cursor; then checkpoints.
+pub fn suite_fill(db: &Path, pool: &Pool, addrs: &[u128], cursor: Option<u128>) {
+    let mut store = AllocationStore::open(db, Duration::from_secs(60)).expect("open store");
+    store
+        .write(|tx| {
+            tx.register_pool(NETWORK, &pool.name, &pool.subnets(), &pool.to_json())?;
+            tx.insert_leases_bulk(addrs.iter().map(|&n| (from_u128(n), pool.name.as_str(), fill_owner(n))))?;
+            if let Some(c) = cursor {
+                tx.set_cursor(NETWORK, &pool.name, from_u128(c))?;
+            }
+            Ok(())
+        })
+        .expect("fill store");
+    store.checkpoint().expect("checkpoint");
+}
+
+pub fn suite_set_cursor(db: &Path, pool: &Pool, cursor: u128) {
+    let mut store = AllocationStore::open(db, Duration::from_secs(60)).expect("open store");
+    store.write(|tx| tx.set_cursor(NETWORK, &pool.name, from_u128(cursor))).expect("set cursor");
+}
+
+/// host-local's disk backend: `<dataDir>/<network>/<ip>` holding
+/// "<container id>\r\n<ifname>", and `last_reserved_ip.<range set>`.
+pub fn host_local_fill(data_dir: &Path, addrs: &[u128], last: Option<u128>) {
+    let dir = data_dir.join(NETWORK);
+    fs::create_dir_all(&dir).expect("host-local dir");
+    for &n in addrs {
+        fs::write(dir.join(from_u128(n).to_string()), format!("fill-{n:x}\r\neth0")).expect("host-local lease file");
+    }
+    if let Some(last) = last {
+        host_local_set_last(data_dir, last);
+    }
+}
+
+pub fn host_local_set_last(data_dir: &Path, last: u128) {
+    fs::write(data_dir.join(NETWORK).join("last_reserved_ip.0"), from_u128(last).to_string()).expect("last ip");
+}

@@ -1,0 +1,258 @@
+//! The operator's command line, defined once for clap: parsing, `--help`, the
+//! shell completions and the man pages all come from [`Cli`], so that they
+//! cannot disagree. The clap types stay in this module; the rest of the tool
+//! sees [`Invocation`].
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::NonEmptyStringValueParser;
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use shared::config::DEFAULT_DATABASE;
+use shared::store::{LeaseFilter, DEFAULT_LOCK_TIMEOUT};
+use shared::Attachment;
+
+mod notes;
+
+use notes::{
+    ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, LIST_NOTES, MAN_NOTES, METRICS_NOTES,
+    POOLS_NOTES, RELEASE_NOTES,
+};
+
+/// What the command line asks for, once clap has accepted it.
+#[derive(Debug, PartialEq)]
+pub enum Invocation {
+    /// A command over the allocation database at `database`.
+    Database {
+        database: PathBuf,
+        command: Command,
+    },
+    Completions(Shell),
+    Man(PathBuf),
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    List { filter: LeaseFilter, json: bool },
+    Pools { json: bool },
+    Metrics { output: Option<PathBuf> },
+    Release { owner: Attachment, lock_timeout: Duration },
+    ForgetPool { network: String, pool: String, lock_timeout: Duration },
+    Check,
+}
+
+/// The shells whose completion scripts are generated and tested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Parses the arguments after the executable's name. A request for help or
+/// the version is an `Err` too, as clap has it: its `print` and `exit_code`
+/// do the right thing for both (stdout and 0; stderr and 2 for a usage error).
+pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
+    let argv = std::iter::once(OsString::from(super::NAME)).chain(args.iter().cloned());
+    let cli = Cli::try_parse_from(argv)?;
+    let top = cli.database.database;
+    let database = |given: DatabaseArg| match (top, given.database) {
+        (Some(_), Some(_)) => Err(Cli::command()
+            .error(ErrorKind::ArgumentConflict, "the argument '--database <PATH>' cannot be used multiple times")),
+        (Some(path), None) | (None, Some(path)) => Ok(path),
+        (None, None) => Ok(PathBuf::from(DEFAULT_DATABASE)),
+    };
+    let (given, command) = match cli.command {
+        Sub::List(a) => {
+            let filter = LeaseFilter { network: a.network, pool: a.pool, container_id: a.container };
+            (a.database, Command::List { filter, json: a.json })
+        }
+        Sub::Pools(a) => (a.database, Command::Pools { json: a.json }),
+        Sub::Metrics(a) => (a.database, Command::Metrics { output: a.output }),
+        Sub::Release(a) => {
+            let owner = Attachment { network: a.network, container_id: a.container, ifname: a.ifname };
+            (a.database, Command::Release { owner, lock_timeout: a.lock.timeout() })
+        }
+        Sub::ForgetPool(a) => {
+            (a.database, Command::ForgetPool { network: a.network, pool: a.pool, lock_timeout: a.lock.timeout() })
+        }
+        Sub::Check(a) => (a.database, Command::Check),
+        Sub::Completions { shell } => return Ok(Invocation::Completions(shell)),
+        Sub::Man { dir } => return Ok(Invocation::Man(dir)),
+    };
+    Ok(Invocation::Database { database: database(given)?, command })
+}
+
+/// The clap definition itself, for the completions and the man pages.
+pub fn definition() -> clap::Command {
+    Cli::command()
+}
+
+#[derive(Parser, Debug)]
+#[command(name = super::NAME, version, about = ABOUT, after_help = AFTER_HELP, subcommand_required = true)]
+struct Cli {
+    #[command(flatten)]
+    database: DatabaseArg,
+    #[command(subcommand)]
+    command: Sub,
+}
+
+// Accepted before the command and after it, as the hand-written parser did;
+// each command that reads the database has its own, so that `man` and
+// `completions` do not offer it.
+#[derive(Args, Debug)]
+struct DatabaseArg {
+    #[arg(long, value_name = "PATH", help = database_help())]
+    database: Option<PathBuf>,
+}
+
+fn database_help() -> String {
+    format!("The allocation database [default: {DEFAULT_DATABASE}]")
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Every lease: pool, address, network, container id, ifname, since
+    #[command(after_help = LIST_NOTES)]
+    List(ListArgs),
+    /// Per registered pool: size, used, free, percent used, next address
+    #[command(after_help = POOLS_NOTES)]
+    Pools(PoolsArgs),
+    /// Per registered pool: size, used, free and leases in Prometheus text format
+    #[command(after_help = METRICS_NOTES)]
+    Metrics(MetricsArgs),
+    /// Release every lease of one attachment
+    #[command(after_help = RELEASE_NOTES)]
+    Release(ReleaseArgs),
+    /// Release every lease of one pool and drop its registration
+    #[command(after_help = FORGET_POOL_NOTES)]
+    ForgetPool(ForgetPoolArgs),
+    /// Check the database's integrity
+    #[command(after_help = CHECK_NOTES)]
+    Check(CheckArgs),
+    /// Print a shell completion script on stdout
+    #[command(after_help = COMPLETIONS_NOTES)]
+    Completions {
+        /// The shell that will load the script
+        #[arg(value_enum)]
+        shell: Shell,
+    },
+    /// Write the man pages into a directory
+    #[command(after_help = MAN_NOTES)]
+    Man {
+        /// Where to write the pages
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ListArgs {
+    /// Only leases of this network name
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    network: Option<String>,
+    /// Only leases of this pool
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    pool: Option<String>,
+    /// Only leases of this container id
+    #[arg(long, value_name = "ID", value_parser = NonEmptyStringValueParser::new())]
+    container: Option<String>,
+    /// Print JSON for scripts instead of a table
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct PoolsArgs {
+    /// Print JSON for scripts instead of a table
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct MetricsArgs {
+    /// Write FILE atomically instead of printing on stdout
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct ReleaseArgs {
+    /// The network name
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    network: String,
+    /// The container id
+    #[arg(long, value_name = "ID", value_parser = NonEmptyStringValueParser::new())]
+    container: String,
+    /// The interface name
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    ifname: String,
+    #[command(flatten)]
+    lock: LockArg,
+    #[command(flatten)]
+    database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct ForgetPoolArgs {
+    /// The network name
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    network: String,
+    /// The pool name
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    pool: String,
+    #[command(flatten)]
+    lock: LockArg,
+    #[command(flatten)]
+    database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    #[command(flatten)]
+    database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct LockArg {
+    // Negative numbers are let through to the parser, which names the
+    // mistake, instead of being taken for an unknown option.
+    #[arg(
+        long = "lock-timeout",
+        value_name = "SECONDS",
+        help = lock_timeout_help(),
+        value_parser = seconds,
+        allow_negative_numbers = true
+    )]
+    timeout: Option<Duration>,
+}
+
+impl LockArg {
+    fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(DEFAULT_LOCK_TIMEOUT)
+    }
+}
+
+fn lock_timeout_help() -> String {
+    format!("How long to wait for the lock [default: {}]", DEFAULT_LOCK_TIMEOUT.as_secs_f64())
+}
+
+fn seconds(text: &str) -> Result<Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|value| value.is_finite() && *value >= 0.0)
+        .and_then(|value| Duration::try_from_secs_f64(value).ok())
+        .ok_or_else(|| "expected a number of seconds, such as 10 or 0.5".to_string())
+}
+
+#[cfg(test)]
+mod tests;

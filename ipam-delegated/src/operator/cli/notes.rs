@@ -1,0 +1,66 @@
+//! The longer texts of `--help` and the man pages: what each command's
+//! output means, kept apart from the definition so that it reads as a list.
+
+pub const ABOUT: &str = "The operator's tool over the allocation database of the ipam-delegated CNI plugins";
+
+pub const AFTER_HELP: &str = "\
+Without arguments ipam-delegated is the CNI IPAM plugin a container runtime runs.
+
+Exit status: 0 success; 1 failure (no database, locked, unusable, or check
+found problems); 2 usage error.";
+
+pub const LIST_NOTES: &str = "\
+Leases are listed in address order; since is when the lease was taken, in UTC.
+
+With --json: an array of objects with the keys pool, address, network,
+container_id, ifname and since.";
+
+pub const POOLS_NOTES: &str = "\
+size counts the allocatable addresses: each range's rangeStart..rangeEnd minus
+the excluded addresses and the gateway. used counts the leases inside those
+allocatable addresses, so a static lease outside them (outside the range, or
+excluded) is not counted. next is the address sequential allocation would try
+next, or - when the pool is full.
+
+With --json: an array of objects with the keys network, name, subnets, size,
+used, free, percent_used and next (null when full). size, used and free are
+numbers, or decimal strings when above 2^53 (an IPv6 pool), which JSON readers
+that hold numbers as doubles would round.";
+
+pub const METRICS_NOTES: &str = "\
+Per registered pool, labelled network and pool: size, used and free (as in
+'ipam-delegated pools') and leases, which also counts static leases outside the
+allocatable addresses; ipam_delegated_database_ok is 1, or 0 (and the exit
+status 1) when the database cannot be read. Sizes are exact integers, also
+above 2^53.
+
+For node_exporter's textfile collector, run it from a timer with
+--output DIR/ipam-delegated.prom: the file is written as FILE.tmp-<pid> beside
+it, then renamed over it, so that the collector never reads half a file.";
+
+pub const RELEASE_NOTES: &str = "\
+Takes the same lock as the plugins. Releasing an attachment that holds nothing
+is not an error. The released addresses are printed and logged.";
+
+pub const FORGET_POOL_NOTES: &str = "\
+For a pool that is gone from the configuration (renamed, moved, merged) but still
+holds leases, so that its subnets can be registered by another pool. A pool
+that holds no lease gives way by itself. Takes the same lock as the plugins;
+the released addresses are printed and logged. Release only pools whose
+containers are gone: a running container keeps using its address.";
+
+pub const CHECK_NOTES: &str = "\
+Runs SQLite's integrity check, then the suite's own: every lease lies in a
+subnet of its registered pool, its text address matches its key, and the
+runs of leased addresses agree with the leases. Prints ok and exits 0, or
+prints the problems and exits 1.";
+
+pub const COMPLETIONS_NOTES: &str = "\
+Where each shell looks for them, for example:
+  bash: ipam-delegated completions bash > /usr/share/bash-completion/completions/ipam-delegated
+  zsh:  ipam-delegated completions zsh > /usr/share/zsh/vendor-completions/_ipam-delegated
+  fish: ipam-delegated completions fish > /usr/share/fish/vendor_completions.d/ipam-delegated.fish";
+
+pub const MAN_NOTES: &str = "\
+Writes DIR/ipam-delegated.1 and one page per command (ipam-delegated-list.1,
+...), creating DIR if needed, and prints the paths written.";

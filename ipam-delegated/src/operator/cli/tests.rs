@@ -1,0 +1,135 @@
+//! The command line as clap parses it: every command, option and default of
+//! the hand-written parser it replaced, and the usage errors, in clap's words.
+
+use super::*;
+
+fn parse_strs(args: &[&str]) -> Result<Invocation, clap::Error> {
+    parse(&args.iter().map(OsString::from).collect::<Vec<_>>())
+}
+
+/// The rendered error or help text, and its kind.
+fn refusal(args: &[&str]) -> (ErrorKind, String) {
+    match parse_strs(args) {
+        Ok(invocation) => panic!("{args:?} parsed as {invocation:?}"),
+        Err(e) => (e.kind(), e.to_string()),
+    }
+}
+
+fn run(database: &str, command: Command) -> Invocation {
+    Invocation::Database { database: PathBuf::from(database), command }
+}
+
+#[test]
+fn clap_accepts_the_definition() {
+    definition().debug_assert();
+}
+
+#[test]
+fn list_with_filters_and_the_database_before_or_after_the_command() {
+    let filter = LeaseFilter { network: Some("n".into()), pool: None, container_id: Some("c".into()) };
+    let expected = run("/tmp/db", Command::List { filter, json: true });
+    assert_eq!(
+        parse_strs(&["--database", "/tmp/db", "list", "--network=n", "--container", "c", "--json"]).ok(),
+        Some(expected)
+    );
+    let after = parse_strs(&["list", "--json", "--network", "n", "--container=c", "--database=/tmp/db"]);
+    assert!(matches!(after, Ok(Invocation::Database { ref database, .. }) if database == &PathBuf::from("/tmp/db")));
+    let (kind, text) = refusal(&["--database", "/a", "pools", "--database", "/b"]);
+    assert_eq!(kind, ErrorKind::ArgumentConflict, "{text}");
+    assert!(text.contains("'--database <PATH>' cannot be used multiple times"), "{text}");
+}
+
+#[test]
+fn defaults() {
+    assert_eq!(parse_strs(&["pools"]).ok(), Some(run(DEFAULT_DATABASE, Command::Pools { json: false })));
+    assert_eq!(parse_strs(&["metrics"]).ok(), Some(run(DEFAULT_DATABASE, Command::Metrics { output: None })));
+    let Ok(Invocation::Database { command: Command::Release { lock_timeout, owner }, .. }) =
+        parse_strs(&["release", "--network", "n", "--container", "c", "--ifname", "eth0", "--lock-timeout", "0.5"])
+    else {
+        panic!("release did not parse");
+    };
+    assert_eq!(lock_timeout, Duration::from_millis(500));
+    assert_eq!(owner, Attachment { network: "n".into(), container_id: "c".into(), ifname: "eth0".into() });
+    let Ok(Invocation::Database { command: Command::ForgetPool { lock_timeout, .. }, .. }) =
+        parse_strs(&["forget-pool", "--network", "n", "--pool", "p"])
+    else {
+        panic!("forget-pool did not parse");
+    };
+    assert_eq!(lock_timeout, DEFAULT_LOCK_TIMEOUT);
+}
+
+#[test]
+fn completions_and_man_take_no_database() {
+    assert_eq!(parse_strs(&["completions", "zsh"]).ok(), Some(Invocation::Completions(Shell::Zsh)));
+    assert_eq!(parse_strs(&["man", "out/man"]).ok(), Some(Invocation::Man(PathBuf::from("out/man"))));
+    assert_eq!(refusal(&["man", "d", "--database", "/x"]).0, ErrorKind::UnknownArgument);
+    assert_eq!(refusal(&["completions", "tcsh"]).0, ErrorKind::InvalidValue);
+}
+
+#[test]
+fn help_everywhere() {
+    for args in [&["--help"][..], &["help"], &["-h"]] {
+        let (kind, text) = refusal(args);
+        assert_eq!(kind, ErrorKind::DisplayHelp, "{args:?}");
+        assert!(text.contains("Commands:") && text.contains("forget-pool"), "{text}");
+    }
+    for args in [&["list", "--help"][..], &["list", "-h"], &["help", "list"]] {
+        let (kind, text) = refusal(args);
+        assert_eq!(kind, ErrorKind::DisplayHelp, "{args:?}");
+        assert!(text.contains("--container <ID>") && text.contains("--database <PATH>"), "{text}");
+    }
+    assert!(refusal(&["release", "-h"]).1.contains("--lock-timeout <SECONDS>"));
+    assert_eq!(refusal(&["--version"]).1, format!("ipam-delegated {}\n", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn usage_errors_name_the_culprit() {
+    let cases: &[(&[&str], ErrorKind, &str)] = &[
+        (&["--database", "/x"], ErrorKind::MissingSubcommand, "requires a subcommand"),
+        (&["frobnicate"], ErrorKind::InvalidSubcommand, "unrecognized subcommand 'frobnicate'"),
+        (&["lst"], ErrorKind::InvalidSubcommand, "a similar subcommand exists: 'list'"),
+        (&["--bogus", "list"], ErrorKind::UnknownArgument, "unexpected argument '--bogus'"),
+        (&["list", "--bogus"], ErrorKind::UnknownArgument, "Usage: ipam-delegated list"),
+        (&["list", "--network"], ErrorKind::InvalidValue, "a value is required for '--network <NAME>'"),
+        (&["list", "--network", "--json"], ErrorKind::InvalidValue, "'--network <NAME>'"),
+        (&["list", "--network", ""], ErrorKind::InvalidValue, "'--network <NAME>'"),
+        (&["pools", "--database", ""], ErrorKind::InvalidValue, "'--database <PATH>'"),
+        (&["list", "--pool", "a", "--pool=b"], ErrorKind::ArgumentConflict, "cannot be used multiple times"),
+        (&["list", "extra"], ErrorKind::UnknownArgument, "unexpected argument 'extra'"),
+        (&["pools", "--json=yes"], ErrorKind::TooManyValues, "unexpected value 'yes' for '--json'"),
+        (&["check", "--json"], ErrorKind::UnknownArgument, "unexpected argument '--json'"),
+        (&["pools", "--jsn"], ErrorKind::UnknownArgument, "a similar argument exists: '--json'"),
+        (&["release", "--network", "n", "--container", "c"], ErrorKind::MissingRequiredArgument, "--ifname <NAME>"),
+        (&["forget-pool", "--network", "n"], ErrorKind::MissingRequiredArgument, "--pool <NAME>"),
+    ];
+    for (args, kind, part) in cases {
+        let (actual, text) = refusal(args);
+        assert_eq!(actual, *kind, "{args:?}: {text}");
+        assert!(text.contains(part), "{args:?}: {part:?} in {text}");
+    }
+    // Only reached by hand (without arguments the executable is the
+    // plugin), clap then shows the help, as a usage error.
+    let nothing = parse_strs(&[]).err().map(|e| (e.kind(), e.exit_code()));
+    assert_eq!(nothing, Some((ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand, 2)));
+    let bad = ["release", "--network", "n", "--container", "c", "--ifname", "e", "--lock-timeout", "-1"];
+    let (kind, text) = refusal(&bad);
+    assert_eq!(kind, ErrorKind::ValueValidation, "{text}");
+    assert!(text.contains("invalid value '-1' for '--lock-timeout <SECONDS>'"), "{text}");
+    assert!(text.contains("expected a number of seconds"), "{text}");
+    assert_eq!(
+        parse_strs(&["forget-pool", "--pool", "p", "--network=n", "--lock-timeout", "2"]).ok(),
+        Some(run(
+            DEFAULT_DATABASE,
+            Command::ForgetPool { network: "n".into(), pool: "p".into(), lock_timeout: Duration::from_secs(2) }
+        ))
+    );
+}
+
+#[test]
+fn seconds_are_finite_and_not_negative() {
+    assert_eq!(seconds("0"), Ok(Duration::ZERO));
+    assert_eq!(seconds("2.5"), Ok(Duration::from_millis(2500)));
+    for bad in ["-1", "NaN", "inf", "1e300", "ten", ""] {
+        assert!(seconds(bad).is_err(), "{bad}");
+    }
+}
