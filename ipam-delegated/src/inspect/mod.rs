@@ -69,9 +69,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     };
     // Where the plugins log (stderr for warnings; the verbose build's file),
     // so that a release by hand is on record beside the plugins' own.
-    if let Ok(settings) = LogSettings::from_ipam(NAME, None) {
-        logging::init(NAME, &settings);
-    }
+    logging::init(NAME, &LogSettings::from_ipam(NAME, None));
     match execute(&database, command) {
         Ok(report) => {
             let printed = print(&report.stdout);
