@@ -254,8 +254,8 @@ fn release_frees_one_attachment_for_reuse() {
     assert_success(&out);
     assert_eq!(
         out.stdout,
-        "released 10.22.0.11 (pool blue) held by network \"blue-net\" container \"c2\" ifname \"eth0\"\n\
-         released fd00:22::3 (pool blue6) held by network \"blue-net\" container \"c2\" ifname \"eth0\"\n"
+        "released 10.22.0.11 (pool blue) held by container c2 interface eth0 of network \"blue-net\"\n\
+         released fd00:22::3 (pool blue6) held by container c2 interface eth0 of network \"blue-net\"\n"
     );
     let list = tool(&s.db(), &["list", "--container", "c2"]);
     assert_eq!((list.status, list.stdout.as_str()), (0, "no leases match\n"));
@@ -263,10 +263,7 @@ fn release_frees_one_attachment_for_reuse() {
 
     let again = tool(&s.db(), &["release", "--network", "blue-net", "--container", "c2", "--ifname", "eth0"]);
     assert_success(&again);
-    assert_eq!(
-        again.stdout,
-        "nothing released: network \"blue-net\" container \"c2\" ifname \"eth0\" holds no lease\n"
-    );
+    assert_eq!(again.stdout, "nothing released: container c2 interface eth0 of network \"blue-net\" holds no lease\n");
 
     let reused = s.add("blue-net", "c9", "eth0", "IP=10.22.0.11");
     assert_eq!(reused.status, 0, "{reused:#?}");

@@ -170,7 +170,8 @@ pub fn bytes(v: &Value) -> Vec<u8> {
 
 /// The pool exactly as the selector registers it for this configuration.
 pub fn selector_pool(db: &Path, subnet: &str) -> Pool {
-    let mut pools = pool::candidates(&suite_config(db, subnet), &CniArgs::default()).expect("candidates");
+    let config = shared::NetConf::parse(suite_config(db, subnet).to_string().as_bytes()).expect("config");
+    let mut pools = pool::candidates(&config, &CniArgs::default()).expect("candidates");
     pools.remove(0)
 }
 
@@ -199,7 +200,7 @@ pub fn suite_fill(db: &Path, pool: &Pool, addrs: &[u128], cursor: Option<u128>) 
     let mut store = AllocationStore::open(db, Duration::from_secs(60)).expect("open store");
     store
         .write(|tx| {
-            tx.register_pool(NETWORK, &pool.name, &pool.subnets(), &pool.to_json())?;
+            tx.register_pool(NETWORK, &pool.name, &pool.subnets(), &pool.to_json())?.expect("a fresh database");
             tx.insert_leases_bulk(addrs.iter().map(|&n| (from_u128(n), pool.name.as_str(), fill_owner(n))))?;
             if let Some(c) = cursor {
                 tx.set_cursor(NETWORK, &pool.name, from_u128(c))?;

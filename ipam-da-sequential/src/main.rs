@@ -6,9 +6,10 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use shared::pool::Pool;
+use shared::addr::Family;
+use shared::pool::{self, Pool};
 use shared::store::Lease;
-use shared::{allocator, About, CniError, Code, Reply, Request, Result};
+use shared::{suite_delegate, About, CniError, Code, Reply, Request, Result};
 
 const ABOUT: About = About {
     name: "ipam-da-sequential",
@@ -18,31 +19,31 @@ const ABOUT: About = About {
 
 /// ADD: an address for each family of the candidate pools that has none yet.
 fn add(req: &Request) -> Result<Reply> {
-    let (mut result, pools) = allocator::prev_and_pools(req)?;
-    let mut families: Vec<bool> = Vec::new();
+    let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
+    let mut families: Vec<Family> = Vec::new();
     for pool in &pools {
-        if !result.has_family(pool.is_ipv4()) && !families.contains(&pool.is_ipv4()) {
-            families.push(pool.is_ipv4());
+        if !result.has_family(pool.family()) && !families.contains(&pool.family()) {
+            families.push(pool.family());
         }
     }
     if families.is_empty() {
         return Ok(Reply::Result(result));
     }
     let attachment = req.attachment()?;
-    let mut store = allocator::open_store(req)?;
+    let mut store = suite_delegate::open_store(req)?;
     // All families in one transaction: an exhausted family leaves nothing
     // half-allocated.
     let chosen = store.write(|tx| {
         let held = tx.leases_of(&attachment)?;
         families
             .iter()
-            .map(|&ipv4| {
-                let family: Vec<&Pool> = pools.iter().filter(|p| p.is_ipv4() == ipv4).collect();
-                if let Some(found) = held_address(&held, &family) {
+            .map(|&family| {
+                let of_family: Vec<&Pool> = pools.iter().filter(|p| p.family() == family).collect();
+                if let Some(found) = held_address(&held, &of_family) {
                     return Ok(found);
                 }
-                for &pool in &family {
-                    let cursor = allocator::register(tx, &attachment.network, pool)?;
+                for &pool in &of_family {
+                    let cursor = suite_delegate::register(tx, &attachment.network, pool)?;
                     if let Some(address) = pool.find_free(cursor, tx)? {
                         tx.insert_lease(address, &pool.name, &attachment)?;
                         tx.set_cursor(&attachment.network, &pool.name, address)?;
@@ -57,7 +58,10 @@ fn add(req: &Request) -> Result<Reply> {
                     }
                     tracing::debug!("pool {} is full", pool.name);
                 }
-                Err(exhausted(ipv4, &family))
+                Err(CniError::new(
+                    Code::NoFreeAddress,
+                    format!("no free {family} address in the candidate pools ({})", pool::names(of_family)),
+                ))
             })
             .collect::<Result<Vec<(IpAddr, &Pool)>>>()
     })?;
@@ -67,7 +71,7 @@ fn add(req: &Request) -> Result<Reply> {
         let range = pool.check_held(address).map_err(|why| {
             CniError::new(Code::Internal, format!("bug: chose {address} of pool {} but {why}", pool.name))
         })?;
-        allocator::add_address(&mut result, pool, range, address);
+        suite_delegate::add_address(&mut result, pool, range, address);
     }
     Ok(Reply::Result(result))
 }
@@ -94,14 +98,6 @@ fn held_address<'p>(held: &[Lease], family: &[&'p Pool]) -> Option<(IpAddr, &'p 
     None
 }
 
-fn exhausted(ipv4: bool, family: &[&Pool]) -> CniError {
-    let names: Vec<&str> = family.iter().map(|p| p.name.as_str()).collect();
-    CniError::new(
-        Code::NoFreeAddress,
-        format!("no free {} address in the candidate pools ({})", if ipv4 { "IPv4" } else { "IPv6" }, names.join(", ")),
-    )
-}
-
 fn main() -> ExitCode {
-    allocator::run(&ABOUT, add)
+    suite_delegate::run(&ABOUT, add)
 }

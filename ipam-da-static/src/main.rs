@@ -7,10 +7,9 @@
 use std::net::IpAddr;
 use std::process::ExitCode;
 
-use serde_json::Value;
 use shared::addr::parse_cidr;
-use shared::pool::Pool;
-use shared::{allocator, About, CniError, Code, Reply, Request, Result};
+use shared::pool::{self, Pool};
+use shared::{suite_delegate, About, CniError, Code, Reply, Request, Result};
 
 const ABOUT: About = About {
     name: "ipam-da-static",
@@ -20,7 +19,7 @@ const ABOUT: About = About {
 
 /// ADD: the addresses asked for by name, each in a candidate pool.
 fn add(req: &Request) -> Result<Reply> {
-    let (mut result, pools) = allocator::prev_and_pools(req)?;
+    let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
     let requests = requested_addresses(req, &pools)?;
     if requests.is_empty() {
         return Ok(Reply::Result(result));
@@ -30,10 +29,10 @@ fn add(req: &Request) -> Result<Reply> {
         .iter()
         .map(|&address| claim_target(&pools, address).map(|pool| (address, pool)))
         .collect::<Result<Vec<_>>>()?;
-    let mut store = allocator::open_store(req)?;
+    let mut store = suite_delegate::open_store(req)?;
     store.write(|tx| {
         for (address, pool) in &claims {
-            allocator::register(tx, &attachment.network, pool)?;
+            suite_delegate::register(tx, &attachment.network, pool)?;
             match tx.holder(*address)? {
                 Some(lease) if lease.owner == attachment => {
                     tracing::debug!("{address} is already held by this attachment");
@@ -43,10 +42,7 @@ fn add(req: &Request) -> Result<Reply> {
                         Code::AddressInUse,
                         format!("requested address {address} is in use by another attachment"),
                     )
-                    .with_details(format!(
-                        "held in network {:?} by container {} ifname {}",
-                        lease.owner.network, lease.owner.container_id, lease.owner.ifname
-                    )))
+                    .with_details(format!("held by {}", lease.owner)))
                 }
                 None => {
                     tx.insert_lease(*address, &pool.name, &attachment)?;
@@ -58,7 +54,7 @@ fn add(req: &Request) -> Result<Reply> {
     })?;
     for (address, pool) in &claims {
         if let Ok(range) = pool.check_static(*address) {
-            allocator::add_address(&mut result, pool, range, *address);
+            suite_delegate::add_address(&mut result, pool, range, *address);
         }
     }
     Ok(Reply::Result(result))
@@ -66,28 +62,17 @@ fn add(req: &Request) -> Result<Reply> {
 
 /// The addresses asked for, from the first source that has any.
 fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
-    let from_list = |field: &str, value: &Value| -> Result<Vec<IpAddr>> {
-        let list = value
-            .as_array()
-            .ok_or_else(|| CniError::config(field, format!("must be an array of addresses, got {value}")))?;
-        list.iter().map(|v| parse_request(field, v.as_str().unwrap_or_default(), v)).collect()
-    };
-    if let Some(v) = req.config.runtime_config("ips") {
-        let found = from_list("runtimeConfig.ips", v)?;
-        if !found.is_empty() {
-            return Ok(found);
-        }
-    }
-    if let Some(v) = req.config.args_cni("ips") {
-        let found = from_list("args.cni.ips", v)?;
-        if !found.is_empty() {
-            return Ok(found);
-        }
-    }
-    if let Some(list) = req.env.args.list("IP") {
+    let sources = [
+        ("runtimeConfig.ips", req.config.runtime_config::<Vec<String>>("ips")?),
+        ("args.cni.ips", req.config.args_cni::<Vec<String>>("ips")?),
+        ("CNI_ARGS IP", req.env.args.list("IP")),
+    ];
+    for (field, list) in sources {
         let found = list
+            .unwrap_or_default()
             .iter()
-            .map(|s| parse_request("CNI_ARGS IP", s, &Value::from(s.as_str())))
+            .enumerate()
+            .map(|(i, text)| parse_request(field, i, text))
             .collect::<Result<Vec<_>>>()?;
         if !found.is_empty() {
             return Ok(found);
@@ -97,11 +82,12 @@ fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
 }
 
 /// A bare address or a CIDR (whose prefix the pool decides, but which must be
-/// a valid one).
-fn parse_request(field: &str, text: &str, raw: &Value) -> Result<IpAddr> {
-    let text = text.trim();
-    let parsed = if text.contains('/') { parse_cidr(text).map(|net| net.addr()) } else { text.parse().ok() };
-    parsed.ok_or_else(|| CniError::config(field, format!("{raw} is not an IP address or CIDR")))
+/// a valid one); the `index`th of `field`'s list.
+fn parse_request(field: &str, index: usize, text: &str) -> Result<IpAddr> {
+    let trimmed = text.trim();
+    let parsed = if trimmed.contains('/') { parse_cidr(trimmed).map(|net| net.addr()) } else { trimmed.parse().ok() };
+    parsed
+        .ok_or_else(|| CniError::config(&format!("{field}[{index}]"), format!("{text:?} is not an IP address or CIDR")))
 }
 
 /// The first candidate pool in whose subnet `address` may be claimed; 102 otherwise.
@@ -116,9 +102,8 @@ fn claim_target(pools: &[Pool], address: IpAddr) -> Result<&Pool> {
             Err(_) => {}
         }
     }
-    let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
     let msg = if reasons.is_empty() {
-        format!("requested address {address} is outside every candidate pool ({})", names.join(", "))
+        format!("requested address {address} is outside every candidate pool ({})", pool::names(pools))
     } else {
         format!("requested address {address} cannot be handed out: {}", reasons.join("; "))
     };
@@ -126,5 +111,5 @@ fn claim_target(pools: &[Pool], address: IpAddr) -> Result<&Pool> {
 }
 
 fn main() -> ExitCode {
-    allocator::run(&ABOUT, add)
+    suite_delegate::run(&ABOUT, add)
 }

@@ -74,8 +74,9 @@ impl<'a> Stack<'a> {
                 ),
             ));
         }
-        let names = delegate_names(req.config.ipam_key("delegates")?)?;
-        let timeout = req.config.ipam_seconds("timeout", DEFAULT_TIMEOUT)?;
+        let ipam = req.config.ipam()?;
+        let names = delegate_names(ipam.delegates.as_deref())?;
+        let timeout = ipam.timeout.map_or(DEFAULT_TIMEOUT, |s| s.0);
         let lock_timeout = req.config.lock_timeout()?;
         if req.env.path.is_empty() {
             return Err(CniError::env(
@@ -290,12 +291,11 @@ fn chain(prev: &mut Option<Value>, output: Option<Value>) {
 }
 
 /// `ipam.delegates`: a non-empty array of bare executable names (error 7).
-fn delegate_names(value: Option<&Value>) -> Result<Vec<String>> {
+fn delegate_names(names: Option<&[String]>) -> Result<Vec<String>> {
     const FIELD: &str = "ipam.delegates";
-    let list = match value {
-        Some(Value::Array(list)) if !list.is_empty() => list,
-        Some(Value::Array(_)) => return Err(CniError::config(FIELD, "must not be empty")),
-        Some(other) => return Err(CniError::config(FIELD, format!("must be an array of names, got {other}"))),
+    let list = match names {
+        Some([]) => return Err(CniError::config(FIELD, "must not be empty")),
+        Some(list) => list,
         None => {
             return Err(CniError::config(
                 FIELD,
@@ -305,11 +305,11 @@ fn delegate_names(value: Option<&Value>) -> Result<Vec<String>> {
     };
     list.iter()
         .enumerate()
-        .map(|(i, v)| match v.as_str() {
-            Some(name) if is_bare_name(name) => Ok(name.to_string()),
-            _ => Err(CniError::config(
+        .map(|(i, name)| match is_bare_name(name) {
+            true => Ok(name.clone()),
+            false => Err(CniError::config(
                 &format!("{FIELD}[{i}]"),
-                format!("{v} is not a bare executable name (no path separator, not '.' or '..')"),
+                format!("{name:?} is not a bare executable name (no path separator, not '.' or '..')"),
             )),
         })
         .collect()
@@ -331,11 +331,8 @@ fn combine(command: Command, mut failures: Vec<(&str, CniError)>) -> Result<()> 
     } else {
         format!("{} delegates failed {}; first: {}", all.len(), command.as_str(), first.msg)
     };
-    Err(CniError {
-        code: first.code,
-        msg,
-        details: format!("{} failed by delegate {first_name:?}: {}", command.as_str(), all.join("; ")),
-    })
+    let details = format!("{} failed by delegate {first_name:?}: {}", command.as_str(), all.join("; "));
+    Err(CniError::new(first.code, msg).with_details(details))
 }
 
 fn suffix(details: &str) -> String {
@@ -349,24 +346,15 @@ fn suffix(details: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
     use shared::Code;
 
     #[test]
     fn delegate_names_must_be_bare() {
-        assert_eq!(delegate_names(Some(&json!(["a", "ipam-da-x"]))).unwrap(), vec!["a", "ipam-da-x"]);
-        for bad in [
-            json!([]),
-            json!("a"),
-            json!([1]),
-            json!(["a/b"]),
-            json!(["."]),
-            json!([".."]),
-            json!([""]),
-            json!(["/bin/true"]),
-        ] {
-            let e = delegate_names(Some(&bad)).unwrap_err();
-            assert!(e.code == 7 && e.msg.contains("ipam.delegates"), "{bad}: {e}");
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(delegate_names(Some(&names(&["a", "ipam-da-x"]))).unwrap(), vec!["a", "ipam-da-x"]);
+        for bad in [&[][..], &["a/b"], &["."], &[".."], &[""], &["a", "/bin/true"]] {
+            let e = delegate_names(Some(&names(bad))).unwrap_err();
+            assert!(e.code == 7 && e.msg.contains("ipam.delegates"), "{bad:?}: {e}");
         }
         assert_eq!(delegate_names(None).unwrap_err().code, 7);
     }

@@ -7,8 +7,9 @@
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 
+use shared::addr::Family;
 use shared::pool::{self, Pool};
-use shared::{allocator, About, CniError, Code, Plugin, Reply, Request, Result};
+use shared::{suite_delegate, About, CniError, Code, Plugin, Reply, Request, Result};
 
 const ABOUT: About = About {
     name: "ipam-ds-pool",
@@ -20,17 +21,17 @@ struct Selector;
 
 impl Plugin for Selector {
     fn add(&self, req: &Request) -> Result<Reply> {
-        let candidates = pool::candidates(&req.config.raw, &req.env.args)?;
-        tracing::debug!("candidate pools: {}", names(&candidates));
+        let candidates = pool::candidates(&req.config, &req.env.args)?;
+        tracing::debug!("candidate pools: {}", pool::names(&candidates));
         let network = req.config.name()?;
-        let mut store = allocator::open_store(req)?;
+        let mut store = suite_delegate::open_store(req)?;
         // Recording is a no-op for pools already recorded as they are; reading
         // first keeps the common case free of the lock and of a commit.
         let recorded = store.read(|tx| {
-            candidates.iter().try_fold(true, |all, p| Ok(all && allocator::is_registered(tx, network, p)?))
+            candidates.iter().try_fold(true, |all, p| Ok(all && suite_delegate::is_registered(tx, network, p)?))
         })?;
         if !recorded {
-            store.write(|tx| candidates.iter().try_for_each(|p| allocator::register(tx, network, p).map(drop)))?;
+            store.write(|tx| candidates.iter().try_for_each(|p| suite_delegate::register(tx, network, p).map(drop)))?;
         }
         let mut result = req.config.prev_result()?.unwrap_or_default();
         result.pools = Some(candidates.iter().map(Pool::to_json).collect());
@@ -38,7 +39,7 @@ impl Plugin for Selector {
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
-        allocator::pass_through(req)
+        suite_delegate::pass_through(req)
     }
 
     fn check(&self, _: &Request) -> Result<Reply> {
@@ -55,14 +56,14 @@ impl Plugin for Selector {
     /// Ready when the database is usable and every IP family among the pools
     /// has a pool with a free address.
     fn status(&self, req: &Request) -> Result<Reply> {
-        let pools = pool::all_pools(&req.config.raw)?;
+        let pools = pool::all_pools(&req.config)?;
         let network = req.config.name()?;
-        let mut store = allocator::usable_store(req)?;
-        let families: BTreeSet<bool> = pools.iter().map(Pool::is_ipv4).collect();
+        let mut store = suite_delegate::usable_store(req)?;
+        let families: BTreeSet<Family> = pools.iter().map(Pool::family).collect();
         store.read(|tx| {
-            for &ipv4 in &families {
+            for &family in &families {
                 let mut has_room = false;
-                for p in pools.iter().filter(|p| p.is_ipv4() == ipv4) {
+                for p in pools.iter().filter(|p| p.family() == family) {
                     let cursor = tx.registered_pool(network, &p.name)?.and_then(|r| r.cursor);
                     if p.find_free(cursor, tx)?.is_some() {
                         has_room = true;
@@ -70,20 +71,14 @@ impl Plugin for Selector {
                     }
                 }
                 if !has_room {
-                    let family = if ipv4 { "IPv4" } else { "IPv6" };
                     return Err(CniError::new(Code::NotReady, format!("no {family} pool has a free address"))
-                        .with_details(format!("pools: {}", names(&pools))));
+                        .with_details(format!("pools: {}", pool::names(&pools))));
                 }
             }
             Ok(())
         })?;
         Ok(Reply::Nothing)
     }
-}
-
-fn names(pools: &[Pool]) -> String {
-    let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-    names.join(", ")
 }
 
 fn main() -> ExitCode {

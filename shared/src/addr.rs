@@ -2,26 +2,59 @@
 //! one order. IPv4 maps into IPv6's `::ffff:0:0/96`, which keeps the two
 //! families apart and each in numeric order.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-const V4_MAPPED: u128 = 0xffff_0000_0000;
+/// An IP address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn of(ip: IpAddr) -> Family {
+        if ip.is_ipv4() {
+            Family::V4
+        } else {
+            Family::V6
+        }
+    }
+
+    pub fn of_net(net: &IpNet) -> Family {
+        Family::of(net.network())
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+/// `::ffff:0:0/96`, where IPv4 addresses are numbered: first and last.
+pub const V4_MAPPED_BLOCK: (u128, u128) =
+    (Ipv4Addr::UNSPECIFIED.to_ipv6_mapped().to_bits(), Ipv4Addr::BROADCAST.to_ipv6_mapped().to_bits());
 
 /// The address as a number (IPv4 as its IPv4-mapped IPv6 value).
 pub fn to_u128(ip: IpAddr) -> u128 {
     match ip {
-        IpAddr::V4(v4) => V4_MAPPED | u128::from(u32::from(v4)),
-        IpAddr::V6(v6) => u128::from(v6),
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().to_bits(),
+        IpAddr::V6(v6) => v6.to_bits(),
     }
 }
 
 /// The inverse of [`to_u128`]: numbers inside `::ffff:0:0/96` are IPv4.
 pub fn from_u128(n: u128) -> IpAddr {
-    if n >> 32 == V4_MAPPED >> 32 {
-        IpAddr::V4(Ipv4Addr::from(n as u32))
-    } else {
-        IpAddr::V6(Ipv6Addr::from(n))
+    let v6 = Ipv6Addr::from_bits(n);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
     }
 }
 

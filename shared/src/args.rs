@@ -39,6 +39,13 @@ pub struct Attachment {
     pub ifname: String,
 }
 
+/// How messages name a holder: `container C interface I of network "N"`.
+impl std::fmt::Display for Attachment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "container {} interface {} of network {:?}", self.container_id, self.ifname, self.network)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

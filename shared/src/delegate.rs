@@ -154,7 +154,10 @@ pub fn run(
     read.map_err(|e| CniError::io(&format!("reading the output of delegate {name:?}"), e))?;
     let status = status.map_err(|e| CniError::io(&format!("waiting for delegate {name:?}"), e))?;
     if out.len() as u64 > STDIN_LIMIT {
-        return Err(CniError::io(&format!("output of delegate {name:?}"), format!("more than {STDIN_LIMIT} bytes")));
+        return Err(CniError::io_problem(
+            &format!("output of delegate {name:?}"),
+            format!("more than {STDIN_LIMIT} bytes"),
+        ));
     }
     let text = String::from_utf8_lossy(&out);
     let parsed: Option<Value> =
@@ -492,7 +495,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let own = script(dir.path(), "own", r#"echo '{"cniVersion":"1.0.0","code":101,"msg":"in use"}'; exit 1"#);
         let e = run(&mut DelegateGroup::default(), &own, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();
-        assert_eq!((e.code, e.msg.as_str()), (101, "in use"));
+        assert_eq!((e.code, e.msg.as_str()), (Code::AddressInUse, "in use"));
         let bare = script(dir.path(), "bare", "exit 3");
         let e =
             run(&mut DelegateGroup::default(), &bare, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap_err();

@@ -3,7 +3,6 @@
 //! the pool model, and the SQLite allocation store.
 
 pub mod addr;
-pub mod allocator;
 pub mod args;
 pub mod config;
 pub mod delegate;
@@ -15,6 +14,7 @@ pub mod pool;
 pub mod result;
 pub mod stack_call;
 pub mod store;
+pub mod suite_delegate;
 pub mod version;
 
 pub use args::{Attachment, CniArgs};

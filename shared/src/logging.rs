@@ -4,13 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value};
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{fmt, Layer};
 
-use crate::error::{CniError, Result};
+use crate::config::{AbsolutePath, IpamConf, LogLevel};
 
 /// Where the `verbose` flavour logs: `/var/log/cni/<executable>.log`.
 pub const VERBOSE_DIR: &str = "/var/log/cni";
@@ -32,32 +31,17 @@ impl LogSettings {
     }
 
     /// Settings from `ipam.logFile` / `ipam.logLevel`, over the build's default.
-    pub fn from_ipam(executable: &str, ipam: Option<&Map<String, Value>>) -> Result<LogSettings> {
+    pub fn from_ipam(executable: &str, ipam: Option<&IpamConf>) -> LogSettings {
         let mut settings = LogSettings::build_default(executable);
-        let get = |key: &str| ipam.and_then(|m| m.get(key)).filter(|v| !v.is_null());
-        if let Some(v) = get("logFile") {
-            match v.as_str() {
-                Some(p) if p.starts_with('/') => settings.file = Some(PathBuf::from(p)),
-                _ => return Err(CniError::config("ipam.logFile", format!("must be an absolute path, got {v}"))),
+        if let Some(ipam) = ipam {
+            if let Some(AbsolutePath(file)) = &ipam.log_file {
+                settings.file = Some(file.clone());
+            }
+            if let Some(LogLevel(level)) = ipam.log_level {
+                settings.level = level;
             }
         }
-        if let Some(v) = get("logLevel") {
-            settings.level = match v.as_str().map(str::to_ascii_lowercase).as_deref() {
-                Some("error") => LevelFilter::ERROR,
-                Some("warn") => LevelFilter::WARN,
-                Some("info") => LevelFilter::INFO,
-                Some("debug") => LevelFilter::DEBUG,
-                Some("trace") => LevelFilter::TRACE,
-                Some("off") => LevelFilter::OFF,
-                _ => {
-                    return Err(CniError::config(
-                        "ipam.logLevel",
-                        format!("must be one of error, warn, info, debug, trace, off; got {v}"),
-                    ))
-                }
-            };
-        }
-        Ok(settings)
+        settings
     }
 }
 
@@ -95,20 +79,22 @@ mod tests {
 
     #[test]
     fn ipam_keys_override_the_build_default() {
-        let ipam = json!({"logFile": "/tmp/x.log", "logLevel": "DEBUG"});
-        let s = LogSettings::from_ipam("exe", ipam.as_object()).unwrap();
+        let conf = |v: serde_json::Value| crate::NetConf::parse(v.to_string().as_bytes()).unwrap();
+        let c = conf(json!({"ipam": {"logFile": "/tmp/x.log", "logLevel": "DEBUG"}}));
+        let s = LogSettings::from_ipam("exe", Some(c.ipam().unwrap()));
         assert_eq!(s, LogSettings { file: Some(PathBuf::from("/tmp/x.log")), level: LevelFilter::DEBUG });
-        for (bad, field) in
-            [(json!({"logFile": "rel.log"}), "ipam.logFile"), (json!({"logLevel": "loud"}), "ipam.logLevel")]
-        {
-            let e = LogSettings::from_ipam("exe", bad.as_object()).unwrap_err();
+        for (bad, field) in [
+            (json!({"ipam": {"logFile": "rel.log"}}), "ipam.logFile: must be an absolute path, got \"rel.log\""),
+            (json!({"ipam": {"logLevel": "loud"}}), "ipam.logLevel: must be one of"),
+        ] {
+            let e = conf(bad).ipam().unwrap_err();
             assert!(e.code == 7 && e.msg.contains(field), "{e}");
         }
     }
 
     #[test]
     fn default_file_follows_the_build_flavour() {
-        let s = LogSettings::from_ipam("ipam-x", None).unwrap();
+        let s = LogSettings::from_ipam("ipam-x", None);
         if cfg!(feature = "verbose") {
             assert_eq!(s.file, Some(PathBuf::from("/var/log/cni/ipam-x.log")));
         } else {

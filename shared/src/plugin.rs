@@ -89,8 +89,8 @@ pub fn respond(
     let config = stdin.as_deref().map_err(Clone::clone).and_then(NetConf::parse);
     let parsed_version = config.as_ref().ok().map(|c| c.version);
     let settings = match &config {
-        Ok(c) => LogSettings::from_ipam(about.name, c.raw.get("ipam").and_then(|v| v.as_object())),
-        Err(_) => Ok(LogSettings::build_default(about.name)),
+        Ok(c) if c.raw.get("ipam").is_some() => c.ipam().map(|ipam| LogSettings::from_ipam(about.name, Some(ipam))),
+        _ => Ok(LogSettings::build_default(about.name)),
     };
     match &settings {
         Ok(s) => logging::init(about.name, s),
@@ -284,7 +284,7 @@ mod tests {
         let (out, _) = respond(&ABOUT, &Echo, Err(CniError::env("CNI_IFNAME", "missing")), Ok(b"{}".to_vec()));
         assert_eq!(out.unwrap()["code"], 4);
         let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "STATUS".to_string())).map(|e| e.unwrap());
-        let (out, _) = respond(&ABOUT, &Echo, env, Err(CniError::io("stdin", "too big")));
+        let (out, _) = respond(&ABOUT, &Echo, env, Err(CniError::io_problem("stdin", "too big")));
         assert_eq!(out.unwrap()["code"], 5);
     }
 }

@@ -7,6 +7,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::addr::Family;
 use crate::error::{CniError, Result};
 use crate::version::SpecVersion;
 
@@ -170,8 +171,8 @@ impl IpamResult {
     }
 
     /// Whether the result already holds an address of this family.
-    pub fn has_family(&self, ipv4: bool) -> bool {
-        self.ips.iter().any(|ip| ip.address.addr().is_ipv4() == ipv4)
+    pub fn has_family(&self, family: Family) -> bool {
+        self.ips.iter().any(|ip| Family::of(ip.address.addr()) == family)
     }
 
     /// Adds a route unless an equal one is present (two pools may share one).
@@ -343,6 +344,6 @@ mod tests {
         r.merge_dns(&dns);
         r.merge_dns(&dns);
         assert_eq!(r.dns, dns);
-        assert!(!r.has_family(true));
+        assert!(!r.has_family(crate::addr::Family::V4));
     }
 }

@@ -15,16 +15,12 @@ pub fn run(store: &mut AllocationStore, network: &str, pool: &str) -> Result<Rep
     let mut out = String::new();
     for lease in &released {
         tracing::info!(
-            "operator forget-pool: released {} of {which} held by container {} ifname {} in {}",
+            "operator forget-pool: released {} of {which} held by {} in {}",
             lease.address,
-            lease.owner.container_id,
-            lease.owner.ifname,
+            lease.owner,
             store.path().display()
         );
-        out.push_str(&format!(
-            "released {} held by container {:?} ifname {:?}\n",
-            lease.address, lease.owner.container_id, lease.owner.ifname
-        ));
+        out.push_str(&format!("released {} held by {}\n", lease.address, lease.owner));
     }
     tracing::info!("operator forget-pool: forgot {which} in {}", store.path().display());
     out.push_str(&format!(

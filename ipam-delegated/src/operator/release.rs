@@ -8,7 +8,7 @@ use super::{Failure, Report};
 
 pub fn run(store: &mut AllocationStore, owner: &Attachment) -> Result<Report, Failure> {
     let released = store.write(|tx| tx.release(owner))?;
-    let who = format!("network {:?} container {:?} ifname {:?}", owner.network, owner.container_id, owner.ifname);
+    let who = owner.to_string();
     if released.is_empty() {
         tracing::info!("operator release: {who} held no lease in {}", store.path().display());
         return Ok(Report::fine(format!("nothing released: {who} holds no lease\n")));

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::addr::Family;
 use crate::args::CniArgs;
 use crate::result::{Dns, Route};
 
@@ -20,7 +21,7 @@ pub mod select;
 pub mod subnet;
 
 pub use search::LeaseIndex;
-pub use select::{all_pools, candidates, from_ip_ranges};
+pub use select::{all_pools, candidates};
 
 /// A named set of ranges of one IP family, with what results from it carry.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,18 +48,14 @@ pub struct Range {
 }
 
 impl Pool {
-    /// The family of the pool; ranges are validated to share one.
-    pub fn is_ipv4(&self) -> bool {
-        self.ranges.first().is_some_and(|r| r.subnet.network().is_ipv4())
+    /// The family of the pool; a pool has at least one range, and its
+    /// ranges are validated to share one family.
+    pub fn family(&self) -> Family {
+        self.ranges.first().map_or(Family::V4, |r| Family::of_net(&r.subnet))
     }
 
     pub fn subnets(&self) -> Vec<IpNet> {
         self.ranges.iter().map(|r| r.subnet).collect()
-    }
-
-    /// Whether some subnet of `self` shares an address with some subnet of `other`.
-    pub fn overlaps(&self, other: &Pool) -> bool {
-        self.ranges.iter().any(|a| other.ranges.iter().any(|b| subnet::subnets_overlap(&a.subnet, &b.subnet)))
     }
 
     /// The range whose subnet contains `addr`.
@@ -73,8 +70,8 @@ impl Pool {
     /// The error says why not, for the caller's message.
     pub fn check_static(&self, addr: IpAddr) -> Result<&Range, String> {
         let Some(range) = self.range_for_subnet_member(addr) else {
-            let subnets: Vec<String> = self.ranges.iter().map(|r| r.subnet.to_string()).collect();
-            return Err(format!("{addr} is outside the subnets of pool {:?} ({})", self.name, subnets.join(", ")));
+            let subnets = comma_list(self.ranges.iter().map(|r| r.subnet));
+            return Err(format!("{addr} is outside the subnets of pool {:?} ({subnets})", self.name));
         };
         if let Some(reason) = subnet::unusable_reason(&range.subnet, addr) {
             return Err(reason);
@@ -102,6 +99,15 @@ impl Pool {
     pub fn matches_args(&self, args: &CniArgs) -> bool {
         self.matches.iter().all(|(key, value)| args.get(key) == Some(value.as_str()))
     }
+}
+
+/// The pools' names, for messages: `blue, green`.
+pub fn names<'a>(pools: impl IntoIterator<Item = &'a Pool>) -> String {
+    comma_list(pools.into_iter().map(|p| &p.name))
+}
+
+fn comma_list<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items.map(|item| item.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -149,18 +155,15 @@ mod tests {
     }
 
     #[test]
-    fn family_subnets_and_overlap() {
+    fn family_subnets_and_names() {
         let a = pool(json!({"name": "a", "ranges": [{"subnet": "10.0.0.0/24"}, {"subnet": "10.1.0.0/24"}]}));
         let b = pool(json!({"name": "b", "ranges": [{"subnet": "10.1.0.128/25"}]}));
         let c = pool(json!({"name": "c", "ranges": [{"subnet": "10.2.0.0/24"}]}));
         let v6 = pool(json!({"name": "v6", "ranges": [{"subnet": "fd00::/64"}]}));
-        assert!(a.is_ipv4());
-        assert!(!v6.is_ipv4());
+        assert_eq!(a.family(), Family::V4);
+        assert_eq!(v6.family(), Family::V6);
         assert_eq!(a.subnets(), vec!["10.0.0.0/24".parse::<IpNet>().unwrap(), "10.1.0.0/24".parse().unwrap()]);
-        assert!(a.overlaps(&b));
-        assert!(b.overlaps(&a));
-        assert!(!a.overlaps(&c));
-        assert!(!a.overlaps(&v6));
+        assert_eq!(names([&a, &b, &c]), "a, b, c");
         assert_eq!(a.range_for_subnet_member(ip("10.1.0.200")).unwrap().subnet.to_string(), "10.1.0.0/24");
         assert_eq!(a.range_for_subnet_member(ip("10.3.0.1")), None);
     }

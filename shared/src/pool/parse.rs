@@ -1,41 +1,43 @@
-//! Pool objects as JSON: read and validated from `ipam.pools`,
-//! `prevResult.pools` or `runtimeConfig.ipRanges`, and written back complete
-//! for the delegate protocol.
+//! Pools from their objects ([`PoolSpec`], [`RangeSpec`]): the meaning of
+//! each key checked, defaults filled in, and written back complete for the
+//! delegate protocol.
 //!
 //! Every failure is error 7 whose field names the pool and the key, and whose
 //! text names the bad value, so that an administrator can find it.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::subnet;
 use super::{Pool, Range};
-use crate::addr::{from_u128, parse_cidr, to_u128};
+use crate::addr::{from_u128, parse_cidr, to_u128, Family};
+use crate::config::{typed, PoolSpec, RangeSpec};
 use crate::error::{CniError, Result};
-use crate::result::{Dns, Route};
 
 const MAX_NAME_LEN: usize = 64;
 
 impl Pool {
     /// Reads one pool object, full or short form; `field` is its JSON path
-    /// (`ipam.pools[2]`) for messages. Unknown keys are ignored so that
-    /// newer selectors can add keys.
+    /// (`ipam.pools[2]`) for messages.
     pub fn from_json(value: &Value, field: &str) -> Result<Pool> {
-        let obj =
-            value.as_object().ok_or_else(|| CniError::config(field, format!("must be an object, got {value}")))?;
-        let name = parse_name(obj, field)?;
+        Pool::from_spec(&typed(value, field)?, field)
+    }
+
+    /// The pool a pool object describes. Keys the suite does not read are
+    /// ignored, so that newer selectors can add keys.
+    pub fn from_spec(spec: &PoolSpec, field: &str) -> Result<Pool> {
+        let name = check_name(&spec.name, field)?;
         let label = format!("{field} (pool {name:?})");
-        let ranges = parse_ranges(value, obj, &label)?;
-        let is_ipv4 = ranges.first().is_some_and(|r| r.subnet.network().is_ipv4());
+        let ranges = pool_ranges(spec, &label)?;
+        let family = Family::of_net(&ranges[0].subnet);
         Ok(Pool {
-            exclude: parse_exclude(obj, &label, is_ipv4)?,
-            routes: parse_routes(obj, &label)?,
-            dns: parse_dns(obj, &label)?,
-            matches: parse_match(obj, &label)?,
-            requested_ip: parse_requested_ip(obj, &label)?,
+            exclude: parse_exclude(spec.exclude.as_deref().unwrap_or_default(), &label, family)?,
+            routes: spec.routes.clone().unwrap_or_default(),
+            dns: spec.dns.clone().filter(|d| !d.is_empty()),
+            matches: spec.matches.clone().unwrap_or_default(),
+            requested_ip: spec.requested_ip.as_deref().map(|s| parse_requested_ip(s, &label)).transpose()?,
             name,
             ranges,
         })
@@ -44,65 +46,36 @@ impl Pool {
     /// The complete pool object of the delegate protocol, defaults filled in.
     /// `match` is left out: the selector has already evaluated it.
     pub fn to_json(&self) -> Value {
-        let mut out = Map::new();
-        out.insert("name".into(), json!(self.name));
-        out.insert("ranges".into(), Value::Array(self.ranges.iter().map(range_to_json).collect()));
-        if !self.exclude.is_empty() {
-            out.insert("exclude".into(), self.exclude.iter().map(|n| json!(n.to_string())).collect());
-        }
-        if !self.routes.is_empty() {
-            out.insert("routes".into(), json!(self.routes));
-        }
-        if let Some(dns) = self.dns.as_ref().filter(|d| !d.is_empty()) {
-            out.insert("dns".into(), json!(dns));
-        }
-        if let Some(ip) = self.requested_ip {
-            out.insert("requested-ip".into(), json!(ip.to_string()));
-        }
-        Value::Object(out)
+        let spec = PoolSpec {
+            name: self.name.clone(),
+            ranges: Some(self.ranges.iter().map(Range::to_spec).collect()),
+            exclude: Some(self.exclude.iter().map(IpNet::to_string).collect()).filter(|e: &Vec<_>| !e.is_empty()),
+            routes: Some(self.routes.clone()).filter(|r| !r.is_empty()),
+            dns: self.dns.clone().filter(|d| !d.is_empty()),
+            requested_ip: self.requested_ip.map(|ip| ip.to_string()),
+            ..PoolSpec::default()
+        };
+        // A struct of strings, lists and maps always serializes.
+        serde_json::to_value(spec).unwrap_or_default()
     }
 }
 
-fn range_to_json(range: &Range) -> Value {
-    let mut out = Map::new();
-    out.insert("subnet".into(), json!(range.subnet.to_string()));
-    out.insert("rangeStart".into(), json!(range.range_start.to_string()));
-    out.insert("rangeEnd".into(), json!(range.range_end.to_string()));
-    if let Some(gw) = range.gateway {
-        out.insert("gateway".into(), json!(gw.to_string()));
-    }
-    Value::Object(out)
-}
-
-/// A key's value, with JSON `null` read as absent.
-fn get<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
-}
-
-/// An optional string key.
-fn get_str<'a>(obj: &'a Map<String, Value>, key: &str, field: &str) -> Result<Option<&'a str>> {
-    match get(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(CniError::config(field, format!("must be a string, got {other}"))),
+impl Range {
+    fn to_spec(&self) -> RangeSpec {
+        RangeSpec {
+            subnet: Some(self.subnet.to_string()),
+            range_start: Some(self.range_start.to_string()),
+            range_end: Some(self.range_end.to_string()),
+            gateway: self.gateway.map(|gw| gw.to_string()),
+            ..RangeSpec::default()
+        }
     }
 }
 
-/// An optional array key.
-fn get_array<'a>(obj: &'a Map<String, Value>, key: &str, field: &str) -> Result<&'a [Value]> {
-    match get(obj, key) {
-        None => Ok(&[]),
-        Some(Value::Array(items)) => Ok(items),
-        Some(other) => Err(CniError::config(field, format!("must be an array, got {other}"))),
-    }
-}
-
-fn parse_name(obj: &Map<String, Value>, field: &str) -> Result<String> {
-    let name_field = format!("{field}.name");
-    let name = get_str(obj, "name", &name_field)?.ok_or_else(|| CniError::config(&name_field, "is required"))?;
+fn check_name(name: &str, field: &str) -> Result<String> {
     if !is_valid_name(name) {
         return Err(CniError::config(
-            &name_field,
+            &format!("{field}.name"),
             format!(
                 "{name:?} is not a valid pool name: it must start with a letter or digit, \
                  then letters, digits, '_', '.' or '-', at most {MAX_NAME_LEN} characters"
@@ -120,75 +93,37 @@ pub(super) fn is_valid_name(name: &str) -> bool {
 }
 
 /// `ranges`, or the short form's top-level `subnet` as the one range.
-fn parse_ranges(value: &Value, obj: &Map<String, Value>, label: &str) -> Result<Vec<Range>> {
+fn pool_ranges(spec: &PoolSpec, label: &str) -> Result<Vec<Range>> {
     let ranges_field = format!("{label}.ranges");
-    match (get(obj, "ranges"), get(obj, "subnet")) {
+    match (&spec.ranges, spec.short_range()) {
         (Some(_), Some(_)) => {
             Err(CniError::config(&format!("{label}.subnet"), "give either ranges or a top-level subnet, not both"))
         }
-        (None, Some(_)) => Ok(vec![parse_range(value, label)?]),
+        (None, Some(short)) => Ok(vec![parse_range(&short, label)?]),
         (None, None) => Err(CniError::config(&ranges_field, "is required (a non-empty array of ranges)")),
-        (Some(_), None) => {
-            let items = get_array(obj, "ranges", &ranges_field)?;
-            if items.is_empty() {
-                return Err(CniError::config(&ranges_field, "must not be empty"));
-            }
-            let paths: Vec<String> = (0..items.len()).map(|i| format!("{ranges_field}[{i}]")).collect();
-            let ranges =
-                items.iter().zip(&paths).map(|(item, path)| parse_range(item, path)).collect::<Result<Vec<_>>>()?;
-            check_ranges(&ranges, &paths)?;
-            Ok(ranges)
-        }
+        (Some(items), None) => parse_ranges(items, &ranges_field),
     }
 }
 
-/// One range object (`subnet`, `rangeStart`, `rangeEnd`, `gateway`) with
-/// defaults filled in; `path` is its JSON path for messages.
-pub(super) fn parse_range(value: &Value, path: &str) -> Result<Range> {
-    let obj = value.as_object().ok_or_else(|| CniError::config(path, format!("must be an object, got {value}")))?;
-    let subnet_field = format!("{path}.subnet");
-    let subnet = match get_str(obj, "subnet", &subnet_field)? {
-        Some(s) => parse_subnet(s, &subnet_field)?,
-        None => return Err(CniError::config(&subnet_field, "is required")),
-    };
-    let (first, last) = subnet::usable_bounds(&subnet);
-    let start_field = format!("{path}.rangeStart");
-    let range_start = match get_str(obj, "rangeStart", &start_field)? {
-        Some(s) => parse_usable(s, &subnet, &start_field)?,
-        None => from_u128(first),
-    };
-    let end_field = format!("{path}.rangeEnd");
-    let range_end = match get_str(obj, "rangeEnd", &end_field)? {
-        Some(s) => parse_usable(s, &subnet, &end_field)?,
-        None => from_u128(last),
-    };
-    if to_u128(range_start) > to_u128(range_end) {
-        return Err(CniError::config(&end_field, format!("{range_end} is before rangeStart {range_start}")));
+/// A non-empty list of ranges of one family that do not overlap, so that an
+/// address belongs to at most one range; `field` is the list's path.
+pub(super) fn parse_ranges(items: &[RangeSpec], field: &str) -> Result<Vec<Range>> {
+    if items.is_empty() {
+        return Err(CniError::config(field, "must not be empty"));
     }
-    let gateway_field = format!("{path}.gateway");
-    let gateway = match get_str(obj, "gateway", &gateway_field)? {
-        Some(s) => Some(parse_gateway(s, &subnet, &gateway_field)?),
-        None => subnet::default_gateway(&subnet),
-    };
-    Ok(Range { subnet, range_start, range_end, gateway })
-}
-
-/// The ranges of one pool must share a family and must not overlap, so
-/// that an address belongs to at most one range. `paths[i]` names `ranges[i]`.
-pub(super) fn check_ranges(ranges: &[Range], paths: &[String]) -> Result<()> {
-    let family = |r: &Range| if r.subnet.network().is_ipv4() { "IPv4" } else { "IPv6" };
-    let Some(first) = ranges.first() else { return Ok(()) };
+    let paths: Vec<String> = (0..items.len()).map(|i| format!("{field}[{i}]")).collect();
+    let ranges = items.iter().zip(&paths).map(|(item, path)| parse_range(item, path)).collect::<Result<Vec<_>>>()?;
+    let first = &ranges[0];
     for (i, range) in ranges.iter().enumerate() {
-        let field = format!("{}.subnet", paths.get(i).map_or("", String::as_str));
-        if family(range) != family(first) {
+        let field = format!("{}.subnet", paths[i]);
+        let (family, first_family) = (Family::of_net(&range.subnet), Family::of_net(&first.subnet));
+        if family != first_family {
             return Err(CniError::config(
                 &field,
                 format!(
-                    "{} is {} but the pool's first range {} is {}; all ranges of a pool must be of one family",
-                    range.subnet,
-                    family(range),
-                    first.subnet,
-                    family(first)
+                    "{} is {family} but the pool's first range {} is {first_family}; all ranges of a pool must be \
+                     of one family",
+                    range.subnet, first.subnet,
                 ),
             ));
         }
@@ -199,7 +134,35 @@ pub(super) fn check_ranges(ranges: &[Range], paths: &[String]) -> Result<()> {
             ));
         }
     }
-    Ok(())
+    Ok(ranges)
+}
+
+/// One range with defaults filled in; `path` is its JSON path for messages.
+fn parse_range(spec: &RangeSpec, path: &str) -> Result<Range> {
+    let subnet_field = format!("{path}.subnet");
+    let subnet = match &spec.subnet {
+        Some(s) => parse_subnet(s, &subnet_field)?,
+        None => return Err(CniError::config(&subnet_field, "is required")),
+    };
+    let (first, last) = subnet::usable_bounds(&subnet);
+    let start_field = format!("{path}.rangeStart");
+    let range_start = match &spec.range_start {
+        Some(s) => parse_usable(s, &subnet, &start_field)?,
+        None => from_u128(first),
+    };
+    let end_field = format!("{path}.rangeEnd");
+    let range_end = match &spec.range_end {
+        Some(s) => parse_usable(s, &subnet, &end_field)?,
+        None => from_u128(last),
+    };
+    if to_u128(range_start) > to_u128(range_end) {
+        return Err(CniError::config(&end_field, format!("{range_end} is before rangeStart {range_start}")));
+    }
+    let gateway = match &spec.gateway {
+        Some(s) => Some(parse_gateway(s, &subnet, &format!("{path}.gateway"))?),
+        None => subnet::default_gateway(&subnet),
+    };
+    Ok(Range { subnet, range_start, range_end, gateway })
 }
 
 fn parse_subnet(s: &str, field: &str) -> Result<IpNet> {
@@ -255,14 +218,11 @@ fn parse_gateway(s: &str, subnet: &IpNet, field: &str) -> Result<IpAddr> {
 
 /// Bare addresses become /32 or /128; host bits of a CIDR are dropped
 /// rather than refused, since what is meant is plain.
-fn parse_exclude(obj: &Map<String, Value>, label: &str, is_ipv4: bool) -> Result<Vec<IpNet>> {
+fn parse_exclude(items: &[String], label: &str, family: Family) -> Result<Vec<IpNet>> {
     let field = format!("{label}.exclude");
-    let mut exclude = Vec::new();
-    for (i, item) in get_array(obj, "exclude", &field)?.iter().enumerate() {
+    let mut exclude = Vec::with_capacity(items.len());
+    for (i, s) in items.iter().enumerate() {
         let item_field = format!("{field}[{i}]");
-        let Value::String(s) = item else {
-            return Err(CniError::config(&item_field, format!("must be an address or CIDR string, got {item}")));
-        };
         let net = match parse_cidr(s).ok_or(()) {
             Ok(net) => net.trunc(),
             Err(_) => match s.parse::<IpAddr>() {
@@ -270,8 +230,7 @@ fn parse_exclude(obj: &Map<String, Value>, label: &str, is_ipv4: bool) -> Result
                 Err(_) => return Err(CniError::config(&item_field, format!("{s:?} is not an address or CIDR"))),
             },
         };
-        if net.network().is_ipv4() != is_ipv4 {
-            let family = if is_ipv4 { "IPv4" } else { "IPv6" };
+        if Family::of_net(&net) != family {
             return Err(CniError::config(&item_field, format!("{s} is not of the pool's family ({family})")));
         }
         exclude.push(net);
@@ -279,50 +238,12 @@ fn parse_exclude(obj: &Map<String, Value>, label: &str, is_ipv4: bool) -> Result
     Ok(exclude)
 }
 
-fn parse_routes(obj: &Map<String, Value>, label: &str) -> Result<Vec<Route>> {
-    let field = format!("{label}.routes");
-    get_array(obj, "routes", &field)?
-        .iter()
-        .enumerate()
-        .map(|(i, item)| {
-            serde_json::from_value(item.clone())
-                .map_err(|e| CniError::config(&format!("{field}[{i}]"), format!("{item} is not a route: {e}")))
-        })
-        .collect()
-}
-
-/// An empty `dns` object is the same as none, so that the pool round-trips.
-fn parse_dns(obj: &Map<String, Value>, label: &str) -> Result<Option<Dns>> {
-    let Some(value) = get(obj, "dns") else { return Ok(None) };
-    let dns: Dns = serde_json::from_value(value.clone())
-        .map_err(|e| CniError::config(&format!("{label}.dns"), format!("{value} is not a DNS object: {e}")))?;
-    Ok(Some(dns).filter(|d| !d.is_empty()))
-}
-
-fn parse_match(obj: &Map<String, Value>, label: &str) -> Result<BTreeMap<String, String>> {
-    let field = format!("{label}.match");
-    let entries = match get(obj, "match") {
-        None => return Ok(BTreeMap::new()),
-        Some(Value::Object(entries)) => entries,
-        Some(other) => return Err(CniError::config(&field, format!("must be an object of strings, got {other}"))),
-    };
-    entries
-        .iter()
-        .map(|(key, value)| match value {
-            Value::String(s) => Ok((key.clone(), s.clone())),
-            other => Err(CniError::config(&format!("{field}.{key}"), format!("must be a string, got {other}"))),
-        })
-        .collect()
-}
-
 /// A CIDR is accepted and its address kept: runtimes pass either.
-fn parse_requested_ip(obj: &Map<String, Value>, label: &str) -> Result<Option<IpAddr>> {
-    let field = format!("{label}.requested-ip");
-    let Some(s) = get_str(obj, "requested-ip", &field)? else { return Ok(None) };
+fn parse_requested_ip(s: &str, label: &str) -> Result<IpAddr> {
     match (s.parse::<IpAddr>(), parse_cidr(s).ok_or(())) {
-        (Ok(ip), _) => Ok(Some(ip)),
-        (_, Ok(net)) => Ok(Some(net.addr())),
-        _ => Err(CniError::config(&field, format!("{s:?} is not an IP address"))),
+        (Ok(ip), _) => Ok(ip),
+        (_, Ok(net)) => Ok(net.addr()),
+        _ => Err(CniError::config(&format!("{label}.requested-ip"), format!("{s:?} is not an IP address"))),
     }
 }
 

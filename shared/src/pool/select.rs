@@ -5,11 +5,11 @@
 use std::collections::hash_map::{Entry, HashMap};
 
 use ipnet::IpNet;
-use serde_json::Value;
 
-use super::parse::{check_ranges, parse_range};
+use super::parse::parse_ranges;
 use super::{subnet, Pool};
 use crate::args::CniArgs;
+use crate::config::{NetConf, RangeSpec};
 use crate::error::{CniError, Result};
 
 const IP_RANGES: &str = "runtimeConfig.ipRanges";
@@ -31,14 +31,14 @@ impl Sourced {
 
 /// The candidate pools of one attachment, in order: `ipRanges` pools first,
 /// then the configured pools whose `match` holds, narrowed by name.
-pub fn candidates(config: &Value, cni_args: &CniArgs) -> Result<Vec<Pool>> {
+pub fn candidates(config: &NetConf, cni_args: &CniArgs) -> Result<Vec<Pool>> {
     let pools = sourced_pools(config)?;
     let narrowing = narrowing(config, cni_args)?;
     if let Some((source, names)) = &narrowing {
         if let Some(unknown) = names.iter().find(|n| !pools.iter().any(|p| &p.pool.name == *n)) {
             return Err(CniError::config(
                 source,
-                format!("no pool is named {unknown:?} (pools: {})", name_list(&pools)),
+                format!("no pool is named {unknown:?} (pools: {})", super::names(pools.iter().map(|p| &p.pool))),
             ));
         }
     }
@@ -65,62 +65,49 @@ pub fn candidates(config: &Value, cni_args: &CniArgs) -> Result<Vec<Pool>> {
 
 /// Every pool of the configuration — `ipRanges` pools first, then
 /// `ipam.pools` — validated, without `match` or narrowing (for STATUS).
-pub fn all_pools(config: &Value) -> Result<Vec<Pool>> {
+pub fn all_pools(config: &NetConf) -> Result<Vec<Pool>> {
     Ok(sourced_pools(config)?.into_iter().map(|p| p.pool).collect())
 }
 
 /// `runtimeConfig.ipRanges`, host-local's list of range sets: each set
 /// becomes a pool named `ipRanges-<index>`.
-pub fn from_ip_ranges(ip_ranges: &Value) -> Result<Vec<Pool>> {
-    Ok(ip_range_pools(ip_ranges)?.into_iter().map(|p| p.pool).collect())
-}
-
-fn ip_range_pools(ip_ranges: &Value) -> Result<Vec<Sourced>> {
-    let Value::Array(sets) = ip_ranges else {
-        return Err(CniError::config(IP_RANGES, format!("must be an array of range sets, got {ip_ranges}")));
-    };
-    let mut pools = Vec::with_capacity(sets.len());
-    for (i, set) in sets.iter().enumerate() {
-        let path = format!("{IP_RANGES}[{i}]");
-        let items = match set {
-            Value::Array(items) if !items.is_empty() => items,
-            Value::Array(_) => return Err(CniError::config(&path, "must not be empty")),
-            other => return Err(CniError::config(&path, format!("must be an array of ranges, got {other}"))),
-        };
-        let paths: Vec<String> = (0..items.len()).map(|j| format!("{path}[{j}]")).collect();
-        let ranges = items.iter().zip(&paths).map(|(item, p)| parse_range(item, p)).collect::<Result<Vec<_>>>()?;
-        check_ranges(&ranges, &paths)?;
-        let pool = Pool {
-            name: format!("ipRanges-{i}"),
-            ranges,
-            exclude: Vec::new(),
-            routes: Vec::new(),
-            dns: None,
-            matches: Default::default(),
-            requested_ip: None,
-        };
-        pools.push(Sourced { path, pool });
-    }
-    Ok(pools)
+fn ip_range_pools(sets: &[Vec<RangeSpec>]) -> Result<Vec<Sourced>> {
+    sets.iter()
+        .enumerate()
+        .map(|(i, set)| {
+            let path = format!("{IP_RANGES}[{i}]");
+            let pool = Pool {
+                name: format!("ipRanges-{i}"),
+                ranges: parse_ranges(set, &path)?,
+                exclude: Vec::new(),
+                routes: Vec::new(),
+                dns: None,
+                matches: Default::default(),
+                requested_ip: None,
+            };
+            Ok(Sourced { path, pool })
+        })
+        .collect()
 }
 
 /// `ipam.pools`; required and non-empty unless the runtime gave ranges.
-fn configured_pools(config: &Value, required: bool) -> Result<Vec<Sourced>> {
-    let items = match config.get("ipam").and_then(|ipam| ipam.get("pools")).filter(|v| !v.is_null()) {
-        None if required => return Err(CniError::config(POOLS, "is required (a non-empty array of pools)")),
+fn configured_pools(config: &NetConf, required: bool) -> Result<Vec<Sourced>> {
+    const REQUIRED: &str = "is required (a non-empty array of pools), unless the runtime passes \
+                            runtimeConfig.ipRanges (the ipRanges capability)";
+    let specs = match config.pool_specs()? {
+        None if required => return Err(CniError::config(POOLS, REQUIRED)),
         None => return Ok(Vec::new()),
-        Some(Value::Array(items)) => items,
-        Some(other) => return Err(CniError::config(POOLS, format!("must be an array of pools, got {other}"))),
+        Some(specs) => specs,
     };
-    if items.is_empty() && required {
-        return Err(CniError::config(POOLS, "must not be empty"));
+    if specs.is_empty() && required {
+        return Err(CniError::config(POOLS, format!("must not be empty: it {REQUIRED}")));
     }
-    items
+    specs
         .iter()
         .enumerate()
-        .map(|(i, item)| {
+        .map(|(i, spec)| {
             let path = format!("{POOLS}[{i}]");
-            Ok(Sourced { pool: Pool::from_json(item, &path)?, path })
+            Ok(Sourced { pool: Pool::from_spec(spec, &path)?, path })
         })
         .collect()
 }
@@ -129,12 +116,9 @@ fn configured_pools(config: &Value, required: bool) -> Result<Vec<Sourced>> {
 /// unique and no two pools share an address, so that an address belongs to
 /// one pool. Both checks sort rather than compare every pair: a
 /// configuration may hold thousands of pools.
-fn sourced_pools(config: &Value) -> Result<Vec<Sourced>> {
-    let ip_ranges = config.get("runtimeConfig").and_then(|rc| rc.get("ipRanges")).filter(|v| !v.is_null());
-    let mut pools = match ip_ranges {
-        Some(v) => ip_range_pools(v)?,
-        None => Vec::new(),
-    };
+fn sourced_pools(config: &NetConf) -> Result<Vec<Sourced>> {
+    let ip_ranges: Option<Vec<Vec<RangeSpec>>> = config.runtime_config("ipRanges")?;
+    let mut pools = ip_range_pools(ip_ranges.as_deref().unwrap_or_default())?;
     pools.extend(configured_pools(config, pools.is_empty())?);
     // The conflict reported is the one whose later pool comes first in the
     // configuration, a name before a subnet.
@@ -211,16 +195,9 @@ fn first_overlap(pools: &[Sourced]) -> Option<Overlap> {
 
 /// The names the attachment narrows to, and where they came from:
 /// `args.cni.pools` wins over CNI_ARGS `IPAM_POOL`; an empty list narrows nothing.
-fn narrowing(config: &Value, cni_args: &CniArgs) -> Result<Option<(&'static str, Vec<String>)>> {
-    let from_config = config.pointer("/args/cni/pools").filter(|v| !v.is_null());
-    if let Some(value) = from_config {
-        let names = value
-            .as_array()
-            .and_then(|items| items.iter().map(|v| v.as_str().map(String::from)).collect::<Option<Vec<_>>>())
-            .ok_or_else(|| CniError::config(ARGS_POOLS, format!("must be an array of pool names, got {value}")))?;
-        if !names.is_empty() {
-            return Ok(Some((ARGS_POOLS, names)));
-        }
+fn narrowing(config: &NetConf, cni_args: &CniArgs) -> Result<Option<(&'static str, Vec<String>)>> {
+    if let Some(names) = config.args_cni::<Vec<String>>("pools")?.filter(|names| !names.is_empty()) {
+        return Ok(Some((ARGS_POOLS, names)));
     }
     Ok(cni_args.list("IPAM_POOL").filter(|names| !names.is_empty()).map(|names| (CNI_ARGS_POOLS, names)))
 }
@@ -232,10 +209,6 @@ fn match_failure(pool: &Pool, cni_args: &CniArgs) -> Option<String> {
         Some(have) => Some(format!("match {key}={want} does not hold, CNI_ARGS has {key}={have}")),
         None => Some(format!("match {key}={want} does not hold, CNI_ARGS has no {key}")),
     })
-}
-
-fn name_list(pools: &[Sourced]) -> String {
-    pools.iter().map(|p| p.pool.name.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

@@ -1,8 +1,25 @@
 //! Tests of candidate selection.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
+
+fn conf(config: &Value) -> NetConf {
+    NetConf::parse(config.to_string().as_bytes()).unwrap()
+}
+
+fn candidates(config: &Value, cni_args: &CniArgs) -> Result<Vec<Pool>> {
+    super::candidates(&conf(config), cni_args)
+}
+
+fn all_pools(config: &Value) -> Result<Vec<Pool>> {
+    super::all_pools(&conf(config))
+}
+
+/// The pools of `runtimeConfig.ipRanges` alone.
+fn from_ip_ranges(ip_ranges: &Value) -> Result<Vec<Pool>> {
+    all_pools(&json!({"runtimeConfig": {"ipRanges": ip_ranges}, "ipam": {}}))
+}
 
 /// The contract's example configuration.
 fn config() -> Value {
@@ -85,12 +102,9 @@ fn unknown_names_are_error_7_naming_the_source() {
         format!("{INVALID}args.cni.pools: no pool is named \"red\" (pools: blue, blue-overflow, blue6, prod)")
     );
     with_args["args"]["cni"]["pools"] = json!("blue");
-    assert_eq!(error(&with_args, ""), format!("{INVALID}args.cni.pools: must be an array of pool names, got \"blue\""));
+    assert_eq!(error(&with_args, ""), format!("{INVALID}args.cni.pools: must be an array, got \"blue\""));
     with_args["args"]["cni"]["pools"] = json!(["blue", 3]);
-    assert_eq!(
-        error(&with_args, ""),
-        format!("{INVALID}args.cni.pools: must be an array of pool names, got [\"blue\",3]")
-    );
+    assert_eq!(error(&with_args, ""), format!("{INVALID}args.cni.pools[1]: must be a string, got 3"));
 }
 
 #[test]
@@ -152,11 +166,11 @@ fn ip_ranges_errors_name_the_path() {
         e(json!([[{"subnet": "10.30.0.0/24"}], [{"subnet": "10.31.0.1/24"}]])),
         format!("{INVALID}runtimeConfig.ipRanges[1][0].subnet: 10.31.0.1/24 has host bits set: the subnet would be 10.31.0.0/24")
     );
-    assert_eq!(e(json!({})), format!("{INVALID}runtimeConfig.ipRanges: must be an array of range sets, got {{}}"));
+    assert_eq!(e(json!({})), format!("{INVALID}runtimeConfig.ipRanges: must be an array, got {{}}"));
     assert_eq!(e(json!([[]])), format!("{INVALID}runtimeConfig.ipRanges[0]: must not be empty"));
     assert_eq!(
         e(json!([{"subnet": "10.30.0.0/24"}])),
-        format!("{INVALID}runtimeConfig.ipRanges[0]: must be an array of ranges, got {{\"subnet\":\"10.30.0.0/24\"}}")
+        format!("{INVALID}runtimeConfig.ipRanges[0]: must be an array, got {{\"subnet\":\"10.30.0.0/24\"}}")
     );
     assert_eq!(
         e(json!([[{"subnet": "10.30.0.0/24"}, {"subnet": "fd00::/64"}]])),
@@ -177,13 +191,13 @@ fn ip_ranges_errors_name_the_path() {
 fn pools_list_is_required_without_ip_ranges() {
     assert_eq!(
         error(&json!({"ipam": {}}), ""),
-        format!("{INVALID}ipam.pools: is required (a non-empty array of pools)")
+        format!("{INVALID}ipam.pools: is required (a non-empty array of pools), unless the runtime passes runtimeConfig.ipRanges (the ipRanges capability)")
     );
-    assert_eq!(error(&json!({}), ""), format!("{INVALID}ipam.pools: is required (a non-empty array of pools)"));
-    assert_eq!(error(&json!({"ipam": {"pools": []}}), ""), format!("{INVALID}ipam.pools: must not be empty"));
+    assert_eq!(error(&json!({}), ""), format!("{INVALID}ipam: missing"));
+    assert_eq!(error(&json!({"ipam": {"pools": []}}), ""), format!("{INVALID}ipam.pools: must not be empty: it is required (a non-empty array of pools), unless the runtime passes runtimeConfig.ipRanges (the ipRanges capability)"));
     assert_eq!(
         error(&json!({"ipam": {"pools": {"name": "a"}}}), ""),
-        format!("{INVALID}ipam.pools: must be an array of pools, got {{\"name\":\"a\"}}")
+        format!("{INVALID}ipam.pools: must be an array, got {{\"name\":\"a\"}}")
     );
     // A bad pool is named by its index and name.
     let c = json!({"ipam": {"pools": [{"name": "a", "subnet": "10.0.0.0/24"}, {"name": "b", "ranges": [{"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.0"}]}]}});

@@ -10,11 +10,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::addr::{from_u128, to_u128};
-
-/// The IPv4-mapped block that [`crate::addr`] uses for IPv4: an IPv6 subnet
-/// touching it would share numbers with IPv4 addresses.
-const V4_MAPPED: (u128, u128) = (0xffff_0000_0000, 0xffff_ffff_ffff);
+use crate::addr::{from_u128, to_u128, Family, V4_MAPPED_BLOCK};
 
 /// First and last address of the subnet.
 pub fn bounds(net: &IpNet) -> (u128, u128) {
@@ -22,18 +18,19 @@ pub fn bounds(net: &IpNet) -> (u128, u128) {
 }
 
 /// Whether two inclusive intervals share an address.
-pub fn intervals_overlap(a: (u128, u128), b: (u128, u128)) -> bool {
+fn intervals_overlap(a: (u128, u128), b: (u128, u128)) -> bool {
     a.0 <= b.1 && b.0 <= a.1
 }
 
 /// Whether the subnets share an address (never across families).
 pub fn subnets_overlap(a: &IpNet, b: &IpNet) -> bool {
-    a.network().is_ipv4() == b.network().is_ipv4() && intervals_overlap(bounds(a), bounds(b))
+    Family::of_net(a) == Family::of_net(b) && intervals_overlap(bounds(a), bounds(b))
 }
 
-/// An IPv6 subnet that overlaps `::ffff:0:0/96`.
+/// An IPv6 subnet that overlaps `::ffff:0:0/96`, whose numbers are IPv4's
+/// in [`crate::addr`]'s order.
 pub fn overlaps_v4_mapped(net: &IpNet) -> bool {
-    matches!(net, IpNet::V6(_)) && intervals_overlap(bounds(net), V4_MAPPED)
+    matches!(net, IpNet::V6(_)) && intervals_overlap(bounds(net), V4_MAPPED_BLOCK)
 }
 
 /// Number of host bits of the subnet.

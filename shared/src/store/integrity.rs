@@ -149,7 +149,7 @@ mod tests {
         let a = owner("net", "c1", "eth0");
         store
             .write(|tx| {
-                tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?;
+                tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?.unwrap();
                 for last in [1, 2, 3, 7] {
                     tx.insert_lease(ip(&format!("10.0.0.{last}")), "p", &a)?;
                 }
@@ -163,8 +163,8 @@ mod tests {
             problems == ["pool_subnets disagrees with pools: 1 registered subnets missing, 0 stale entries"],
             "{problems:?}"
         );
-        store.write(|tx| tx.register_pool("net", "p", &["10.0.0.0/25".parse().unwrap()], &json!({}))).unwrap();
-        store.write(|tx| tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("net", "p", &["10.0.0.0/25".parse().unwrap()], &json!({}))).unwrap().unwrap();
+        store.write(|tx| tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))).unwrap().unwrap();
         assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap(), Vec::<String>::new());
 
         store.write(|tx| tx.insert_lease(ip("10.9.0.1"), "p", &a)).unwrap();

@@ -129,10 +129,7 @@ impl Tx<'_> {
             .in_db(self.path)?;
         if inserted == 0 {
             let held_by = match self.holder(address)? {
-                Some(lease) => format!(
-                    "container {} interface {} of network {}",
-                    lease.owner.container_id, lease.owner.ifname, lease.owner.network
-                ),
+                Some(lease) => lease.owner.to_string(),
                 None => "another attachment".to_string(),
             };
             return Err(CniError::new(Code::AddressInUse, format!("address {address} is already held by {held_by}")));

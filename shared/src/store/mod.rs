@@ -29,7 +29,7 @@ use crate::error::{CniError, Code, Result};
 
 pub use leases::{Lease, LeaseFilter};
 pub use lock::LockWait;
-pub use pools::RegisteredPool;
+pub use pools::{PoolOverlap, RegisteredPool};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 use lock::LockFile;
@@ -81,10 +81,10 @@ impl AllocationStore {
     pub fn open(path: &Path, lock_wait: impl Into<LockWait>) -> Result<Self> {
         let lock_wait = lock_wait.into();
         if !path.is_absolute() {
-            return Err(CniError::config("ipam.database", format!("{} is not an absolute path", path.display())));
+            return Err(unusable(path, "not an absolute path"));
         }
         if path.file_name().is_none() {
-            return Err(CniError::config("ipam.database", format!("{} does not name a file", path.display())));
+            return Err(unusable(path, "the path does not name a file"));
         }
         if let Some(parent) = path.parent() {
             DirBuilder::new()
@@ -348,8 +348,9 @@ impl<T> InDatabase<T> for rusqlite::Result<T> {
             Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => CniError::new(
                 Code::TryAgainLater,
                 format!("allocation database {} is busy ({err}): try again later", path.display()),
-            ),
-            _ => unusable(path, err),
+            )
+            .with_source(err),
+            _ => unusable(path, &err).with_source(err),
         })
     }
 }

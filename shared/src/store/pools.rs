@@ -3,7 +3,9 @@
 //! A pool is named within its network: the same name in two networks is two
 //! pools, which must not overlap like any two pools of one database.
 
+use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use ipnet::IpNet;
 use rusqlite::{params, Row};
@@ -37,6 +39,33 @@ impl RegisteredPool {
     /// Whether this is the record of a pool with these subnets and definition.
     pub fn is(&self, subnets: &[IpNet], definition: &Value) -> bool {
         self.subnets == subnets && self.definition == *definition
+    }
+}
+
+/// A registered pool that holds leases on a subnet overlapping one of a
+/// pool being registered: `subnet` (the new pool's) overlaps `theirs` of
+/// `pool` of `network`. It reads as the way out, for the operator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolOverlap {
+    pub subnet: IpNet,
+    pub theirs: IpNet,
+    pub network: String,
+    pub pool: String,
+    pub leases: u64,
+    pub database: PathBuf,
+}
+
+impl fmt::Display for PoolOverlap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let PoolOverlap { subnet, theirs, network, pool, leases, database } = self;
+        let (plural, them) = if *leases == 1 { ("", "it") } else { ("s", "them") };
+        write!(
+            f,
+            "subnet {subnet} overlaps subnet {theirs} of pool {pool} of network {network:?}, which still holds \
+             {leases} lease{plural} in allocation database {db}: release {them} (DEL the attachments, or run \
+             'ipam-delegated --database {db} forget-pool --network {network} --pool {pool}')",
+            db = database.display()
+        )
     }
 }
 
@@ -77,18 +106,18 @@ impl Tx<'_> {
     /// stays read-only; a changed definition replaces the old one and keeps
     /// the cursor. Another pool (of any network) registered on an
     /// overlapping subnet gives way when it holds no lease (its record is
-    /// dropped); while it holds leases this is error 7 naming how many and
-    /// how to release them.
+    /// dropped); while it holds leases nothing is written and the answer is
+    /// that [`PoolOverlap`], for the caller to report.
     pub fn register_pool(
         &self,
         network: &str,
         name: &str,
         subnets: &[IpNet],
         definition: &Value,
-    ) -> Result<Option<IpAddr>> {
+    ) -> Result<Result<Option<IpAddr>, PoolOverlap>> {
         let known = self.registered_pool(network, name)?;
         if let Some(known) = known.as_ref().filter(|k| k.is(subnets, definition)) {
-            return Ok(known.cursor);
+            return Ok(Ok(known.cursor));
         }
         let mut gave_way: Vec<(String, String)> = Vec::new();
         for mine in subnets {
@@ -96,21 +125,16 @@ impl Tx<'_> {
                 if gave_way.iter().any(|(n, p)| (n, p) == (&other_network, &other_name)) {
                     continue;
                 }
-                let held = self.count_pool_leases(&other_network, &other_name)?;
-                if held > 0 {
-                    return Err(CniError::config(
-                        &format!("pool {name}"),
-                        format!(
-                            "subnet {mine} overlaps subnet {theirs} of pool {other_name} of network {other_network:?}, \
-                             which still holds {held} lease{} in allocation database {}: release {} (DEL the \
-                             attachments, or run 'ipam-delegated --database {} forget-pool --network {other_network} \
-                             --pool {other_name}')",
-                            if held == 1 { "" } else { "s" },
-                            self.path.display(),
-                            if held == 1 { "it" } else { "them" },
-                            self.path.display(),
-                        ),
-                    ));
+                let leases = self.count_pool_leases(&other_network, &other_name)?;
+                if leases > 0 {
+                    return Ok(Err(PoolOverlap {
+                        subnet: *mine,
+                        theirs,
+                        network: other_network,
+                        pool: other_name,
+                        leases,
+                        database: self.path.to_path_buf(),
+                    }));
                 }
                 self.unregister_pool(&other_network, &other_name)?;
                 tracing::info!(
@@ -134,7 +158,7 @@ impl Tx<'_> {
         if known.as_ref().is_none_or(|k| k.subnets != subnets) {
             self.index_subnets(network, name, subnets)?;
         }
-        Ok(known.and_then(|k| k.cursor))
+        Ok(Ok(known.and_then(|k| k.cursor)))
     }
 
     /// The registered subnets of other pools that share an address with
@@ -268,21 +292,29 @@ mod tests {
     #[test]
     fn overlapping_subnets_of_a_pool_with_leases_are_error_7_naming_both_and_the_way_out() {
         let (_dir, mut store) = temp_store();
-        store.write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/16", "fd00::/64"]), &json!({"n": 1}))).unwrap();
+        store
+            .write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/16", "fd00::/64"]), &json!({"n": 1})))
+            .unwrap()
+            .unwrap();
         store.write(|tx| tx.insert_lease(ip("10.0.9.9"), "a", &owner("n", "c", "eth0"))).unwrap();
         store.write(|tx| tx.insert_lease(ip("fd00::9"), "a", &owner("n", "c", "eth0"))).unwrap();
         for (mine, theirs) in
             [("10.0.3.0/24", "10.0.0.0/16"), ("10.0.0.0/8", "10.0.0.0/16"), ("fd00::/48", "fd00::/64")]
         {
-            let e =
-                store.write(|tx| tx.register_pool("m", "b", &nets(&["10.200.0.0/24", mine]), &json!({}))).unwrap_err();
-            assert_eq!(e.code, 7);
-            for part in ["pool b", mine, theirs, "pool a", "holds 2 leases", "forget-pool --network n --pool a"] {
-                assert!(e.msg.contains(part), "{part} in {}", e.msg);
+            let e = store
+                .write(|tx| tx.register_pool("m", "b", &nets(&["10.200.0.0/24", mine]), &json!({})))
+                .unwrap()
+                .unwrap_err()
+                .to_string();
+            for part in [mine, theirs, "pool a", "holds 2 leases", "forget-pool --network n --pool a"] {
+                assert!(e.contains(part), "{part} in {e}");
             }
         }
         assert_eq!(store.read(|tx| tx.registered_pool("m", "b")).unwrap(), None);
-        store.write(|tx| tx.register_pool("n", "b", &nets(&["10.1.0.0/16", "fd01::/64"]), &json!({}))).unwrap();
+        store
+            .write(|tx| tx.register_pool("n", "b", &nets(&["10.1.0.0/16", "fd01::/64"]), &json!({})))
+            .unwrap()
+            .unwrap();
         let names: Vec<String> = store.read(|tx| tx.registered_pools()).unwrap().into_iter().map(|p| p.name).collect();
         assert_eq!(names, ["a", "b"]);
     }
@@ -291,11 +323,14 @@ mod tests {
     fn a_registration_without_leases_gives_way_and_forget_pool_releases_one_with_leases() {
         let (_dir, mut store) = temp_store();
         // Renamed: p becomes q on the same subnet, p holding nothing.
-        store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap();
-        store.write(|tx| tx.register_pool("n", "q", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap().unwrap();
+        store.write(|tx| tx.register_pool("n", "q", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap().unwrap();
         // Moved to another network and merged into one larger pool.
-        store.write(|tx| tx.register_pool("n", "r", &nets(&["10.8.0.0/25"]), &json!({}))).unwrap();
-        store.write(|tx| tx.register_pool("other", "all", &nets(&["10.7.0.0/23", "10.8.0.0/24"]), &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("n", "r", &nets(&["10.8.0.0/25"]), &json!({}))).unwrap().unwrap();
+        store
+            .write(|tx| tx.register_pool("other", "all", &nets(&["10.7.0.0/23", "10.8.0.0/24"]), &json!({})))
+            .unwrap()
+            .unwrap();
         let names: Vec<(String, String)> =
             store.read(|tx| tx.registered_pools()).unwrap().into_iter().map(|p| (p.network, p.name)).collect();
         assert_eq!(names, [("other".to_string(), "all".to_string())]);
@@ -303,12 +338,16 @@ mod tests {
         // Leases hold a registration in place until the operator forgets it.
         store.write(|tx| tx.insert_lease(ip("10.7.0.5"), "all", &owner("other", "c1", "eth0"))).unwrap();
         store.write(|tx| tx.insert_lease(ip("10.8.0.5"), "all", &owner("other", "c2", "eth0"))).unwrap();
-        let e = store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap_err();
-        assert!(e.msg.contains("holds 2 leases"), "{}", e.msg);
+        let e = store
+            .write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({})))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holds 2 leases"), "{e}");
         let (released, was_registered) = store.write(|tx| tx.forget_pool("other", "all")).unwrap();
         assert!(was_registered);
         assert_eq!(released.iter().map(|l| l.address).collect::<Vec<_>>(), [ip("10.7.0.5"), ip("10.8.0.5")]);
-        store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap();
+        store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap().unwrap();
         assert_eq!(store.read(|tx| tx.holder(ip("10.7.0.5"))).unwrap(), None);
         assert_eq!(store.write(|tx| tx.forget_pool("other", "all")).unwrap(), (vec![], false));
     }
@@ -317,7 +356,7 @@ mod tests {
     fn identical_registration_writes_nothing_and_a_changed_one_keeps_the_cursor() {
         let (_dir, mut store) = temp_store();
         let subnets = nets(&["10.0.0.0/24"]);
-        store.write(|tx| tx.register_pool("n", "a", &subnets, &json!({"range": [1, 2]}))).unwrap();
+        store.write(|tx| tx.register_pool("n", "a", &subnets, &json!({"range": [1, 2]}))).unwrap().unwrap();
         store.write(|tx| tx.set_cursor("n", "a", ip("10.0.0.7"))).unwrap();
 
         let writes = |tx: &Tx| tx.sql.total_changes();
@@ -325,11 +364,13 @@ mod tests {
             .write(|tx| Ok((writes(tx), tx.register_pool("n", "a", &subnets, &json!({"range": [1, 2]}))?, writes(tx))));
         let (before, cursor, after) = changes.unwrap();
         assert_eq!(before, after, "identical re-registration must not write");
-        assert_eq!(cursor, Some(ip("10.0.0.7")), "registration answers the cursor");
+        assert_eq!(cursor, Ok(Some(ip("10.0.0.7"))), "registration answers the cursor");
 
         // Shrinking the pool is also a change of subnets on the same name: allowed.
-        let cursor =
-            store.write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/25"]), &json!({"range": [1, 3]}))).unwrap();
+        let cursor = store
+            .write(|tx| tx.register_pool("n", "a", &nets(&["10.0.0.0/25"]), &json!({"range": [1, 3]})))
+            .unwrap()
+            .unwrap();
         assert_eq!(cursor, Some(ip("10.0.0.7")));
         let pool = store.read(|tx| tx.registered_pool("n", "a")).unwrap().unwrap();
         assert_eq!(pool.subnets, nets(&["10.0.0.0/25"]));
@@ -342,7 +383,7 @@ mod tests {
         let (dir, mut store) = temp_store();
         store
             .write(|tx| {
-                tx.register_pool("n", "v6", &nets(&["fd00::/64"]), &json!(null))?;
+                tx.register_pool("n", "v6", &nets(&["fd00::/64"]), &json!(null))?.unwrap();
                 tx.set_cursor("n", "v6", ip("fd00::42"))
             })
             .unwrap();

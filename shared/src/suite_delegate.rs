@@ -1,7 +1,8 @@
-//! What the allocation delegates (`ipam-da-static`, `ipam-da-sequential`) and
-//! the selector share: opening the database a configuration names, reading
-//! pools from `prevResult.pools`, recording pools, and the verbs other than ADD,
-//! which are the same for every allocator: an allocator is its ADD ([`run`]).
+//! What the suite's own delegates share — the allocators (`ipam-da-static`,
+//! `ipam-da-sequential`) and the selector (`ipam-ds-pool`): opening the
+//! database a configuration names, reading pools from `prevResult.pools`,
+//! recording pools, and the verbs other than ADD, which are the same for
+//! every allocator: an allocator is its ADD ([`run`]).
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -90,8 +91,11 @@ pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
 
 /// Records the pool of `network` (a no-op when it is registered as it is) and
 /// returns its round-robin cursor.
+/// A pool that overlaps another one still holding leases in this database
+/// is a configuration error: the two configurations cannot both be right.
 pub fn register(tx: &Tx, network: &str, pool: &Pool) -> Result<Option<IpAddr>> {
-    tx.register_pool(network, &pool.name, &pool.subnets(), &pool.to_json())
+    tx.register_pool(network, &pool.name, &pool.subnets(), &pool.to_json())?
+        .map_err(|overlap| CniError::config(&format!("pool {}", pool.name), overlap))
 }
 
 /// Whether the pool of `network` is recorded exactly as it is: then
@@ -162,10 +166,7 @@ pub fn check(req: &Request) -> Result<Reply> {
                 }
                 other => {
                     let held = match other {
-                        Some(lease) => format!(
-                            "it is held by container {} ifname {}",
-                            lease.owner.container_id, lease.owner.ifname
-                        ),
+                        Some(lease) => format!("it is held by {}", lease.owner),
                         None => "it is not held by anyone".to_string(),
                     };
                     return Err(CniError::new(

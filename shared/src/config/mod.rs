@@ -1,12 +1,22 @@
-//! The network configuration read on stdin. It is kept as JSON so that keys we
-//! do not know reach delegates unchanged; typed views are read from it.
+//! The network configuration read on stdin. It is kept as JSON, so that
+//! keys we do not know reach delegates unchanged, and read through typed
+//! views ([`IpamConf`], [`PoolSpec`]) whose errors name the field's path.
 
+mod ipam;
+mod pool_spec;
+
+use std::cell::OnceCell;
 use std::collections::HashSet;
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+pub use ipam::{AbsolutePath, DatabasePath, IpamConf, LogLevel, Seconds};
+pub use pool_spec::{PoolSpec, RangeSpec};
 
 use crate::error::{CniError, Result};
 use crate::result::IpamResult;
@@ -21,9 +31,44 @@ pub fn read_bounded(input: impl Read, what: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
     input.take(STDIN_LIMIT + 1).read_to_end(&mut buf).map_err(|e| CniError::io(what, e))?;
     if buf.len() as u64 > STDIN_LIMIT {
-        return Err(CniError::io(what, format!("more than {STDIN_LIMIT} bytes")));
+        return Err(CniError::io_problem(what, format!("more than {STDIN_LIMIT} bytes")));
     }
     Ok(buf)
+}
+
+/// Reads `value` as a `T`; a value of the wrong shape is error 7 naming its
+/// path below `field` (`ipam.pools[2].ranges[0].subnet`) and the value.
+pub fn typed<T: DeserializeOwned>(value: &Value, field: &str) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = match e.path().to_string() {
+            inner if inner == "." => field.to_string(),
+            inner if inner.starts_with('[') => format!("{field}{inner}"),
+            inner => format!("{field}.{inner}"),
+        };
+        let problem = e.inner().to_string();
+        let wrong_type = problem.strip_prefix("invalid type: ").and_then(|p| p.split_once(", expected "));
+        match (wrong_type, value_at(value, e.path())) {
+            (Some((_, expected)), Some(found)) => {
+                CniError::config(&path, format!("must be {}, got {found}", in_json_words(expected)))
+            }
+            _ => CniError::config(&path, problem),
+        }
+    })
+}
+
+/// The value at a deserializer's path, to show what was found.
+fn value_at<'v>(value: &'v Value, path: &serde_path_to_error::Path) -> Option<&'v Value> {
+    use serde_path_to_error::Segment;
+    path.iter().try_fold(value, |v, segment| match segment {
+        Segment::Seq { index } => v.get(index),
+        Segment::Map { key } => v.get(key),
+        _ => None,
+    })
+}
+
+/// serde names JSON's types in Rust's words.
+fn in_json_words(expected: &str) -> String {
+    expected.replace("a sequence", "an array").replace("a map", "an object").replace("a borrowed string", "a string")
 }
 
 #[derive(Debug, Clone)]
@@ -32,6 +77,16 @@ pub struct NetConf {
     pub version: SpecVersion,
     /// The bytes as received, for a delegate that must get exactly them.
     pub bytes: Vec<u8>,
+    /// `ipam`, read at its first use.
+    ipam: OnceCell<Result<IpamConf>>,
+}
+
+/// `cni.dev/valid-attachments` entries.
+#[derive(Deserialize)]
+struct ValidAttachment {
+    #[serde(rename = "containerID")]
+    container_id: String,
+    ifname: String,
 }
 
 impl NetConf {
@@ -47,7 +102,7 @@ impl NetConf {
             Some(Value::String(s)) => SpecVersion::parse(s)?,
             Some(other) => SpecVersion::parse(&other.to_string())?,
         };
-        Ok(NetConf { raw, version, bytes: bytes.to_vec() })
+        Ok(NetConf { raw, version, bytes: bytes.to_vec(), ipam: OnceCell::new() })
     }
 
     /// The `cniVersion` to put in an error object: the configuration's own,
@@ -70,17 +125,35 @@ impl NetConf {
         }
     }
 
-    pub fn ipam(&self) -> Result<&Map<String, Value>> {
-        match self.raw.get("ipam") {
-            Some(Value::Object(m)) => Ok(m),
+    /// The `ipam` object's settings.
+    pub fn ipam(&self) -> Result<&IpamConf> {
+        let read = || match self.raw.get("ipam") {
+            Some(value @ Value::Object(_)) => typed(value, "ipam"),
             Some(other) => Err(CniError::config("ipam", format!("must be an object, got {other}"))),
             None => Err(CniError::config("ipam", "missing")),
+        };
+        self.ipam.get_or_init(read).as_ref().map_err(Clone::clone)
+    }
+
+    /// `ipam.pools`, read as pool objects; `None` when absent or null.
+    pub fn pool_specs(&self) -> Result<Option<Vec<PoolSpec>>> {
+        match &self.ipam()?.pools {
+            None | Some(Value::Null) => Ok(None),
+            Some(pools) => typed(pools, "ipam.pools").map(Some),
         }
     }
 
-    /// `ipam.<key>` if present and not null.
-    pub fn ipam_key(&self, key: &str) -> Result<Option<&Value>> {
-        Ok(self.ipam()?.get(key).filter(|v| !v.is_null()))
+    /// `runtimeConfig.<capability>` read as a `T`; `None` when absent or null.
+    pub fn runtime_config<T: DeserializeOwned>(&self, capability: &str) -> Result<Option<T>> {
+        let value = self.raw.get("runtimeConfig").and_then(|rc| rc.get(capability)).filter(|v| !v.is_null());
+        value.map(|v| typed(v, &format!("runtimeConfig.{capability}"))).transpose()
+    }
+
+    /// `args.cni.<key>` read as a `T`, the conventions' way to pass
+    /// per-attachment arguments; `None` when absent or null.
+    pub fn args_cni<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        let value = self.raw.get("args").and_then(|a| a.get("cni")).and_then(|c| c.get(key)).filter(|v| !v.is_null());
+        value.map(|v| typed(v, &format!("args.cni.{key}"))).transpose()
     }
 
     /// The `prevResult`, in whatever version it came.
@@ -103,69 +176,25 @@ impl NetConf {
         raw
     }
 
-    /// `ipam.database`: an absolute path, by default [`DEFAULT_DATABASE`].
+    /// `ipam.database`, by default [`DEFAULT_DATABASE`].
     pub fn database_path(&self) -> Result<PathBuf> {
-        match self.ipam_key("database")? {
-            None => Ok(PathBuf::from(DEFAULT_DATABASE)),
-            Some(Value::String(s)) if s.starts_with('/') => Ok(PathBuf::from(s)),
-            Some(other) => Err(CniError::config("ipam.database", format!("must be an absolute path, got {other}"))),
-        }
-    }
-
-    /// `ipam.<key>` as a positive number of seconds.
-    pub fn ipam_seconds(&self, key: &str, default: Duration) -> Result<Duration> {
-        match self.ipam_key(key)? {
-            None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    CniError::config(
-                        &format!("ipam.{key}"),
-                        format!("must be a number of seconds in (0, 86400], got {v}"),
-                    )
-                }),
-        }
+        Ok(self.ipam()?.database.as_ref().map_or_else(|| PathBuf::from(DEFAULT_DATABASE), |d| d.0.clone()))
     }
 
     /// `ipam.lockTimeout`: how long to wait for the allocation database's lock.
     pub fn lock_timeout(&self) -> Result<Duration> {
-        self.ipam_seconds("lockTimeout", crate::store::DEFAULT_LOCK_TIMEOUT)
-    }
-
-    /// `runtimeConfig.<capability>`, as the runtime passed it.
-    pub fn runtime_config(&self, capability: &str) -> Option<&Value> {
-        self.raw.get("runtimeConfig")?.get(capability).filter(|v| !v.is_null())
-    }
-
-    /// `args.cni.<key>`, the conventions' way to pass per-attachment arguments.
-    pub fn args_cni(&self, key: &str) -> Option<&Value> {
-        self.raw.get("args")?.get("cni")?.get(key).filter(|v| !v.is_null())
+        Ok(self.ipam()?.lock_timeout.map_or(crate::store::DEFAULT_LOCK_TIMEOUT, |s| s.0))
     }
 
     /// GC's `cni.dev/valid-attachments` as (container id, ifname) pairs.
     /// Without it GC must release nothing, so its absence is error 7.
     pub fn valid_attachments(&self) -> Result<HashSet<(String, String)>> {
         const KEY: &str = "cni.dev/valid-attachments";
-        let list = match self.raw.get(KEY) {
-            Some(Value::Array(list)) => list,
-            Some(other) => return Err(CniError::config(KEY, format!("must be an array, got {other}"))),
-            None => return Err(CniError::config(KEY, "missing: GC without it would release every attachment")),
+        let Some(list) = self.raw.get(KEY) else {
+            return Err(CniError::config(KEY, "missing: GC without it would release every attachment"));
         };
-        list.iter()
-            .enumerate()
-            .map(|(i, entry)| {
-                let text = |k: &str| entry.get(k).and_then(Value::as_str).map(String::from);
-                match (text("containerID"), text("ifname")) {
-                    (Some(c), Some(i)) => Ok((c, i)),
-                    _ => Err(CniError::config(
-                        &format!("{KEY}[{i}]"),
-                        format!("must be {{\"containerID\", \"ifname\"}} strings, got {entry}"),
-                    )),
-                }
-            })
-            .collect()
+        let list: Vec<ValidAttachment> = typed(list, KEY)?;
+        Ok(list.into_iter().map(|a| (a.container_id, a.ifname)).collect())
     }
 }
 
@@ -209,13 +238,17 @@ mod tests {
         assert!(c.name().unwrap_err().msg.contains("name"));
         let e = c.database_path().unwrap_err();
         assert!(e.code == 7 && e.msg.contains("ipam.database") && e.msg.contains("rel/db"), "{e}");
-        let e = c.ipam_seconds("timeout", Duration::from_secs(30)).unwrap_err();
-        assert!(e.code == 7 && e.msg.contains("ipam.timeout"), "{e}");
-        assert_eq!(conf(json!({"ipam": {}})).database_path().unwrap(), PathBuf::from(DEFAULT_DATABASE));
+        let e = conf(json!({"name": "n", "ipam": {"timeout": -1}})).ipam().unwrap_err();
         assert_eq!(
-            conf(json!({"ipam": {"timeout": 2.5}})).ipam_seconds("timeout", Duration::ZERO).unwrap().as_millis(),
-            2500
+            e.msg,
+            "invalid network configuration: ipam.timeout: must be a number of seconds in (0, 86400], got -1"
         );
+        let e = conf(json!({"name": "n", "ipam": {"database": "/"}})).ipam().unwrap_err();
+        assert_eq!(e.msg, "invalid network configuration: ipam.database: / does not name a file");
+        let e = conf(json!({"ipam": {"delegates": ["a", 3]}})).ipam().unwrap_err();
+        assert_eq!(e.msg, "invalid network configuration: ipam.delegates[1]: must be a string, got 3");
+        assert_eq!(conf(json!({"ipam": {}})).database_path().unwrap(), PathBuf::from(DEFAULT_DATABASE));
+        assert_eq!(conf(json!({"ipam": {"timeout": 2.5}})).ipam().unwrap().timeout.unwrap().0.as_millis(), 2500);
         assert_eq!(conf(json!({"ipam": 3})).ipam().unwrap_err().code, 7);
     }
 
@@ -242,8 +275,10 @@ mod tests {
     #[test]
     fn runtime_config_and_args() {
         let c = conf(json!({"runtimeConfig": {"ips": ["10.0.0.1"]}, "args": {"cni": {"pools": ["a"]}}}));
-        assert_eq!(c.runtime_config("ips"), Some(&json!(["10.0.0.1"])));
-        assert_eq!(c.args_cni("pools"), Some(&json!(["a"])));
-        assert_eq!(c.runtime_config("ipRanges"), None);
+        assert_eq!(c.runtime_config::<Vec<String>>("ips").unwrap(), Some(vec!["10.0.0.1".to_string()]));
+        assert_eq!(c.args_cni::<Vec<String>>("pools").unwrap(), Some(vec!["a".to_string()]));
+        assert_eq!(c.runtime_config::<Vec<String>>("ipRanges").unwrap(), None);
+        let e = c.args_cni::<Vec<u8>>("pools").unwrap_err();
+        assert_eq!(e.msg, "invalid network configuration: args.cni.pools[0]: must be u8, got \"a\"");
     }
 }
