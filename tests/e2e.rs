@@ -25,7 +25,7 @@ use support::{bin_dir, Outcome, Sandbox};
 
 /// The spec versions covered one by one; CHECK exists from 0.4.0 on.
 const COVERED: [&str; 3] = ["1.0.0", "0.4.0", "0.3.1"];
-/// What the suite speaks (CONTRACT.md).
+/// What the suite speaks (docs/contract.md).
 const SUITE_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 /// Runs the main plugin `plugin` of /usr/lib/cni as a runtime would, for the

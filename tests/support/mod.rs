@@ -1,6 +1,7 @@
 //! The shared harness of the cross-executable tests: the suite's executables,
-//! freshly built; a per-test sandbox with scriptable fake delegates; and a
-//! way to run a CNI plugin with exactly the environment a runtime would give.
+//! freshly built, or installed ones where `IPAM_TEST_BIN_DIR` points; a
+//! per-test sandbox with scriptable fake delegates; and a way to run a CNI
+//! plugin with exactly the environment a runtime would give.
 //!
 //! Used by several test files through `mod support;`, so not every item is
 //! used by every one of them.
@@ -20,18 +21,41 @@ use serde_json::Value;
 /// How long one plugin run may take before the harness kills it and fails the test.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
+/// The suite's four executables.
+pub const SUITE_EXECUTABLES: [&str; 4] = ["ipam-delegated", "ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+
+/// The environment variable that points the tests at installed executables
+/// (e.g. `/usr/lib/cni` after `dpkg -i` of the package) instead of a build.
+pub const BIN_DIR_VAR: &str = "IPAM_TEST_BIN_DIR";
+
 /// The path of one of the suite's executables (`ipam-delegated`, `ipam-ds-pool`,
-/// `ipam-da-static`, `ipam-da-sequential`), built in the running test's target
-/// directory and profile. The first call in a process builds them, so that a
-/// test never runs a stale binary.
+/// `ipam-da-static`, `ipam-da-sequential`) in [`bin_dir`].
 pub fn suite_bin(name: &str) -> PathBuf {
     bin_dir().join(name)
 }
 
-/// target/<profile>/, after `cargo build --workspace --bins` succeeded there.
+/// Where the suite's executables under test are. When `IPAM_TEST_BIN_DIR` is
+/// set (and not empty), that directory as it is: nothing is built, and the
+/// four executables must be there (tests/installed.rs checks they are the ones
+/// run). Otherwise target/<profile>/ of the running test, after `cargo build
+/// --workspace --bins` succeeded there: the first call in a process builds
+/// them, so that a test never runs a stale binary.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os(BIN_DIR_VAR).filter(|d| !d.is_empty()) {
+            let dir = PathBuf::from(dir);
+            assert!(dir.is_absolute(), "{BIN_DIR_VAR}={} must be an absolute path", dir.display());
+            for name in SUITE_EXECUTABLES {
+                let exe = dir.join(name);
+                let mode = std::fs::metadata(&exe)
+                    .unwrap_or_else(|e| panic!("{BIN_DIR_VAR}: {}: {e}", exe.display()))
+                    .permissions()
+                    .mode();
+                assert!(mode & 0o111 != 0, "{BIN_DIR_VAR}: {} is not executable", exe.display());
+            }
+            return dir;
+        }
         // The test runs as target/<profile>/deps/<test>-<hash>.
         let exe = std::env::current_exe().expect("current_exe");
         let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
