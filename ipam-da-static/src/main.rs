@@ -22,7 +22,9 @@ fn add(req: &Request) -> Result<Reply> {
     let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
     let requests = requested_addresses(req, &pools)?;
     if requests.is_empty() {
-        return Ok(Reply::Result(result));
+        const WHY: &str = "found no address asked for by name (runtimeConfig.ips, args.cni.ips, CNI_ARGS IP or a \
+                           pool's requested-ip)";
+        return suite_delegate::answer_add(req, ABOUT.name, result, WHY);
     }
     let attachment = req.attachment()?;
     let claims = requests

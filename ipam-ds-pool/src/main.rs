@@ -35,7 +35,7 @@ impl Plugin for Selector {
         }
         let mut result = req.config.prev_result()?.unwrap_or_default();
         result.pools = Some(candidates.iter().map(Pool::to_json).collect());
-        Ok(Reply::Result(result))
+        suite_delegate::answer_add(req, ABOUT.name, result, "selects pools but hands out no address")
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {

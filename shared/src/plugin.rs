@@ -108,6 +108,13 @@ pub fn respond(
     };
     let _entered = span.enter();
     tracing::debug!("{} {} starting", about.name, about.version);
+    // Once per call: by the orchestrator, not again by each of its delegates.
+    let top_level = env.as_ref().map_or(true, |env| env.stack.depth == 0);
+    if let (Ok(config), true) = (&config, top_level) {
+        for warning in config.ipam_key_warnings() {
+            tracing::warn!("{warning}");
+        }
+    }
 
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let env = env?;

@@ -89,6 +89,32 @@ pub fn prev_and_pools(req: &Request) -> Result<(IpamResult, Vec<Pool>)> {
     Ok((prev, pools))
 }
 
+/// The answer of `me`, one of the suite's delegates, to an orchestrated ADD:
+/// `result`, unless `me` ends the stack and `result` has no address. No main
+/// plugin accepts an IPAM result without one (Debian's bridge says only
+/// "IPAM plugin returned missing IP config"), and the stack's last delegate
+/// knows it is last, since it reads `ipam.delegates`: it fails with error 7
+/// naming the stack, and the orchestrator rolls back. `why` says why it
+/// found no address.
+pub fn answer_add(req: &Request, me: &str, result: IpamResult, why: &str) -> Result<Reply> {
+    let ends_stack = req
+        .config
+        .ipam()
+        .ok()
+        .and_then(|ipam| ipam.delegates.as_ref())
+        .filter(|delegates| req.env.stack.add_id.is_some() && delegates.last().is_some_and(|last| last == me));
+    match ends_stack {
+        Some(delegates) if result.ips.is_empty() => Err(CniError::config(
+            "ipam.delegates",
+            format!(
+                "the stack {delegates:?} ends with {me}, which {why}, so the ADD would answer without an \
+                 address: end the stack with an allocation delegate such as ipam-da-sequential"
+            ),
+        )),
+        _ => Ok(Reply::Result(result)),
+    }
+}
+
 /// Records the pool of `network` (a no-op when it is registered as it is) and
 /// returns its round-robin cursor.
 /// A pool that overlaps another one still holding leases in this database

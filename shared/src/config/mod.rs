@@ -3,6 +3,7 @@
 //! views ([`IpamConf`], [`PoolSpec`]) whose errors name the field's path.
 
 mod ipam;
+pub mod keys;
 mod pool_spec;
 
 use std::cell::OnceCell;
@@ -133,6 +134,23 @@ impl NetConf {
             None => Err(CniError::config("ipam", "missing")),
         };
         self.ipam.get_or_init(read).as_ref().map_err(Clone::clone)
+    }
+
+    /// Warnings for `ipam` keys that look like a typo of a key the suite
+    /// reads, which is absent: other delegates' keys are legal at this
+    /// level, so these cannot be errors.
+    pub fn ipam_key_warnings(&self) -> Vec<String> {
+        let Some(Value::Object(ipam)) = self.raw.get("ipam") else { return Vec::new() };
+        ipam.keys()
+            .filter(|key| !keys::IPAM.contains(&key.as_str()))
+            .filter_map(|key| {
+                let meant = keys::closest(key, keys::IPAM).filter(|meant| !ipam.contains_key(*meant))?;
+                Some(format!(
+                    "ipam.{key} is not a key the suite reads (did you mean `{meant}`?); it is passed on to the \
+                     delegates unread"
+                ))
+            })
+            .collect()
     }
 
     /// `ipam.pools`, read as pool objects; `None` when absent or null.
@@ -280,5 +298,21 @@ mod tests {
         assert_eq!(c.runtime_config::<Vec<String>>("ipRanges").unwrap(), None);
         let e = c.args_cni::<Vec<u8>>("pools").unwrap_err();
         assert_eq!(e.msg, "invalid network configuration: args.cni.pools[0]: must be u8, got \"a\"");
+    }
+
+    #[test]
+    fn near_misses_of_the_suites_ipam_keys_are_warned_about() {
+        let c = conf(json!({"ipam": {"databse": "/x.db", "delegates": ["a"], "rangeStrat": 1, "lockTimout": 2,
+                                     "timeout": 1, "timeot": 3, "someOtherPluginsKey": true}}));
+        assert_eq!(
+            c.ipam_key_warnings(),
+            [
+                "ipam.databse is not a key the suite reads (did you mean `database`?); it is passed on to the \
+                 delegates unread",
+                "ipam.lockTimout is not a key the suite reads (did you mean `lockTimeout`?); it is passed on to the \
+                 delegates unread",
+            ],
+            "`timeot` is no warning while `timeout` is present; far keys are other delegates'"
+        );
     }
 }

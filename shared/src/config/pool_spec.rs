@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::keys;
+use crate::error::Result;
 use crate::result::{Dns, Route};
 
 /// One pool object: the full form with `ranges`, or the short form whose
@@ -43,6 +45,20 @@ pub struct PoolSpec {
 }
 
 impl PoolSpec {
+    /// Error 7 for a key the suite does not read in the pool, its ranges or
+    /// its routes: in a configuration an administrator wrote, that is a typo.
+    /// (A pool in `prevResult` may carry a newer selector's keys.)
+    pub fn refuse_unknown_keys(&self, field: &str) -> Result<()> {
+        keys::refuse_unknown(&self.unknown, keys::POOL, field)?;
+        for (i, range) in self.ranges.iter().flatten().enumerate() {
+            range.refuse_unknown_keys(&format!("{field}.ranges[{i}]"))?;
+        }
+        for (i, route) in self.routes.iter().flatten().enumerate() {
+            keys::refuse_unknown(&route.extra, keys::ROUTE, &format!("{field}.routes[{i}]"))?;
+        }
+        Ok(())
+    }
+
     /// The short form's range, if the pool has a top-level `subnet`.
     pub fn short_range(&self) -> Option<RangeSpec> {
         self.subnet.as_ref().map(|subnet| RangeSpec {
@@ -71,4 +87,10 @@ pub struct RangeSpec {
     pub gateway: Option<String>,
     #[serde(flatten, skip_serializing)]
     pub unknown: Map<String, Value>,
+}
+
+impl RangeSpec {
+    pub fn refuse_unknown_keys(&self, field: &str) -> Result<()> {
+        keys::refuse_unknown(&self.unknown, keys::RANGE, field)
+    }
 }

@@ -76,6 +76,9 @@ fn ip_range_pools(sets: &[Vec<RangeSpec>]) -> Result<Vec<Sourced>> {
         .enumerate()
         .map(|(i, set)| {
             let path = format!("{IP_RANGES}[{i}]");
+            for (j, range) in set.iter().enumerate() {
+                range.refuse_unknown_keys(&format!("{path}[{j}]"))?;
+            }
             let pool = Pool {
                 name: format!("ipRanges-{i}"),
                 ranges: parse_ranges(set, &path)?,
@@ -107,6 +110,7 @@ fn configured_pools(config: &NetConf, required: bool) -> Result<Vec<Sourced>> {
         .enumerate()
         .map(|(i, spec)| {
             let path = format!("{POOLS}[{i}]");
+            spec.refuse_unknown_keys(&path)?;
             Ok(Sourced { pool: Pool::from_spec(spec, &path)?, path })
         })
         .collect()

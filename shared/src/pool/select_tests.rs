@@ -249,3 +249,31 @@ fn all_pools_ignores_match_and_narrowing() {
     assert_eq!(names(&all_pools(&c).unwrap()), ["ipRanges-0", "blue", "blue-overflow", "blue6", "prod"]);
     assert_eq!(all_pools(&json!({"ipam": {"pools": []}})).unwrap_err().code, 7);
 }
+
+#[test]
+fn unknown_keys_in_the_configurations_pools_are_error_7_with_a_guess() {
+    let with_pool = |pool: Value| json!({"ipam": {"pools": [{"name": "a", "subnet": "10.0.0.0/24"}, pool]}});
+    let cases = [
+        (json!({"name": "b", "subnet": "10.1.0.0/24", "exlude": ["10.1.0.5"]}), "ipam.pools[1].exlude: unknown key `exlude`: did you mean `exclude`?"),
+        (
+            json!({"name": "b", "ranges": [{"subnet": "10.1.0.0/24", "rangeStrat": "10.1.0.9"}]}),
+            "ipam.pools[1].ranges[0].rangeStrat: unknown key `rangeStrat`: did you mean `rangeStart`?",
+        ),
+        (
+            json!({"name": "b", "subnet": "10.1.0.0/24", "routes": [{"dst": "0.0.0.0/0", "gateway": "10.1.0.1"}]}),
+            "ipam.pools[1].routes[0].gateway: unknown key `gateway`: the keys are dst, gw, mtu, advmss, priority, table, scope",
+        ),
+    ];
+    for (pool, expected) in cases {
+        assert_eq!(error(&with_pool(pool), ""), format!("{INVALID}{expected}"));
+    }
+    // A route's spec 1.1 keys are known.
+    let fine = with_pool(json!({"name": "b", "subnet": "10.1.0.0/24", "routes": [{"dst": "0.0.0.0/0", "mtu": 1400}]}));
+    assert_eq!(chosen(&fine, ""), ["a", "b"]);
+    let ranges =
+        json!({"runtimeConfig": {"ipRanges": [[{"subnet": "10.30.0.0/24", "gatway": "10.30.0.9"}]]}, "ipam": {}});
+    assert_eq!(
+        error(&ranges, ""),
+        format!("{INVALID}runtimeConfig.ipRanges[0][0].gatway: unknown key `gatway`: did you mean `gateway`?")
+    );
+}
