@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::de::{Deserializer, Error as _};
+use serde::de::{Deserializer, Error as _, IgnoredAny};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tracing::level_filters::LevelFilter;
@@ -18,10 +18,10 @@ pub struct IpamConf {
     pub plugin: Option<String>,
     /// The stack ipam-delegated runs; read by the orchestrator.
     pub delegates: Option<Vec<String>>,
-    /// Kept as JSON until the selector reads it (see
-    /// [`super::NetConf::pool_specs`]): a DEL must not fail on pools it
-    /// never reads.
-    pub pools: Option<Value>,
+    /// Only skipped here, not copied: the selector reads the pools from the
+    /// configuration itself (see [`super::NetConf::pool_specs`]), and no
+    /// other call pays for them, or fails on them (a DEL must not).
+    pub pools: Option<IgnoredAny>,
     pub database: Option<DatabasePath>,
     pub timeout: Option<Seconds>,
     pub lock_timeout: Option<Seconds>,

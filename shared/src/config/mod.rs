@@ -155,7 +155,8 @@ impl NetConf {
 
     /// `ipam.pools`, read as pool objects; `None` when absent or null.
     pub fn pool_specs(&self) -> Result<Option<Vec<PoolSpec>>> {
-        match &self.ipam()?.pools {
+        self.ipam()?;
+        match self.raw.get("ipam").and_then(|ipam| ipam.get("pools")) {
             None | Some(Value::Null) => Ok(None),
             Some(pools) => typed(pools, "ipam.pools").map(Some),
         }
