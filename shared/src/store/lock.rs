@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use fs2::FileExt;
 
+use super::queue::{self, Ticket};
 use super::unusable;
 use crate::error::{CniError, Code, Result};
 
@@ -58,17 +59,25 @@ pub(super) struct LockFile {
     /// `None` after a wait timed out: the abandoned waiter may still get the
     /// lock on that description, so the next attempt opens a fresh one.
     file: Option<File>,
+    /// `<database>.lock-queue`, which orders the waiters ([`queue`]); `None`
+    /// when it cannot be opened, and then waiters are served in no order.
+    queue: Option<File>,
 }
 
 /// The lock, held until dropped.
 pub(super) struct HeldLock<'a> {
     file: &'a File,
+    turn: Option<(&'a File, Ticket)>,
 }
 
 impl Drop for HeldLock<'_> {
     fn drop(&mut self) {
         // If unlocking fails the lock still goes when the file is closed.
         let _ = FileExt::unlock(self.file);
+        // Only then the next writer's turn, so that it finds the lock free.
+        if let Some((queue, ticket)) = self.turn.take() {
+            ticket.release(queue);
+        }
     }
 }
 
@@ -76,7 +85,19 @@ impl LockFile {
     /// Opens the lock file, creating it 0600.
     pub(super) fn open(path: &Path) -> io::Result<Self> {
         let file = open_lock_file(path)?;
-        Ok(LockFile { path: path.to_path_buf(), file: Some(file) })
+        let mut queue_path = path.as_os_str().to_owned();
+        queue_path.push("-queue");
+        // Read and written (the counter), and read-locked (a turn).
+        let queue = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(Path::new(&queue_path))
+            .map_err(|e| tracing::warn!("lock queue {}: {e}; waiters are served in no order", queue_path.display()))
+            .ok();
+        Ok(LockFile { path: path.to_path_buf(), file: Some(file), queue })
     }
 
     /// Takes the lock, waiting as long as `wait` allows: error 11 past the
@@ -87,25 +108,72 @@ impl LockFile {
             Some(file) => file,
             None => open_lock_file(&self.path).map_err(|e| self.failure(db_path, e))?,
         };
+        let started = Instant::now();
+        let (until, is_call_deadline) = wait.until(started);
+        // The whole wait, queue and lock, is one budget, and is reported so.
+        let timed_out = || match is_call_deadline {
+            true => call_deadline_reached(db_path),
+            false => stayed_locked(db_path, until.saturating_duration_since(started)),
+        };
+        // A queue that fails costs the order, never the lock.
+        let ticket = self.queue.as_ref().and_then(|queue| match Ticket::take(queue) {
+            Ok(ticket) => ticket,
+            Err(e) => {
+                tracing::warn!("lock queue of {}: {e}; waiting in no order", db_path.display());
+                None
+            }
+        });
+        let (ticket, predecessor) = match ticket {
+            Some((ticket, predecessor)) => (Some(ticket), predecessor),
+            None => (None, None),
+        };
+        let give_up = |ticket: Option<Ticket>, queue: Option<&File>| {
+            if let (Some(ticket), Some(queue)) = (ticket, queue) {
+                ticket.release(queue);
+            }
+        };
+        if let (Some(slot), Some(queue)) = (predecessor, self.queue.as_ref()) {
+            let budget = until.saturating_duration_since(Instant::now());
+            let waited = queue
+                .try_clone()
+                .map_err(WaitFailure::Io)
+                .and_then(|clone| wait_in_thread(budget, move || queue::wait_for_turn(&clone, slot)));
+            if let Err(e) = waited {
+                give_up(ticket, self.queue.as_ref());
+                return Err(match e {
+                    WaitFailure::Io(e) => self.failure(db_path, e),
+                    WaitFailure::NoThread(e) => no_thread(e),
+                    WaitFailure::TimedOut => timed_out(),
+                });
+            }
+        }
         match file.try_lock_exclusive() {
             Ok(()) => {}
             Err(e) if is_contended(&e) => {
-                let now = Instant::now();
-                let (until, is_call_deadline) = wait.until(now);
-                let budget = until.saturating_duration_since(now);
+                let budget = until.saturating_duration_since(Instant::now());
                 // On timeout `file` is dropped here; the waiter thread's clone
                 // then releases the lock as soon as it gets it.
-                wait_for_lock(&file, budget).map_err(|e| match e {
-                    WaitFailure::Io(e) => self.failure(db_path, e),
-                    WaitFailure::NoThread(e) => no_thread(e),
-                    WaitFailure::TimedOut if is_call_deadline => call_deadline_reached(db_path),
-                    WaitFailure::TimedOut => stayed_locked(db_path, budget),
-                })?;
+                let waited = file
+                    .try_clone()
+                    .map_err(WaitFailure::Io)
+                    .and_then(|clone| wait_in_thread(budget, move || clone.lock_exclusive()));
+                if let Err(e) = waited {
+                    give_up(ticket, self.queue.as_ref());
+                    return Err(match e {
+                        WaitFailure::Io(e) => self.failure(db_path, e),
+                        WaitFailure::NoThread(e) => no_thread(e),
+                        WaitFailure::TimedOut => timed_out(),
+                    });
+                }
             }
-            Err(e) => return Err(self.failure(db_path, e)),
+            Err(e) => {
+                give_up(ticket, self.queue.as_ref());
+                return Err(self.failure(db_path, e));
+            }
         }
+        let turn = self.queue.as_ref().zip(ticket);
         let file = self.file.insert(file);
-        Ok(HeldLock { file })
+        Ok(HeldLock { file, turn })
     }
 
     fn failure(&self, db_path: &Path, err: io::Error) -> CniError {
@@ -127,18 +195,20 @@ enum WaitFailure {
     TimedOut,
 }
 
-/// Blocks in a helper thread rather than polling, so the lock is taken the
-/// moment it is released.
-fn wait_for_lock(file: &File, timeout: Duration) -> std::result::Result<(), WaitFailure> {
+/// Runs the blocking `wait` in a helper thread rather than polling, so that
+/// the lock is taken the moment it is released, for at most `timeout`.
+fn wait_in_thread(
+    timeout: Duration,
+    wait: impl FnOnce() -> io::Result<()> + Send + 'static,
+) -> std::result::Result<(), WaitFailure> {
     if timeout.is_zero() {
         return Err(WaitFailure::TimedOut);
     }
-    let clone = file.try_clone().map_err(WaitFailure::Io)?;
     let (report, outcome) = mpsc::channel();
     thread::Builder::new()
         .name("allocation-db-lock".into())
         .spawn(move || {
-            let _ = report.send(clone.lock_exclusive());
+            let _ = report.send(wait());
         })
         .map_err(WaitFailure::NoThread)?;
     match outcome.recv_timeout(timeout) {

@@ -10,6 +10,7 @@ mod integrity;
 mod leases;
 mod lock;
 mod pools;
+mod queue;
 mod runs;
 mod schema;
 #[cfg(test)]

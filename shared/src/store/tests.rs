@@ -377,3 +377,18 @@ fn lock_waits_share_the_calls_budget_and_its_deadline_is_error_105() {
     assert!(e.msg.contains("ipam.timeout") && e.msg.contains("waiting for the lock"), "{}", e.msg);
     assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(3), "{waited:?}");
 }
+
+#[test]
+fn every_write_takes_a_ticket_in_the_lock_queue() {
+    let (dir, mut store) = temp_store();
+    let counter = || {
+        let bytes = fs::read(dir.path().join("ipam.db.lock-queue")).unwrap();
+        u64::from_le_bytes(bytes[..8].try_into().unwrap())
+    };
+    let before = counter();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &owner("n", "c", "eth0"))).unwrap();
+    assert_eq!(counter(), before + 2, "one ticket per write: the queue is in use, not bypassed");
+    // A turn is given back: a third write is not kept waiting for itself.
+    store.write(|tx| tx.insert_lease(ip("10.0.0.3"), "p", &owner("n", "c", "eth0"))).unwrap();
+}
