@@ -2,7 +2,8 @@
 //! examples cannot rot: the IPAM plugin `ipam-delegated` called directly (as
 //! the main plugin calls it) with the suite's executables in CNI_PATH, and,
 //! as root with Debian's containernetworking-plugins, the real main plugin in
-//! a network namespace.
+//! a network namespace, run itself in a namespace that plays the host, so
+//! that the machine's own is left as it was.
 //!
 //! A new example without a case here fails [`every_example_has_a_case`].
 
@@ -11,7 +12,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use netns::{prerequisites, unique, veth_master, Link, Netns, PLUGINS};
+use netns::{leaving_the_host_as_found, prerequisites, unique, veth_master_in, Netns, PLUGINS};
 use serde_json::{json, Value};
 use support::{bin_dir, list_leases as leases, Outcome, Sandbox};
 
@@ -332,63 +333,83 @@ fn real_case(stem: &str) -> RealCase {
 }
 
 /// Each example through its real main plugin (bridge, or macvlan on a veth
-/// created for it) in a namespace of its own: the IPAM result's addresses are
-/// on eth0 in the namespace, and DEL leaves no lease behind. The bridge name
-/// is made unique and `ipMasq` is turned off so that the host's firewall is
-/// not touched; no traffic is sent.
+/// made for it) in a namespace of its own: the IPAM result's addresses are
+/// on eth0 in the namespace, and DEL leaves no lease behind.
+///
+/// The main plugin runs as a runtime runs it, but in a network namespace that
+/// plays the host ([`Netns::host`], through `ip netns exec`), not in the
+/// machine's own: the bridge, the host ends of the veths, the macvlan master
+/// (a veth pair made there) and the forwarding that `isGateway` turns on stay
+/// in it and go with it. The test checks that they did: forwarding is on in
+/// the host namespace after an `isGateway` example, and the machine's own
+/// forwarding sysctls, links and `ip netns` entries are as before
+/// ([`leaving_the_host_as_found`]). The bridge name is made unique and
+/// `ipMasq` is turned off (no iptables); no traffic is sent.
 #[test]
 #[ignore = "needs root, network namespaces and containernetworking-plugins; run by scripts/test"]
 fn through_the_real_main_plugin() {
     prerequisites();
-    for (i, stem) in example_stems().iter().enumerate() {
-        let case = real_case(stem);
-        let example = Example::load(stem);
-        let sb = Sandbox::new();
-        let netns = Netns::new();
-        let mut config = example.config(&sb.db(), case.runtime_config);
-        let plugin_type = config["type"].as_str().expect("type").to_string();
-        let _link = match plugin_type.as_str() {
-            "bridge" => {
-                let bridge = Link { name: unique("ib") };
-                config["bridge"] = json!(bridge.name);
-                if config.get("ipMasq").is_some() {
-                    config["ipMasq"] = json!(false);
-                }
-                bridge
-            }
-            "macvlan" => {
-                let master = veth_master();
-                config["master"] = json!(master.name);
-                master
-            }
-            other => panic!("{stem}: no real-plugin setup for main plugin type {other:?}"),
-        };
-        let exe = Path::new(PLUGINS).join(&plugin_type);
-        let exe = exe.to_str().unwrap();
-        let netns_path = netns.path();
-        let cni_path = format!("{}:{PLUGINS}", bin_dir().display());
-        let container = format!("real-{i}");
-        let mut env = vec![
-            ("CNI_NETNS", netns_path.as_str()),
-            ("CNI_PATH", cni_path.as_str()),
-            ("CNI_CONTAINERID", container.as_str()),
-        ];
-        if let Some(args) = case.cni_args {
-            env.push(("CNI_ARGS", args));
+    leaving_the_host_as_found("tests/examples.rs through_the_real_main_plugin", || {
+        for (i, stem) in example_stems().iter().enumerate() {
+            through_the_real_main_plugin_in_a_host_namespace(i, stem);
         }
+    });
+}
 
-        let added = sb.cni(exe, "ADD", &config, &env);
-        assert_eq!(added.status, 0, "{stem}: ADD through {plugin_type}: {added:#?}");
-        let got = addresses(&added);
-        assert_eq!(got, case.addresses, "{stem}: the result's addresses");
-        let on_eth0: Vec<String> = netns.addresses("eth0").iter().map(|(a, p)| format!("{a}/{p}")).collect();
-        for address in &got {
-            assert!(on_eth0.contains(address), "{stem}: {address} is not on eth0 in {}: {on_eth0:?}", netns.name);
+fn through_the_real_main_plugin_in_a_host_namespace(i: usize, stem: &str) {
+    let case = real_case(stem);
+    let example = Example::load(stem);
+    let sb = Sandbox::new();
+    let host = Netns::host();
+    let netns = Netns::new();
+    let mut config = example.config(&sb.db(), case.runtime_config);
+    let plugin_type = config["type"].as_str().expect("type").to_string();
+    match plugin_type.as_str() {
+        "bridge" => {
+            // Made by the plugin inside the host namespace; goes with it.
+            config["bridge"] = json!(unique("ib"));
+            if config.get("ipMasq").is_some() {
+                config["ipMasq"] = json!(false);
+            }
         }
-        assert_eq!(leases(&sb.db()).as_array().unwrap().len(), got.len(), "{stem}: leases after ADD");
-
-        let deleted = sb.cni(exe, "DEL", &config, &env);
-        assert_eq!((deleted.status, deleted.stdout.trim()), (0, ""), "{stem}: DEL through {plugin_type}: {deleted:#?}");
-        assert_eq!(leases(&sb.db()), json!([]), "{stem}: leases after DEL");
+        "macvlan" => config["master"] = json!(veth_master_in(&host)),
+        other => panic!("{stem}: no real-plugin setup for main plugin type {other:?}"),
     }
+    let exe = Path::new(PLUGINS).join(&plugin_type);
+    let netns_path = netns.path();
+    let cni_path = format!("{}:{PLUGINS}", bin_dir().display());
+    let container = format!("real-{i}");
+    let mut overrides = vec![
+        ("CNI_NETNS", netns_path.as_str()),
+        ("CNI_PATH", cni_path.as_str()),
+        ("CNI_CONTAINERID", container.as_str()),
+    ];
+    if let Some(args) = case.cni_args {
+        overrides.push(("CNI_ARGS", args));
+    }
+    let run = |command: &str| {
+        let env = sb.env(command, &overrides);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        host.run(&exe, &[], &env, config.to_string().as_bytes(), Some(&sb.workdir()))
+    };
+
+    let added = run("ADD");
+    assert_eq!(added.status, 0, "{stem}: ADD through {plugin_type} in {}: {added:#?}", host.name);
+    let got = addresses(&added);
+    assert_eq!(got, case.addresses, "{stem}: the result's addresses");
+    let on_eth0: Vec<String> = netns.addresses("eth0").iter().map(|(a, p)| format!("{a}/{p}")).collect();
+    for address in &got {
+        assert!(on_eth0.contains(address), "{stem}: {address} is not on eth0 in {}: {on_eth0:?}", netns.name);
+    }
+    assert_eq!(leases(&sb.db()).as_array().unwrap().len(), got.len(), "{stem}: leases after ADD");
+    // isGateway turns forwarding on (IPv6 too for an IPv6 pool), where the
+    // plugin ran: in the host namespace.
+    let gateway = config["isGateway"] == true;
+    let ipv6 = got.iter().any(|a| a.contains(':'));
+    let on = |yes: bool| if yes { "1" } else { "0" }.to_string();
+    assert_eq!(host.forwarding(), [on(gateway), on(gateway && ipv6)], "{stem}: forwarding in {}", host.name);
+
+    let deleted = run("DEL");
+    assert_eq!((deleted.status, deleted.stdout.trim()), (0, ""), "{stem}: DEL through {plugin_type}: {deleted:#?}");
+    assert_eq!(leases(&sb.db()), json!([]), "{stem}: leases after DEL");
 }

@@ -37,6 +37,9 @@ database / dataDir per scenario, their calls interleaved. In order:
   big          ADD in a /8 and a /64 holding {big_fill} leases (suite only)
   fill-curve   ADD latency against pool fill, 0% to 99.99% of a /16
   memory       peak RSS of one ADD of each executable
+  lock-wait    how long calls wait for the database's lock, {lock_workers} full-stack
+               ADDs in flight at once ({lock_wait} ADDs, read from each call's
+               debug log), and whether the waiting is fair (suite only)
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
@@ -64,6 +67,8 @@ and, for the durability figures, strace.
         workers = c.workers,
         throughput = c.throughput,
         big_fill = c.big_fill,
+        lock_workers = c.lock_workers,
+        lock_wait = c.lock_wait,
     )
 }
 

@@ -33,13 +33,14 @@ type Scenario = fn(&Ctx, &mut Figures);
 
 /// The scenarios, in the order they run (after the durability probe, which
 /// always runs); `BENCH_ONLY=latency,memory` picks some by name.
-const SCENARIOS: [(&str, Scenario); 6] = [
+const SCENARIOS: [(&str, Scenario); 7] = [
     ("latency", scenarios::latency::run),
     ("throughput", scenarios::throughput::run),
     ("nearly-full", scenarios::nearly_full::run),
     ("big", scenarios::big_pools::run),
     ("fill-curve", scenarios::fill_curve::run),
     ("memory", scenarios::memory::run),
+    ("lock-wait", scenarios::lock_wait::run),
 ];
 
 fn main() {

@@ -30,12 +30,32 @@ pub struct Counts {
     pub big_fill: u128,
     pub big_adds: usize,
     pub trials: usize,
+    /// ADDs of the lock-wait scenario (each of its two runs).
+    pub lock_wait: usize,
+    /// The processes contending for the lock at once in the lock-wait scenario.
+    pub lock_workers: usize,
 }
 
-pub const FULL: Counts =
-    Counts { latency: 300, throughput: 1000, workers: 16, big_fill: 1_000_000, big_adds: 20, trials: 5 };
-pub const QUICK: Counts =
-    Counts { latency: 40, throughput: 200, workers: 16, big_fill: 100_000, big_adds: 5, trials: 1 };
+pub const FULL: Counts = Counts {
+    latency: 300,
+    throughput: 1000,
+    workers: 16,
+    big_fill: 1_000_000,
+    big_adds: 20,
+    trials: 5,
+    lock_wait: 1280,
+    lock_workers: 64,
+};
+pub const QUICK: Counts = Counts {
+    latency: 40,
+    throughput: 200,
+    workers: 16,
+    big_fill: 100_000,
+    big_adds: 5,
+    trials: 1,
+    lock_wait: 320,
+    lock_workers: 64,
+};
 
 /// Builds the suite's executables in release mode, next to this one (the
 /// same target directory), and answers that directory.
@@ -105,6 +125,12 @@ impl Ctx {
             cni_path: self.bins.clone(),
             config: bytes(&suite_config(db, subnet)),
         }
+    }
+
+    /// The configuration [`Ctx::stack`] runs, for a scenario that changes it
+    /// per call (the lock-wait scenario's `ipam.logFile`).
+    pub fn stack_config(&self, db: &Path, subnet: &str) -> Value {
+        suite_config(db, subnet)
     }
 
     pub fn host_local(&self, data_dir: &Path, subnet: &str) -> Plugin {

@@ -188,3 +188,149 @@ pub fn made_by_another_test_process(name: &str) -> bool {
         && count.bytes().all(|b| b.is_ascii_digit())
         && pid.parse::<u32>().is_ok_and(|p| p != std::process::id() % 100_000)
 }
+
+// ---------------------------------------------------------------------------
+// A namespace that plays the host, and the machine's own namespace before and
+// after a test
+
+impl Netns {
+    /// A namespace to play the host, where a test runs the main plugins (and
+    /// a runtime) as a runtime runs them in the machine's own namespace: the
+    /// bridges, the host ends of the veths and any sysctl a plugin writes
+    /// (`isGateway` turns forwarding on) stay in it and go with it. Forwarding
+    /// starts off in it, so that what a plugin turns on shows.
+    pub fn host() -> Netns {
+        let host = Netns::new();
+        let off = FORWARDING.iter().map(|f| format!("echo 0 > {f}")).collect::<Vec<_>>().join(" && ");
+        ip_ok(&["netns", "exec", &host.name, "sh", "-c", &off]);
+        host
+    }
+
+    /// Runs `exe` inside this namespace (`ip netns exec NAME exe args…`),
+    /// with `env` as its CNI_* variables (none of the test's own) and `stdin`,
+    /// in `cwd` if given; the plugin sees the namespace as its own.
+    pub fn run(
+        &self,
+        exe: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdin: &[u8],
+        cwd: Option<&Path>,
+    ) -> crate::support::Outcome {
+        let exe = exe.to_str().expect("a UTF-8 path");
+        let mut all = vec!["netns", "exec", self.name.as_str(), exe];
+        all.extend_from_slice(args);
+        crate::support::run_args(Path::new("ip"), &all, env, stdin, cwd)
+    }
+
+    /// The value of the sysctl file `path` (under /proc/sys/net) as this
+    /// namespace sees it.
+    pub fn sysctl(&self, path: &str) -> String {
+        let out = ip(&["netns", "exec", &self.name, "cat", path]);
+        assert!(out.status.success(), "reading {path} in {}: {}", self.name, String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// IPv4 and IPv6 forwarding (`all`) in this namespace, "0" or "1" each.
+    pub fn forwarding(&self) -> [String; 2] {
+        [self.sysctl(FORWARDING[0]), self.sysctl(FORWARDING[3])]
+    }
+}
+
+/// The forwarding switches a main plugin may turn on (`isGateway`): IPv4's
+/// global one and the `all`/`default` ones of both families.
+pub const FORWARDING: [&str; 5] = [
+    "/proc/sys/net/ipv4/ip_forward",
+    "/proc/sys/net/ipv4/conf/all/forwarding",
+    "/proc/sys/net/ipv4/conf/default/forwarding",
+    "/proc/sys/net/ipv6/conf/all/forwarding",
+    "/proc/sys/net/ipv6/conf/default/forwarding",
+];
+
+/// Whether `name` (a link or an `ip netns` entry) may be made and removed by
+/// another test process of the suite while this one runs: what
+/// [`made_by_another_test_process`] recognises, and also [`Netns::new`]'s
+/// names of another process (`ipam-e2e-n<pid>x<n>`, whose prefix holds a digit).
+pub fn another_test_process_may_make(name: &str) -> bool {
+    made_by_another_test_process(name) || name.strip_prefix("ipam-e2e-").is_some_and(made_by_another_test_process)
+}
+
+/// What a test must leave as it found it in the machine's own network
+/// namespace: the forwarding sysctls, the links and the `ip netns` entries
+/// (less the names that other test processes make and remove meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostState {
+    /// (sysctl file, value) for each of [`FORWARDING`].
+    pub forwarding: Vec<(String, String)>,
+    pub links: Vec<String>,
+    pub netns: Vec<String>,
+}
+
+impl HostState {
+    /// Reads the namespace of this process (the machine's own, for a test).
+    pub fn read() -> HostState {
+        let ours = |names: Vec<String>| names.into_iter().filter(|n| !another_test_process_may_make(n)).collect();
+        HostState {
+            forwarding: FORWARDING
+                .iter()
+                .map(|f| {
+                    let v = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("reading {f}: {e}"));
+                    (f.to_string(), v.trim().to_string())
+                })
+                .collect(),
+            links: ours(root_links()),
+            netns: ours(netns_names()),
+        }
+    }
+
+    /// What differs from `before`, one line each; empty when nothing does.
+    pub fn changes_since(&self, before: &HostState) -> Vec<String> {
+        let mut changes = Vec::new();
+        for ((file, was), (_, now)) in before.forwarding.iter().zip(&self.forwarding) {
+            if was != now {
+                changes.push(format!("{file}: {was} before, {now} after"));
+            }
+        }
+        let diff = |what: &str, was: &[String], now: &[String], changes: &mut Vec<String>| {
+            let added: Vec<&String> = now.iter().filter(|n| !was.contains(n)).collect();
+            let gone: Vec<&String> = was.iter().filter(|n| !now.contains(n)).collect();
+            if !added.is_empty() {
+                changes.push(format!("{what} added: {added:?}"));
+            }
+            if !gone.is_empty() {
+                changes.push(format!("{what} gone: {gone:?}"));
+            }
+        };
+        diff("links", &before.links, &self.links, &mut changes);
+        diff("ip netns entries", &before.netns, &self.netns, &mut changes);
+        changes
+    }
+}
+
+/// Runs `scenario` and then asserts that the machine's own namespace
+/// ([`HostState`]) is as it was before, also when the scenario failed (its
+/// guards have run by then; the changes are printed before its failure is
+/// passed on). `what` names the test in the message.
+pub fn leaving_the_host_as_found<T>(what: &str, scenario: impl FnOnce() -> T) -> T {
+    let before = HostState::read();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(scenario));
+    let after = HostState::read();
+    let changes = after.changes_since(&before);
+    match outcome {
+        Err(failure) => {
+            if !changes.is_empty() {
+                eprintln!("{what}: the machine's own namespace changed too:\n  {}", changes.join("\n  "));
+            }
+            std::panic::resume_unwind(failure)
+        }
+        Ok(value) => {
+            assert!(
+                changes.is_empty(),
+                "{what} changed the machine's own network namespace (forwarding sysctls, links, ip netns \
+                 entries):\n  {}\n  before: {before:?}\n  after:  {after:?}",
+                changes.join("\n  ")
+            );
+            value
+        }
+    }
+}

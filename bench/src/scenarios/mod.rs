@@ -9,6 +9,7 @@ pub mod big_pools;
 pub mod durability;
 pub mod fill_curve;
 pub mod latency;
+pub mod lock_wait;
 pub mod memory;
 pub mod nearly_full;
 pub mod throughput;

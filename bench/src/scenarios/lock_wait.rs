@@ -1,0 +1,298 @@
+//! How long calls wait for the allocation database's lock when 64 full-stack
+//! ADDs contend at once, and whether the waiting is fair.
+//!
+//! The full stack (ipam-delegated with ipam-ds-pool + ipam-da-sequential),
+//! not the allocator alone: that is what a runtime starts, and the arrivals at
+//! the lock are then what they are in use (each call first starts two
+//! processes and reads the database without the lock; only the allocator's
+//! commit takes it). `lock_workers` threads start together and each runs ADD
+//! processes one after the other on one database, so that as many calls are
+//! in flight at any time.
+//!
+//! The wait of a call is what its plugins log: every write transaction logs
+//! "lock wait W, transaction T, durable commit C" at debug level
+//! (shared/src/store), so each call gets `ipam.logFile` (a file of its own)
+//! and `ipam.logLevel: "debug"`, and its wait is the sum of its lines' W (one
+//! line in the steady state: the allocator's; ipam-ds-pool writes only when
+//! it registers the pool, before the timed run). T + C is how long the lock
+//! was held for the transaction, a lower bound (a WAL checkpoint every dozen
+//! ADDs also happens under it). Logging adds a little to each call, so the
+//! run is repeated without it, on a fresh database, for the calls'
+//! end-to-end latencies.
+//!
+//! Fairness, from the same lines: each line's timestamp is taken just after
+//! the commit, so the transaction asked for the lock at timestamp - C - T - W
+//! and took it at timestamp - C - T. A transaction that took the lock while
+//! another one waited, having asked after it, passed it over: served in
+//! order, none would.
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{loadavg, phase, stats, Plugin};
+use crate::report::{Figures, LockWait};
+use crate::setup::{bytes, Ctx};
+
+const SUBNET: &str = "10.24.0.0/16";
+
+/// One call of a contention run: its end-to-end time, and its error code if
+/// it failed.
+type Outcome = (Duration, Option<u64>);
+
+/// Later askers that took the lock first count as passing a waiter over
+/// only if they asked this much later: a process may be preempted between
+/// reading the clock and asking the kernel for the lock.
+const MARGIN: f64 = 1e-3;
+
+/// What one ADD of the logged run left: its end-to-end time, whether it
+/// succeeded (else its error code), and its log's lock lines.
+struct Call {
+    wall: Duration,
+    code: Option<u64>,
+    /// Each write transaction the call's plugins logged.
+    lines: Vec<Acquisition>,
+}
+
+/// One write transaction's turn at the lock, from its log line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Acquisition {
+    /// When it asked for the lock, in seconds since midnight (UTC).
+    asked: f64,
+    wait: Duration,
+    /// Transaction + durable commit.
+    hold: Duration,
+}
+
+impl Acquisition {
+    fn took(&self) -> f64 {
+        self.asked + self.wait.as_secs_f64()
+    }
+}
+
+/// For each acquisition: how many that asked later (by [`MARGIN`]) took the
+/// lock before it, and how many took it at all while it waited.
+fn order(all: &[Acquisition]) -> Vec<(usize, usize)> {
+    all.iter()
+        .map(|a| {
+            let during: Vec<&Acquisition> = all.iter().filter(|b| b.took() > a.asked && b.took() < a.took()).collect();
+            (during.iter().filter(|b| b.asked > a.asked + MARGIN).count(), during.len())
+        })
+        .collect()
+}
+
+pub fn run(ctx: &Ctx, fig: &mut Figures) {
+    let (total, workers) = (ctx.counts.lock_wait, ctx.counts.lock_workers);
+    let scratch = ctx.scenario_dir("lock-wait");
+    let dir = scratch.path();
+    let started = phase(&format!(
+        "lock wait: {total} full-stack ADDs by {workers} processes at once, each call logging its lock waits; \
+         then again without logging"
+    ));
+
+    let logs = dir.join("logs");
+    fs::create_dir_all(&logs).expect("logs dir");
+    let db = dir.join("logged.sqlite");
+    let (logged, run_time) = contend(ctx, &db, total, workers, |i| {
+        let mut config = ctx.stack_config(&db, SUBNET);
+        config["ipam"]["logFile"] = json!(logs.join(format!("{i}.log")));
+        config["ipam"]["logLevel"] = json!("debug");
+        bytes(&config)
+    });
+    let calls: Vec<Call> = logged
+        .into_iter()
+        .enumerate()
+        .map(|(i, (wall, code))| Call { wall, code, lines: lock_lines(&logs.join(format!("{i}.log"))) })
+        .collect();
+
+    let plain_db = dir.join("plain.sqlite");
+    let plain_config = bytes(&ctx.stack_config(&plain_db, SUBNET));
+    let (plain, _) = contend(ctx, &plain_db, total, workers, |_| plain_config.clone());
+
+    let ok: Vec<&Call> = calls.iter().filter(|c| c.code.is_none()).collect();
+    let waits: Vec<Duration> = ok.iter().map(|c| c.lines.iter().map(|l| l.wait).sum()).collect();
+    let acquisitions: Vec<Acquisition> = ok.iter().flat_map(|c| c.lines.iter().copied()).collect();
+    let holds: Vec<Duration> = acquisitions.iter().map(|a| a.hold).collect();
+    let order = order(&acquisitions);
+    // The lock passes from one transaction to the next: on average one turn
+    // (a hold and the hand-over) took this long.
+    let turn = run_time / holds.len().max(1) as u32;
+    let lines = ok.iter().map(|c| c.lines.len());
+    let figures = LockWait {
+        workers,
+        calls: total,
+        wait: stats(&waits),
+        hold: stats(&holds),
+        latency_logged: stats(&ok.iter().map(|c| c.wall).collect::<Vec<_>>()),
+        latency: stats(&plain.iter().filter(|p| p.1.is_none()).map(|p| p.0).collect::<Vec<_>>()),
+        lines_per_call: (lines.clone().min().unwrap_or(0), lines.max().unwrap_or(0)),
+        failures: calls.iter().filter_map(|c| c.code).chain(plain.iter().filter_map(|p| p.1)).collect(),
+        run_time,
+        turn_ms: turn.as_secs_f64() * 1e3,
+        acquisitions: acquisitions.len(),
+        passed_over: order.iter().filter(|o| o.0 > 0).count(),
+        most_passed_by: order.iter().map(|o| o.0).max().unwrap_or(0),
+        most_handovers: order.iter().map(|o| o.1).max().unwrap_or(0),
+    };
+    let w = &figures.wait;
+    eprintln!(
+        "    lock wait per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms (max / median {:.1}); lock held per \
+         transaction: median {:.2} ms, max {:.2} ms; a turn {:.2} ms on average; {} of {} waits passed over by a \
+         later asker, one by {}; one wait saw {} hand-overs ({} calls in flight); ADD end to end median {:.2} ms \
+         (logging) / {:.2} ms (not), max {:.2} / {:.2} ms; failures {:?}; took {:.1?}",
+        w.median_ms,
+        w.p99_ms,
+        w.max_ms,
+        figures.max_over_median(),
+        figures.hold.median_ms,
+        figures.hold.max_ms,
+        figures.turn_ms,
+        figures.passed_over,
+        figures.acquisitions,
+        figures.most_passed_by,
+        figures.most_handovers,
+        workers,
+        figures.latency_logged.median_ms,
+        figures.latency.median_ms,
+        figures.latency_logged.max_ms,
+        figures.latency.max_ms,
+        figures.failures,
+        started.elapsed()
+    );
+    fig.lock_wait = Some(figures);
+    fig.loads.push(("lock wait".into(), loadavg()));
+}
+
+/// `total` ADDs of the full stack on `db` by `workers` threads that start
+/// together, each running one process after the other, call `i` with the
+/// configuration `config(i)`; after one ADD that creates the database and
+/// registers the pool. Answers each call's time and error code (None:
+/// success), and how long the calls took from the start together.
+fn contend(
+    ctx: &Ctx,
+    db: &Path,
+    total: usize,
+    workers: usize,
+    config: impl Fn(usize) -> Vec<u8> + Sync,
+) -> (Vec<Outcome>, Duration) {
+    ctx.stack(db, SUBNET).run("ADD", "lw-warm-up").expect_ok("the lock-wait scenario's first ADD");
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; total]);
+    let gate = Barrier::new(workers + 1);
+    let elapsed = thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    gate.wait();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= total {
+                            break;
+                        }
+                        let plugin = Plugin { config: config(i), ..ctx.stack(db, SUBNET) };
+                        let run = plugin.run("ADD", &format!("lw-{i}"));
+                        let code = (!run.success).then(|| run.json()["code"].as_u64().unwrap_or(0));
+                        out.lock().unwrap()[i] = Some((run.wall, code));
+                    }
+                })
+            })
+            .collect();
+        gate.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().expect("a lock-wait worker panicked");
+        }
+        t0.elapsed()
+    });
+    (out.into_inner().unwrap().into_iter().map(|c| c.expect("every call ran")).collect(), elapsed)
+}
+
+/// Each "<timestamp> … lock wait W, transaction T, durable commit C" line of
+/// a call's log, as the acquisition it times. A missing log is no lines.
+fn lock_lines(log: &Path) -> Vec<Acquisition> {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let logged = time_of_day(line.split_whitespace().next()?)?;
+            let rest = &line[line.find("lock wait ")? + "lock wait ".len()..];
+            let mut parts = rest.split(", ");
+            let wait = duration(parts.next()?)?;
+            let tx = duration(parts.next()?.strip_prefix("transaction ")?)?;
+            let commit = duration(parts.next()?.strip_prefix("durable commit ")?)?;
+            let hold = tx + commit;
+            Some(Acquisition { asked: logged - (hold + wait).as_secs_f64(), wait, hold })
+        })
+        .collect()
+}
+
+/// "2026-11-23T13:11:21.569919Z" as seconds since midnight. (A run that
+/// crosses midnight UTC would misorder its calls; the figures say so.)
+fn time_of_day(stamp: &str) -> Option<f64> {
+    let time = stamp.split_once('T')?.1.strip_suffix('Z')?;
+    let mut parts = time.split(':');
+    let (h, m, s) = (parts.next()?.parse::<f64>().ok()?, parts.next()?.parse::<f64>().ok()?, parts.next()?);
+    Some(h * 3600.0 + m * 60.0 + s.parse::<f64>().ok()?)
+}
+
+/// A `Duration` as its `Debug` prints it: "1.234567ms", "12.3µs", "0ns", "1.5s".
+fn duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    for (unit, scale) in [("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)] {
+        if let Some(number) = text.strip_suffix(unit) {
+            return number.parse::<f64>().ok().map(|n| Duration::from_secs_f64(n * scale));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_debug_prints_them() {
+        for d in [Duration::ZERO, Duration::from_nanos(7), Duration::from_micros(1011), Duration::from_millis(1500)] {
+            let parsed = duration(&format!("{d:?}")).unwrap();
+            assert!(parsed.abs_diff(d) < Duration::from_nanos(2), "{d:?} read as {parsed:?}");
+        }
+        assert_eq!(duration("12.5µs"), Some(Duration::from_nanos(12_500)));
+        assert_eq!(duration("soon"), None);
+    }
+
+    #[test]
+    fn lock_lines_of_a_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("a.log");
+        fs::write(
+            &log,
+            "2026-11-23T13:11:21.569919Z DEBUG cni{plugin=\"ipam-ds-pool\"}: shared::store: lock wait 1.011µs, \
+             transaction 182.251µs, durable commit 275.199µs\n\
+             2026-11-23T13:11:21.576967Z  INFO cni{}: ipam_da_sequential: allocated 10.24.0.2\n\
+             2026-11-23T13:11:21.577603Z DEBUG cni{}: shared::store: lock wait 2.5ms, transaction 1ms, durable \
+             commit 1.5ms\n",
+        )
+        .unwrap();
+        let lines = lock_lines(&log);
+        assert_eq!(lines.len(), 2);
+        assert_eq!((lines[1].wait, lines[1].hold), (Duration::from_micros(2500), Duration::from_micros(2500)));
+        let asked = 13.0 * 3600.0 + 11.0 * 60.0 + 21.577603 - 0.005;
+        assert!((lines[1].asked - asked).abs() < 1e-9, "{lines:?}");
+        assert!(lock_lines(&dir.path().join("missing.log")).is_empty());
+    }
+
+    #[test]
+    fn passing_over_is_a_later_asker_taking_the_lock_first() {
+        let ms = Duration::from_millis;
+        let at = |asked: f64, wait: u64| Acquisition { asked, wait: ms(wait), hold: ms(1) };
+        // a asks first and waits 10 ms; b asks 2 ms later and takes the lock
+        // 3 ms later, before a: it passed a over. c asks 0.5 ms after a
+        // (within the margin) and takes the lock 1 ms later, before b asks.
+        let all = [at(0.0, 10), at(0.002, 3), at(0.0005, 1)];
+        assert_eq!(order(&all), [(1, 2), (0, 0), (0, 0)]);
+    }
+}
