@@ -127,49 +127,35 @@ impl LockFile {
             Some((ticket, predecessor)) => (Some(ticket), predecessor),
             None => (None, None),
         };
-        let give_up = |ticket: Option<Ticket>, queue: Option<&File>| {
-            if let (Some(ticket), Some(queue)) = (ticket, queue) {
+        // First the turn (the writer before this one is done), then the lock.
+        let waited = predecessor
+            .zip(self.queue.as_ref())
+            .map_or(Ok(()), |(slot, queue)| {
+                let budget = until.saturating_duration_since(Instant::now());
+                let clone = queue.try_clone().map_err(WaitFailure::Io)?;
+                wait_in_thread(budget, move || queue::wait_for_turn(&clone, slot))
+            })
+            .and_then(|()| match file.try_lock_exclusive() {
+                Ok(()) => Ok(()),
+                Err(e) if is_contended(&e) => {
+                    let budget = until.saturating_duration_since(Instant::now());
+                    // On timeout `file` is dropped below; the waiter thread's
+                    // clone then releases the lock as soon as it gets it.
+                    let clone = file.try_clone().map_err(WaitFailure::Io)?;
+                    wait_in_thread(budget, move || clone.lock_exclusive())
+                }
+                Err(e) => Err(WaitFailure::Io(e)),
+            });
+        if let Err(e) = waited {
+            // The successor's turn comes now: this writer has given up.
+            if let (Some(ticket), Some(queue)) = (ticket, self.queue.as_ref()) {
                 ticket.release(queue);
             }
-        };
-        if let (Some(slot), Some(queue)) = (predecessor, self.queue.as_ref()) {
-            let budget = until.saturating_duration_since(Instant::now());
-            let waited = queue
-                .try_clone()
-                .map_err(WaitFailure::Io)
-                .and_then(|clone| wait_in_thread(budget, move || queue::wait_for_turn(&clone, slot)));
-            if let Err(e) = waited {
-                give_up(ticket, self.queue.as_ref());
-                return Err(match e {
-                    WaitFailure::Io(e) => self.failure(db_path, e),
-                    WaitFailure::NoThread(e) => no_thread(e),
-                    WaitFailure::TimedOut => timed_out(),
-                });
-            }
-        }
-        match file.try_lock_exclusive() {
-            Ok(()) => {}
-            Err(e) if is_contended(&e) => {
-                let budget = until.saturating_duration_since(Instant::now());
-                // On timeout `file` is dropped here; the waiter thread's clone
-                // then releases the lock as soon as it gets it.
-                let waited = file
-                    .try_clone()
-                    .map_err(WaitFailure::Io)
-                    .and_then(|clone| wait_in_thread(budget, move || clone.lock_exclusive()));
-                if let Err(e) = waited {
-                    give_up(ticket, self.queue.as_ref());
-                    return Err(match e {
-                        WaitFailure::Io(e) => self.failure(db_path, e),
-                        WaitFailure::NoThread(e) => no_thread(e),
-                        WaitFailure::TimedOut => timed_out(),
-                    });
-                }
-            }
-            Err(e) => {
-                give_up(ticket, self.queue.as_ref());
-                return Err(self.failure(db_path, e));
-            }
+            return Err(match e {
+                WaitFailure::Io(e) => self.failure(db_path, e),
+                WaitFailure::NoThread(e) => no_thread(e),
+                WaitFailure::TimedOut => timed_out(),
+            });
         }
         let turn = self.queue.as_ref().zip(ticket);
         let file = self.file.insert(file);
