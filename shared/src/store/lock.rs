@@ -131,6 +131,9 @@ impl LockFile {
         let waited = predecessor
             .zip(self.queue.as_ref())
             .map_or(Ok(()), |(slot, queue)| {
+                if queue::is_turn(queue, slot).map_err(WaitFailure::Io)? {
+                    return Ok(());
+                }
                 let budget = until.saturating_duration_since(Instant::now());
                 let clone = queue.try_clone().map_err(WaitFailure::Io)?;
                 wait_in_thread(budget, move || queue::wait_for_turn(&clone, slot))

@@ -70,6 +70,16 @@ pub(super) fn wait_for_turn(queue: &File, slot: u64) -> io::Result<()> {
     ofd_lock(queue, libc::F_UNLCK as i16, 8 + slot, 1, false)
 }
 
+/// Whether the writer holding `slot` is already done, without waiting: the
+/// common case, which then needs no waiting thread.
+pub(super) fn is_turn(queue: &File, slot: u64) -> io::Result<bool> {
+    match ofd_lock(queue, libc::F_RDLCK as i16, 8 + slot, 1, false) {
+        Ok(()) => ofd_lock(queue, libc::F_UNLCK as i16, 8 + slot, 1, false).map(|()| true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// An open-file-description lock of `len` bytes at `start`; `wait` blocks.
 fn ofd_lock(file: &File, kind: i16, start: u64, len: u64, wait: bool) -> io::Result<()> {
     // SAFETY: a zeroed flock is a valid value; every field we rely on is set.
