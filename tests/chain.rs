@@ -74,13 +74,12 @@ mod stack;
 mod support;
 
 use std::net::IpAddr;
-use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use netns::{ip_ok, subnet_tag, PLUGINS};
-use netns::{made_by_another_test_process, netns_names, prerequisites, root_links, unique, veth_master_in, Netns};
+use netns::{prerequisites, unique, veth_master_in, Netns};
 use serde_json::{json, Value};
 use stack::{addresses, LeaseRow, FULL_STACK};
 use support::{bin_dir, run_args, Outcome, Sandbox};
@@ -425,52 +424,12 @@ fn scenario() {
     assert_eq!(stack::leases(&sb.db()), Vec::new(), "the leases after DEL of both containers");
 }
 
-/// What the machine's own network namespace looks like from this process:
-/// what the test must leave as it found it. Names that other test processes
-/// of the suite make and remove meanwhile are left out.
-#[derive(Debug, PartialEq)]
-struct Machine {
-    ip_forward: String,
-    ipv6_forwarding: String,
-    links: Vec<String>,
-    netns: Vec<String>,
-}
-
-impl Machine {
-    fn read() -> Machine {
-        let sysctl = |path: &str| {
-            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}")).trim().to_string()
-        };
-        let ours = |names: Vec<String>| names.into_iter().filter(|n| !made_by_another_test_process(n)).collect();
-        Machine {
-            ip_forward: sysctl("/proc/sys/net/ipv4/ip_forward"),
-            ipv6_forwarding: sysctl("/proc/sys/net/ipv6/conf/all/forwarding"),
-            links: ours(root_links()),
-            netns: ours(netns_names()),
-        }
-    }
-}
-
 #[test]
 #[ignore = "needs root, network namespaces, /usr/lib/cni, Go and libcni: run by scripts/test"]
 fn two_interfaces_of_one_container_from_one_database_through_libcni() {
     prerequisites();
     runtime_prerequisites();
-    let before = Machine::read();
     let started = Instant::now();
-    let outcome = panic::catch_unwind(AssertUnwindSafe(scenario));
-    // The scenario's guards have run (also when it failed): compare now.
-    let after = Machine::read();
+    netns::leaving_the_host_as_found("tests/chain.rs", scenario);
     eprintln!("chain: the scenario took {:?}", started.elapsed());
-    let unchanged = before == after;
-    if let Err(failure) = outcome {
-        if !unchanged {
-            eprintln!("chain: the machine's own namespace changed too:\n  before: {before:?}\n  after:  {after:?}");
-        }
-        panic::resume_unwind(failure);
-    }
-    assert_eq!(
-        after, before,
-        "the machine's own namespace changed (forwarding sysctls, links, ip netns entries): after vs before"
-    );
 }

@@ -42,7 +42,6 @@ mod support;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
-use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -50,7 +49,7 @@ use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::Duration;
 
-use netns::{ip, ip_ok, made_by_another_test_process, netns_names, prerequisites, root_links, unique, Netns};
+use netns::{ip, ip_ok, netns_names, prerequisites, unique, Netns};
 use serde_json::Value;
 use support::{bin_dir, list_leases, Sandbox};
 
@@ -553,72 +552,18 @@ fn added(ran: &Ran, what: &str, expected: &[&str], container: &Netns, cache_file
 // ---------------------------------------------------------------------------
 // The machine's own namespace, before and after
 
-/// What the machine looks like from this process: what the tests must leave
-/// as they found it. Names other test processes make and remove meanwhile are
-/// left out.
-#[derive(Debug, PartialEq)]
-struct Machine {
-    ip_forward: String,
-    ipv6_forwarding: String,
-    links: Vec<String>,
-    netns: Vec<String>,
-    var_lib_cni: bool,
-}
-
-impl Machine {
-    fn read() -> Machine {
-        let sysctl = |path: &str| fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}")).trim().to_string();
-        // Netns::new() names (`ipam-e2e-n<pid>x<n>`) are not recognised by
-        // made_by_another_test_process (its prefix may not hold a digit):
-        // their tail is.
-        let another = |n: &str| {
-            made_by_another_test_process(n) || n.strip_prefix("ipam-e2e-").is_some_and(made_by_another_test_process)
-        };
-        let ours = |names: Vec<String>| names.into_iter().filter(|n| !another(n)).collect();
-        Machine {
-            ip_forward: sysctl("/proc/sys/net/ipv4/ip_forward"),
-            ipv6_forwarding: sysctl("/proc/sys/net/ipv6/conf/all/forwarding"),
-            links: ours(root_links()),
-            netns: ours(netns_names()),
-            var_lib_cni: Path::new("/var/lib/cni").exists(),
-        }
-    }
-}
-
-/// IPv4 and IPv6 forwarding in `host` ("0" or "1").
-fn forwarding(host: &Netns) -> [String; 2] {
-    let files = ["/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"];
-    files.map(|f| {
-        let out = ip(&["netns", "exec", &host.name, "cat", f]);
-        assert!(out.status.success(), "reading {f} in {}", host.name);
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    })
-}
-
 /// The tests of this file take turns: each compares the machine before and after itself.
 static TURN: Mutex<()> = Mutex::new(());
 
 /// Runs `scenario` with a fresh host namespace and asserts the machine is as
-/// it was afterwards, also when the scenario failed.
+/// it was afterwards (netns::HostState, and whether /var/lib/cni exists),
+/// also when the scenario failed.
 fn leaving_the_machine_as_found(scenario: impl FnOnce(&Netns)) {
     prerequisites();
     let _turn = TURN.lock().unwrap_or_else(PoisonError::into_inner);
-    let before = Machine::read();
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-        let host = Netns::new();
-        // Off, so that what a plugin turns on shows.
-        let off = "echo 0 > /proc/sys/net/ipv4/ip_forward && echo 0 > /proc/sys/net/ipv6/conf/all/forwarding";
-        ip_ok(&["netns", "exec", &host.name, "sh", "-c", off]);
-        scenario(&host);
-    }));
-    let after = Machine::read();
-    if let Err(failure) = outcome {
-        if after != before {
-            eprintln!("the machine changed too:\n  before: {before:?}\n  after:  {after:?}");
-        }
-        panic::resume_unwind(failure);
-    }
-    assert_eq!(after, before, "the machine's own namespace or /var/lib/cni changed: after vs before");
+    let var_lib_cni = Path::new("/var/lib/cni").exists();
+    netns::leaving_the_host_as_found("tests/walkthrough.rs", || scenario(&Netns::host()));
+    assert_eq!(Path::new("/var/lib/cni").exists(), var_lib_cni, "whether /var/lib/cni exists changed");
 }
 
 // ---------------------------------------------------------------------------
@@ -629,7 +574,7 @@ fn leaving_the_machine_as_found(scenario: impl FnOnce(&Netns)) {
 fn the_readme_walk_through_as_written() {
     leaving_the_machine_as_found(|host| {
         walk(&readme_steps(), &["10.22.1.0/16"], "$walk/allocations.sqlite", host);
-        assert_eq!(forwarding(host), ["0", "0"], "the walk-through leaves the host's forwarding alone");
+        assert_eq!(host.forwarding(), ["0", "0"], "the walk-through leaves the host's forwarding alone");
     });
 }
 
@@ -654,7 +599,7 @@ fn example(stem: &str) {
         let gateway = conflist(stem)["plugins"][0]["isGateway"] == true;
         let ipv6 = expected_addresses(stem).iter().any(|a| a.contains(':'));
         let on = |yes: bool| if yes { "1" } else { "0" };
-        assert_eq!(forwarding(host), [on(gateway), on(gateway && ipv6)], "{stem}: forwarding in the host");
+        assert_eq!(host.forwarding(), [on(gateway), on(gateway && ipv6)], "{stem}: forwarding in the host");
     });
 }
 

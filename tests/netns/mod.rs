@@ -182,7 +182,8 @@ pub fn made_by_another_test_process(name: &str) -> bool {
     let pid_digits = head.bytes().rev().take_while(u8::is_ascii_digit).count();
     let (prefix, pid) = head.split_at(head.len() - pid_digits);
     !prefix.is_empty()
-        && prefix.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+        // Lowercase letters, digits and '-': Netns::new()'s `ipam-e2e-n` too.
+        && prefix.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !pid.is_empty()
         && !count.is_empty()
         && count.bytes().all(|b| b.is_ascii_digit())
@@ -247,14 +248,6 @@ pub const FORWARDING: [&str; 5] = [
     "/proc/sys/net/ipv6/conf/default/forwarding",
 ];
 
-/// Whether `name` (a link or an `ip netns` entry) may be made and removed by
-/// another test process of the suite while this one runs: what
-/// [`made_by_another_test_process`] recognises, and also [`Netns::new`]'s
-/// names of another process (`ipam-e2e-n<pid>x<n>`, whose prefix holds a digit).
-pub fn another_test_process_may_make(name: &str) -> bool {
-    made_by_another_test_process(name) || name.strip_prefix("ipam-e2e-").is_some_and(made_by_another_test_process)
-}
-
 /// What a test must leave as it found it in the machine's own network
 /// namespace: the forwarding sysctls, the links and the `ip netns` entries
 /// (less the names that other test processes make and remove meanwhile).
@@ -269,7 +262,7 @@ pub struct HostState {
 impl HostState {
     /// Reads the namespace of this process (the machine's own, for a test).
     pub fn read() -> HostState {
-        let ours = |names: Vec<String>| names.into_iter().filter(|n| !another_test_process_may_make(n)).collect();
+        let ours = |names: Vec<String>| names.into_iter().filter(|n| !made_by_another_test_process(n)).collect();
         HostState {
             forwarding: FORWARDING
                 .iter()

@@ -5,6 +5,7 @@
 //! shares: a helper thread can take the lock for us on a clone, and closing
 //! the clone keeps it held as long as our handle stays open.
 
+use std::cell::OnceCell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
@@ -59,9 +60,10 @@ pub(super) struct LockFile {
     /// `None` after a wait timed out: the abandoned waiter may still get the
     /// lock on that description, so the next attempt opens a fresh one.
     file: Option<File>,
-    /// `<database>.lock-queue`, which orders the waiters ([`queue`]); `None`
-    /// when it cannot be opened, and then waiters are served in no order.
-    queue: Option<File>,
+    /// `<database>.lock-queue`, which orders the waiters ([`queue`]), opened
+    /// at the first wait for the lock (a reader never opens it); `None` when
+    /// it cannot be opened, and then waiters are served in no order.
+    queue: OnceCell<Option<File>>,
 }
 
 /// The lock, held until dropped.
@@ -85,19 +87,7 @@ impl LockFile {
     /// Opens the lock file, creating it 0600.
     pub(super) fn open(path: &Path) -> io::Result<Self> {
         let file = open_lock_file(path)?;
-        let mut queue_path = path.as_os_str().to_owned();
-        queue_path.push("-queue");
-        // Read and written (the counter), and read-locked (a turn).
-        let queue = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(Path::new(&queue_path))
-            .map_err(|e| tracing::warn!("lock queue {}: {e}; waiters are served in no order", queue_path.display()))
-            .ok();
-        Ok(LockFile { path: path.to_path_buf(), file: Some(file), queue })
+        Ok(LockFile { path: path.to_path_buf(), file: Some(file), queue: OnceCell::new() })
     }
 
     /// Takes the lock, waiting as long as `wait` allows: error 11 past the
@@ -115,8 +105,9 @@ impl LockFile {
             true => call_deadline_reached(db_path),
             false => stayed_locked(db_path, until.saturating_duration_since(started)),
         };
+        let queue = self.queue.get_or_init(|| open_queue(&self.path)).as_ref();
         // A queue that fails costs the order, never the lock.
-        let ticket = self.queue.as_ref().and_then(|queue| match Ticket::take(queue) {
+        let ticket = queue.and_then(|queue| match Ticket::take(queue) {
             Ok(ticket) => ticket,
             Err(e) => {
                 tracing::warn!("lock queue of {}: {e}; waiting in no order", db_path.display());
@@ -129,7 +120,7 @@ impl LockFile {
         };
         // First the turn (the writer before this one is done), then the lock.
         let waited = predecessor
-            .zip(self.queue.as_ref())
+            .zip(queue)
             .map_or(Ok(()), |(slot, queue)| {
                 if queue::is_turn(queue, slot).map_err(WaitFailure::Io)? {
                     return Ok(());
@@ -151,7 +142,7 @@ impl LockFile {
             });
         if let Err(e) = waited {
             // The successor's turn comes now: this writer has given up.
-            if let (Some(ticket), Some(queue)) = (ticket, self.queue.as_ref()) {
+            if let (Some(ticket), Some(queue)) = (ticket, queue) {
                 ticket.release(queue);
             }
             return Err(match e {
@@ -160,7 +151,7 @@ impl LockFile {
                 WaitFailure::TimedOut => timed_out(),
             });
         }
-        let turn = self.queue.as_ref().zip(ticket);
+        let turn = queue.zip(ticket);
         let file = self.file.insert(file);
         Ok(HeldLock { file, turn })
     }
@@ -168,6 +159,22 @@ impl LockFile {
     fn failure(&self, db_path: &Path, err: io::Error) -> CniError {
         unusable(db_path, format!("lock file {}: {err}", self.path.display()))
     }
+}
+
+/// `<lock file>-queue`, read and written (the counter) and read-locked (a
+/// turn); `None`, with a warning, when it cannot be opened.
+fn open_queue(lock_path: &Path) -> Option<File> {
+    let mut path = lock_path.as_os_str().to_owned();
+    path.push("-queue");
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| tracing::warn!("lock queue {}: {e}; waiters are served in no order", path.to_string_lossy()))
+        .ok()
 }
 
 fn open_lock_file(path: &Path) -> io::Result<File> {
