@@ -1,6 +1,7 @@
 //! The README's install command, run as written — with `PREFIX` and
-//! `DESTDIR` each set and unset — and then the installed files. The
-//! executables installed are this build's (staged where `scripts/install`
+//! `DESTDIR` each set and unset — and then the installed files: the fast
+//! layout, one program and the delegates' names as symlinks to it. The
+//! program installed is this build's (staged where `scripts/install`
 //! looks, `$CARGO_TARGET_DIR/release`), so that no test pays for a release
 //! build. Without `DESTDIR` the script writes to /opt and /usr/local: those
 //! runs happen in a mount namespace of their own, over empty tmpfs, as root.
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const EXES: [&str; 4] = ["ipam-delegated", "ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+const DELEGATES: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -26,13 +28,11 @@ fn readme_install_command() -> String {
     line.split('#').next().unwrap().trim().to_string()
 }
 
-/// A target directory whose release/ holds this build's executables.
+/// A target directory whose release/ holds this build's program.
 fn staged_target(dir: &Path) -> PathBuf {
     let release = dir.join("target/release");
     fs::create_dir_all(&release).unwrap();
-    for exe in EXES {
-        fs::copy(support::suite_bin(exe), release.join(exe)).unwrap();
-    }
+    fs::copy(support::suite_bin("ipam-delegated"), release.join("ipam-delegated")).unwrap();
     dir.join("target")
 }
 
@@ -58,8 +58,9 @@ fn sh(script: &str, env: &[(&str, &str)], isolated: bool) -> String {
 }
 
 /// After the README's command with `prefix` / `destdir` (None: unset): the
-/// executables, the operator's tool found on PATH, each executable answering
-/// VERSION from where it was installed, then `--uninstall` removing them.
+/// program and the delegates' links to it, the operator's tool found on
+/// PATH, each name answering VERSION and naming itself from where it was
+/// installed, then `--uninstall` removing them.
 fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let target = staged_target(tmp.path());
@@ -83,18 +84,27 @@ fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool)
     let tool = if destdir.is_none() { "ipam-delegated".to_string() } else { format!("{bindir}/ipam-delegated") };
     let mut checks = format!(
         "{command}\n\
-         for exe in {exes}; do test -x {bindir}/$exe; stat -c '%a %n' {bindir}/$exe; \
-           CNI_COMMAND=VERSION {bindir}/$exe </dev/null; echo; done\n\
+         stat -c '%a %F %n' {bindir}/ipam-delegated\n\
+         for exe in {delegates}; do echo \"link $exe -> $(readlink {bindir}/$exe)\"; done\n\
+         for exe in {exes}; do test -x {bindir}/$exe; \
+           CNI_COMMAND=VERSION {bindir}/$exe </dev/null; echo; {bindir}/$exe 2>&1 </dev/null | head -n 1; done\n\
          PATH={linkdir}:/usr/bin:/bin {tool} --version\n",
         exes = EXES.join(" "),
+        delegates = DELEGATES.join(" "),
     );
     if linked {
         checks.push_str(&format!("readlink {linkdir}/ipam-delegated\n"));
     }
     checks.push_str(&format!("{command} --uninstall\ntest ! -e {linkdir}/ipam-delegated\n"));
     let out = sh(&checks, &env, isolated);
+    assert!(out.contains(&format!("755 regular file {bindir}/ipam-delegated")), "installed 0755:\n{out}");
+    for exe in DELEGATES {
+        assert!(out.contains(&format!("link {exe} -> ipam-delegated\n")), "{exe} is a relative link:\n{out}");
+    }
     for exe in EXES {
-        assert!(out.contains(&format!("755 {bindir}/{exe}")), "{exe} installed 0755:\n{out}");
+        // Run with no CNI_COMMAND, each name says which plugin it is.
+        let banner = format!("\n{exe} {}: ", env!("CARGO_PKG_VERSION"));
+        assert!(out.contains(&banner), "{exe} is itself under its name:\n{out}");
     }
     assert_eq!(out.matches("\"supportedVersions\"").count(), 4, "each answers VERSION:\n{out}");
     assert!(out.contains(&format!("ipam-delegated {}", env!("CARGO_PKG_VERSION"))), "on PATH:\n{out}");

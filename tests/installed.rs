@@ -1,4 +1,4 @@
-//! Which executables the tests run. By default, this build's (target/<profile>/);
+//! Which executables the tests run. By default, this build's, in the fast layout (target/<profile>/cni/);
 //! with `IPAM_TEST_BIN_DIR` set, the ones installed there — scripts/test sets it
 //! to /usr/lib/cni after `dpkg -i` of the package, and this file makes sure the
 //! run really used those: the harness points there, a plugin started by the
@@ -28,8 +28,9 @@ fn env_dir(var: &str) -> Option<PathBuf> {
 fn the_harness_runs_the_executables_of_the_chosen_directory() {
     let expected = match env_dir(BIN_DIR_VAR) {
         Some(dir) => dir,
-        // The test runs as target/<profile>/deps/<test>-<hash>.
-        None => std::env::current_exe().unwrap().parent().and_then(Path::parent).unwrap().to_path_buf(),
+        // The test runs as target/<profile>/deps/<test>-<hash>; the fast
+        // layout of the build is target/<profile>/cni/.
+        None => std::env::current_exe().unwrap().parent().and_then(Path::parent).unwrap().join("cni"),
     };
     assert_eq!(bin_dir(), expected, "the directory of the executables under test");
     for name in SUITE_EXECUTABLES {
@@ -91,8 +92,9 @@ fn installed_executables_are_this_build() {
         eprintln!("{BIN_DIR_VAR} and {BUILT_FROM_VAR} are not both set: nothing to compare");
         return;
     };
+    // Every name is the one program built as ipam-delegated (the fast layout).
     for name in SUITE_EXECUTABLES {
-        let (a, b) = (installed.join(name), built.join(name));
+        let (a, b) = (installed.join(name), built.join("ipam-delegated"));
         let id = gnu_build_id(&a).unwrap_or_else(|| panic!("{} has no GNU build id", a.display()));
         let want = gnu_build_id(&b).unwrap_or_else(|| panic!("{} has no GNU build id", b.display()));
         assert_eq!(hex(&id), hex(&want), "{} is not the build in {}", a.display(), b.display());

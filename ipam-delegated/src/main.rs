@@ -2,14 +2,17 @@
 //! each with the full configuration plus the previous one's result as
 //! `prevResult`. A failed ADD is rolled back with DEL on every delegate that ran.
 //! Run with arguments, it is the operator's tool over the allocation database
-//! (see [`operator`]).
+//! (see [`operator`]). Started as a delegate's name, it is that delegate
+//! (see [`builtin`]).
 
+mod builtin;
 mod operator;
 mod stack;
 
 use std::process::ExitCode;
 
-use shared::{About, Command, Plugin, Reply, Request, Result};
+use shared::store::share_within_call;
+use shared::{About, Builtin, Command, Plugin, Reply, Request, Result};
 use stack::Stack;
 
 const ABOUT: About = About {
@@ -21,31 +24,38 @@ const ABOUT: About = About {
 const OPERATOR_HINT: &str = "Operator commands (list, pools, metrics, release, forget-pool, check) over the \
      allocation database: ipam-delegated --help";
 
+/// Each verb runs the stack within one call whose in-process delegates share
+/// a database connection and one fsync.
 struct Orchestrator;
 
 impl Plugin for Orchestrator {
     fn add(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.add().map(Reply::Result)
+        share_within_call(|| Stack::new(req)?.add().map(Reply::Result))
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.run_all(Command::Del).map(|()| Reply::Nothing)
+        share_within_call(|| Stack::new(req)?.run_all(Command::Del).map(|()| Reply::Nothing))
     }
 
     fn check(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.run_all(Command::Check).map(|()| Reply::Nothing)
+        share_within_call(|| Stack::new(req)?.run_all(Command::Check).map(|()| Reply::Nothing))
     }
 
     fn gc(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.gc().map(|()| Reply::Nothing)
+        share_within_call(|| Stack::new(req)?.gc().map(|()| Reply::Nothing))
     }
 
     fn status(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.status().map(|()| Reply::Nothing)
+        share_within_call(|| Stack::new(req)?.status().map(|()| Reply::Nothing))
     }
 }
 
+const ORCHESTRATOR: Builtin = Builtin { about: ABOUT, plugin: &Orchestrator };
+
 fn main() -> ExitCode {
+    if let Some(delegate) = builtin::started_as().as_deref().and_then(builtin::named) {
+        return shared::plugin::run(delegate);
+    }
     // Runtimes never pass arguments to a CNI plugin: arguments mean a person.
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     if !args.is_empty() {
@@ -56,5 +66,5 @@ fn main() -> ExitCode {
         eprintln!("{}\n{OPERATOR_HINT}", shared::plugin::about_text(&ABOUT));
         return ExitCode::SUCCESS;
     }
-    shared::plugin::run(&ABOUT, &Orchestrator)
+    shared::plugin::run(&ORCHESTRATOR)
 }

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
+use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -10,7 +11,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use shared::delegate::{self, DelegateGroup};
 use shared::stack_call::{new_add_id, StackCall};
-use shared::{CniError, Code, Command, IpamResult, Request, Result};
+use shared::{Builtin, CniError, Code, Command, IpamResult, Request, Result};
+
+use crate::builtin;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -47,6 +50,9 @@ pub struct Stack<'a> {
 struct Delegate {
     name: String,
     path: PathBuf,
+    /// The delegate this program itself is, when its file is this program:
+    /// it then runs in this process (see [`crate::builtin`]).
+    builtin: Option<&'static Builtin>,
 }
 
 /// What a delegate run is part of, as the suite's delegates are told.
@@ -90,7 +96,10 @@ impl<'a> Stack<'a> {
             .enumerate()
             .map(|(i, name)| {
                 let found = delegate::find(&name, &req.env.path)?;
-                if Some(found.file) == myself {
+                let this_program = Some(found.file) == myself;
+                let builtin = this_program.then(|| builtin::named(OsStr::new(&name))).flatten();
+                if this_program && builtin.is_none() {
+                    // Under any name but a delegate's, this program is ipam-delegated.
                     return Err(CniError::config(
                         &format!("ipam.delegates[{i}]"),
                         format!(
@@ -99,7 +108,10 @@ impl<'a> Stack<'a> {
                         ),
                     ));
                 }
-                Ok(Delegate { path: found.path, name })
+                if builtin.is_some() {
+                    tracing::debug!("{name} ({}) is this program: it runs in this process", found.path.display());
+                }
+                Ok(Delegate { path: found.path, name, builtin })
             })
             .collect::<Result<_>>()?;
         let deadline = earliest(started + timeout, inherited.deadline);
@@ -263,8 +275,15 @@ impl<'a> Stack<'a> {
             None if matches!(role, Role::Add(_) | Role::Rollback { .. }) => &self.fresh,
             None => &self.req.config.bytes,
         };
-        let mut group = self.group.borrow_mut();
-        delegate::run(&mut group, &d.path, command, input, left + GRACE, &told.to_vars())
+        match d.builtin {
+            // Bounded by the same deadlines: its lock waits end at them, and
+            // it answers 105 or 11 itself, as its process would before being killed.
+            Some(builtin) => delegate::run_in_process(builtin, command, input, &told.to_vars()),
+            None => {
+                let mut group = self.group.borrow_mut();
+                delegate::run(&mut group, &d.path, command, input, left + GRACE, &told.to_vars())
+            }
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Stdio};
+use std::process::{Child, Command as Process, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::thread;
@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::config::STDIN_LIMIT;
-use crate::env::Command;
+use crate::config::{read_bounded, STDIN_LIMIT};
+use crate::env::{Command, Env};
 use crate::error::{CniError, Code, Result};
+use crate::plugin::{self, Builtin};
 
 /// A delegate's executable as found: its path, and the file's (device,
 /// inode), which tell whether it is the same file as another.
@@ -153,13 +154,39 @@ pub fn run(
     }
     read.map_err(|e| CniError::io(&format!("reading the output of delegate {name:?}"), e))?;
     let status = status.map_err(|e| CniError::io(&format!("waiting for delegate {name:?}"), e))?;
+    interpret(&name, &out, status)
+}
+
+/// Runs one of this program's own plugins inside this process, as [`run`]
+/// would run its file: with the caller's environment, `CNI_COMMAND` and
+/// `vars` set and no stale stack variable; with `input` as its stdin, under
+/// the same bound; and its answer read back from the bytes it would have
+/// printed, with the exit status it would have had, through the same checks.
+pub fn run_in_process(
+    builtin: &Builtin,
+    command: Command,
+    input: &[u8],
+    vars: &[(&str, String)],
+) -> Result<Option<Value>> {
+    let env = Env::in_process(command, vars);
+    let stdin = read_bounded(input, "stdin");
+    let (answer, success) = plugin::respond(builtin, env, stdin);
+    let printed = answer.map(|json| format!("{json}\n")).unwrap_or_default();
+    let status = ExitStatus::from_raw(if success { 0 } else { 1 << 8 });
+    interpret(builtin.about.name, printed.as_bytes(), status)
+}
+
+/// A delegate's answer from what it printed and how it ended: its output
+/// (`None` when blank), or its error object, or error 6 or 5 for output
+/// that is not JSON or too long, or for a failure without an error object.
+fn interpret(name: &str, out: &[u8], status: ExitStatus) -> Result<Option<Value>> {
     if out.len() as u64 > STDIN_LIMIT {
         return Err(CniError::io_problem(
             &format!("output of delegate {name:?}"),
             format!("more than {STDIN_LIMIT} bytes"),
         ));
     }
-    let text = String::from_utf8_lossy(&out);
+    let text = String::from_utf8_lossy(out);
     let parsed: Option<Value> =
         if text.trim().is_empty() { None } else { Some(serde_json::from_str(&text).map_err(|e| (e, text.clone()))) }
             .transpose()

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::args::{Attachment, CniArgs};
-use crate::error::{CniError, Result};
+use crate::error::{CniError, Code, Result};
 use crate::stack_call::StackCall;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,12 +104,37 @@ impl Env {
     /// From the process environment; a variable that is not UTF-8 counts as
     /// present but invalid.
     pub fn from_process() -> Result<Option<Env>> {
+        Env::check_utf8()?;
+        Env::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The environment a delegate run in this process by ipam-delegated sees
+    /// (see [`crate::delegate::run_in_process`]): the process's own, with
+    /// CNI_COMMAND and `vars` set and every other variable of
+    /// [`crate::stack_call`] unset, as a delegate's process would get it.
+    pub fn in_process(command: Command, vars: &[(&str, String)]) -> Result<Env> {
+        Env::check_utf8()?;
+        let env = Env::from_vars(|name| {
+            if name == "CNI_COMMAND" {
+                return Some(command.as_str().to_string());
+            }
+            match vars.iter().find(|(key, _)| *key == name) {
+                Some((_, value)) => Some(value.clone()),
+                None if crate::stack_call::ALL.contains(&name) => None,
+                None => std::env::var(name).ok(),
+            }
+        })?;
+        env.ok_or_else(|| CniError::new(Code::Internal, "bug: CNI_COMMAND is set but not seen"))
+    }
+
+    /// A CNI_* variable that is not UTF-8 counts as present but invalid.
+    fn check_utf8() -> Result<()> {
         for (key, value) in std::env::vars_os() {
             if key.to_str().is_some_and(|k| k.starts_with("CNI_")) && value.to_str().is_none() {
                 return Err(CniError::env(&key.to_string_lossy(), "not valid UTF-8"));
             }
         }
-        Env::from_vars(|name| std::env::var(name).ok())
+        Ok(())
     }
 
     /// The attachment this call acts on. Only meaningful for ADD, DEL and

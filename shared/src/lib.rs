@@ -21,6 +21,6 @@ pub use args::{Attachment, CniArgs};
 pub use config::NetConf;
 pub use env::{Command, Env};
 pub use error::{CniError, Code, Result};
-pub use plugin::{About, Plugin, Reply, Request};
+pub use plugin::{About, Builtin, Plugin, Reply, Request};
 pub use result::{Dns, IpConfig, IpamResult, Route};
 pub use version::SpecVersion;

@@ -2,10 +2,13 @@
 //! JSON answer). A debug log file is kept by the `verbose` build, or wherever
 //! `ipam.logFile` says, at `ipam.logLevel`.
 
+use std::cell::Cell;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tracing::level_filters::LevelFilter;
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_appender::rolling::RollingFileAppender;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{fmt, Layer};
 
@@ -45,31 +48,103 @@ impl LogSettings {
     }
 }
 
-/// Installs the global subscriber. A log file that cannot be opened is
-/// reported on stderr and otherwise ignored: logging must not fail a runtime's call.
-pub fn init(executable: &str, settings: &LogSettings) {
-    let stderr = fmt::layer().with_writer(std::io::stderr).with_ansi(false).with_filter(LevelFilter::WARN);
-    let file = settings.file.as_deref().and_then(|path| match open_appender(path) {
-        Ok(writer) => Some(fmt::layer().with_writer(writer).with_ansi(false).with_filter(settings.level)),
-        Err(e) => {
-            eprintln!("{executable}: cannot log to {}: {e}", path.display());
-            None
-        }
+/// Logging for one plugin run, until the returned guard is dropped. The
+/// process's first run installs the global subscriber: warnings and errors
+/// to stderr, and `settings.level` and up to `settings.file`. A run inside
+/// it (a delegate that ipam-delegated runs in its own process) logs through
+/// the same subscriber, into the file its own settings name, so that its
+/// lines land where its process would have written them. A log file that
+/// cannot be opened is reported on stderr and otherwise ignored: logging
+/// must not fail a runtime's call.
+pub fn activate(executable: &str, settings: &LogSettings) -> Active {
+    let file = settings.file.as_deref().and_then(|path| log_file(executable, path));
+    let previous = CURRENT_FILE.replace(file);
+    INSTALLED.get_or_init(|| {
+        let stderr = fmt::layer().with_writer(std::io::stderr).with_ansi(false).with_filter(LevelFilter::WARN);
+        // Files are written at the first run's level: the runs of one call
+        // share its configuration, and with it ipam.logLevel.
+        let file = settings
+            .file
+            .is_some()
+            .then(|| fmt::layer().with_writer(|| CurrentFile).with_ansi(false).with_filter(settings.level));
+        let subscriber = tracing_subscriber::registry().with(stderr).with(file);
+        // Only fails if a subscriber is already set, which then keeps logging.
+        let _ = tracing::subscriber::set_global_default(subscriber);
     });
-    let subscriber = tracing_subscriber::registry().with(stderr).with(file);
-    // Only fails if a subscriber is already set, which then keeps logging.
-    let _ = tracing::subscriber::set_global_default(subscriber);
+    Active { previous }
 }
 
-fn open_appender(path: &Path) -> std::result::Result<BoxMakeWriter, String> {
+/// Ends a run's logging: the enclosing run's file is current again.
+pub struct Active {
+    previous: Option<usize>,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        CURRENT_FILE.set(self.previous);
+    }
+}
+
+static INSTALLED: OnceLock<()> = OnceLock::new();
+
+/// The log files of this process's runs, opened once each, or why one
+/// could not be.
+static FILES: Mutex<Vec<(PathBuf, std::result::Result<RollingFileAppender, String>)>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The index in [`FILES`] of the file the running plugin logs to.
+    static CURRENT_FILE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The index in [`FILES`] of `path`, opened if it is new.
+fn log_file(executable: &str, path: &Path) -> Option<usize> {
+    let mut files = FILES.lock().unwrap_or_else(PoisonError::into_inner);
+    let index = match files.iter().position(|(p, _)| p == path) {
+        Some(index) => index,
+        None => {
+            files.push((path.to_path_buf(), open_appender(path)));
+            files.len() - 1
+        }
+    };
+    if let Err(why) = &files[index].1 {
+        // Said by every run that cannot log, as a process of its own would.
+        eprintln!("{executable}: cannot log to {}: {why}", path.display());
+        return None;
+    }
+    Some(index)
+}
+
+/// A writer to the current run's log file (nothing when it has none).
+struct CurrentFile;
+
+impl Write for CurrentFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let Some(index) = CURRENT_FILE.get() else { return Ok(buf.len()) };
+        let mut files = FILES.lock().unwrap_or_else(PoisonError::into_inner);
+        match files.get_mut(index).and_then(|(_, file)| file.as_mut().ok()) {
+            Some(file) => file.write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let Some(index) = CURRENT_FILE.get() else { return Ok(()) };
+        let mut files = FILES.lock().unwrap_or_else(PoisonError::into_inner);
+        match files.get_mut(index).and_then(|(_, file)| file.as_mut().ok()) {
+            Some(file) => file.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+fn open_appender(path: &Path) -> std::result::Result<RollingFileAppender, String> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).ok_or("no directory")?;
     let name = path.file_name().ok_or("no file name")?;
-    let appender = tracing_appender::rolling::RollingFileAppender::builder()
+    RollingFileAppender::builder()
         .rotation(tracing_appender::rolling::Rotation::NEVER)
         .filename_prefix(name.to_string_lossy())
         .build(dir)
-        .map_err(|e| e.to_string())?;
-    Ok(BoxMakeWriter::new(appender))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! VERSION, dispatch the command to a [`Plugin`], print exactly one JSON answer
 //! on stdout, and turn every failure, panics included, into a CNI error object.
 
+use std::cell::Cell;
 use std::io::Write;
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
@@ -20,6 +21,16 @@ pub struct About {
     pub name: &'static str,
     pub version: &'static str,
     pub summary: &'static str,
+}
+
+/// One of the suite's plugins: who it is and its verbs. The suite's
+/// executables are one multicall program that runs the one named by the
+/// file it was started as; ipam-delegated also runs one inside its own
+/// process when the delegate it finds in CNI_PATH is that very program
+/// (see [`crate::delegate::run_in_process`]).
+pub struct Builtin {
+    pub about: About,
+    pub plugin: &'static (dyn Plugin + Sync),
 }
 
 /// One invocation: the validated environment and the configuration.
@@ -52,8 +63,9 @@ pub trait Plugin {
 }
 
 /// The whole life of a plugin process; `main` returns this.
-pub fn run(about: &About, plugin: &impl Plugin) -> ExitCode {
-    install_panic_hook(about.name);
+pub fn run(builtin: &Builtin) -> ExitCode {
+    let about = &builtin.about;
+    install_panic_hook();
     let env = match Env::from_process() {
         Ok(None) => {
             eprintln!("{}", about_text(about));
@@ -63,7 +75,7 @@ pub fn run(about: &About, plugin: &impl Plugin) -> ExitCode {
         Err(e) => Err(e),
     };
     let stdin = read_bounded(std::io::stdin().lock(), "stdin");
-    let (answer, success) = respond(about, plugin, env, stdin);
+    let (answer, success) = respond(builtin, env, stdin);
     let mut out = std::io::stdout().lock();
     if let Some(json) = answer {
         // Nothing useful can be done if the caller closed our stdout.
@@ -76,14 +88,12 @@ pub fn run(about: &About, plugin: &impl Plugin) -> ExitCode {
     }
 }
 
-/// The answer (stdout's content) and whether it is a success. Separate from
-/// [`run`] so that the frame is testable without a process.
-pub fn respond(
-    about: &About,
-    plugin: &impl Plugin,
-    env: Result<Env>,
-    stdin: Result<Vec<u8>>,
-) -> (Option<serde_json::Value>, bool) {
+/// The answer (stdout's content) and whether it is a success: all of a
+/// plugin run but the process around it, so that ipam-delegated can run
+/// its delegates in its own process, and tests the frame without one.
+pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Result<Vec<u8>>) -> (Option<serde_json::Value>, bool) {
+    let (about, plugin) = (&builtin.about, builtin.plugin);
+    let _running = Running::start(about.name);
     // Parsed once, before anything else: the configuration also says where to
     // log, and logging must be up to report even the earliest error.
     let config = stdin.as_deref().map_err(Clone::clone).and_then(NetConf::parse);
@@ -92,19 +102,22 @@ pub fn respond(
         Ok(c) if c.raw.get("ipam").is_some() => c.ipam().map(|ipam| LogSettings::from_ipam(about.name, Some(ipam))),
         _ => Ok(LogSettings::build_default(about.name)),
     };
-    match &settings {
-        Ok(s) => logging::init(about.name, s),
-        Err(_) => logging::init(about.name, &LogSettings::build_default(about.name)),
-    }
+    let _logging = match &settings {
+        Ok(s) => logging::activate(about.name, s),
+        Err(_) => logging::activate(about.name, &LogSettings::build_default(about.name)),
+    };
+    // A root span, also inside ipam-delegated: a delegate's log lines read
+    // the same whether it runs in a process of its own or not.
     let span = match &env {
         Ok(env) => tracing::error_span!(
+            parent: None,
             "cni",
             plugin = about.name,
             command = env.command.as_str(),
             container = env.container_id.as_deref().unwrap_or("-"),
             ifname = env.ifname.as_deref().unwrap_or("-")
         ),
-        Err(_) => tracing::error_span!("cni", plugin = about.name),
+        Err(_) => tracing::error_span!(parent: None, "cni", plugin = about.name),
     };
     let _entered = span.enter();
     tracing::debug!("{} {} starting", about.name, about.version);
@@ -143,7 +156,7 @@ pub fn respond(
     }
 }
 
-fn dispatch(plugin: &impl Plugin, env: Env, config: NetConf) -> Result<Option<serde_json::Value>> {
+fn dispatch(plugin: &dyn Plugin, env: Env, config: NetConf) -> Result<Option<serde_json::Value>> {
     let minimum = match env.command {
         Command::Check => SpecVersion::V0_4_0,
         Command::Gc | Command::Status => SpecVersion::V1_1_0,
@@ -188,10 +201,31 @@ pub fn about_text(about: &About) -> String {
 
 static PANIC_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
 
-fn install_panic_hook(executable: &'static str) {
-    panic::set_hook(Box::new(move |info| {
+thread_local! {
+    /// The plugin this thread runs, which the panic hook names.
+    static RUNNING: Cell<&'static str> = const { Cell::new("ipam-delegated") };
+}
+
+/// Names the plugin a panic is reported for, until dropped: a delegate that
+/// ipam-delegated runs in its process is reported under its own name.
+struct Running(&'static str);
+
+impl Running {
+    fn start(name: &'static str) -> Running {
+        Running(RUNNING.replace(name))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.set(self.0);
+    }
+}
+
+fn install_panic_hook() {
+    panic::set_hook(Box::new(|info| {
         let message = info.to_string();
-        eprintln!("{executable}: bug: {message}");
+        eprintln!("{}: bug: {message}", RUNNING.get());
         if let Ok(mut slot) = PANIC_MESSAGE.lock() {
             *slot = Some(message);
         }
@@ -227,13 +261,13 @@ mod tests {
         }
     }
 
-    const ABOUT: About = About { name: "echo", version: "0.0.1", summary: "test" };
+    const ECHO: Builtin = Builtin { about: About { name: "echo", version: "0.0.1", summary: "test" }, plugin: &Echo };
 
     fn call(command: &str, stdin: serde_json::Value) -> (Option<serde_json::Value>, bool) {
         let vars = [("CNI_COMMAND", command), ("CNI_CONTAINERID", "c"), ("CNI_NETNS", "/x"), ("CNI_IFNAME", "eth0")];
         let env =
             Env::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).map(|e| e.unwrap());
-        respond(&ABOUT, &Echo, env, Ok(stdin.to_string().into_bytes()))
+        respond(&ECHO, env, Ok(stdin.to_string().into_bytes()))
     }
 
     #[test]
@@ -242,7 +276,7 @@ mod tests {
         assert!(ok);
         assert_eq!(out.unwrap()["cniVersion"], "0.3.1");
         let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "VERSION".to_string())).map(|e| e.unwrap());
-        let (out, ok) = respond(&ABOUT, &Echo, env, Ok(Vec::new()));
+        let (out, ok) = respond(&ECHO, env, Ok(Vec::new()));
         assert!(ok && out.unwrap()["supportedVersions"].as_array().unwrap().len() == 7);
     }
 
@@ -278,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_panic_becomes_an_error_object() {
-        install_panic_hook("echo");
+        install_panic_hook();
         let (out, ok) = call("GC", json!({"cniVersion": "1.1.0"}));
         assert!(!ok);
         let out = out.unwrap();
@@ -288,10 +322,10 @@ mod tests {
 
     #[test]
     fn environment_and_stdin_errors_come_first() {
-        let (out, _) = respond(&ABOUT, &Echo, Err(CniError::env("CNI_IFNAME", "missing")), Ok(b"{}".to_vec()));
+        let (out, _) = respond(&ECHO, Err(CniError::env("CNI_IFNAME", "missing")), Ok(b"{}".to_vec()));
         assert_eq!(out.unwrap()["code"], 4);
         let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "STATUS".to_string())).map(|e| e.unwrap());
-        let (out, _) = respond(&ABOUT, &Echo, env, Err(CniError::io_problem("stdin", "too big")));
+        let (out, _) = respond(&ECHO, env, Err(CniError::io_problem("stdin", "too big")));
         assert_eq!(out.unwrap()["code"], 5);
     }
 }

@@ -2,28 +2,23 @@
 //! `ipam-da-sequential`) and the selector (`ipam-ds-pool`): opening the
 //! database a configuration names, reading pools from `prevResult.pools`,
 //! recording pools, and the verbs other than ADD, which are the same for
-//! every allocator: an allocator is its ADD ([`run`]).
+//! every allocator: an allocator is its ADD ([`Allocator`]).
 
 use std::net::IpAddr;
-use std::process::ExitCode;
 use std::time::Instant;
 
 use ipnet::IpNet;
 
 use crate::error::{CniError, Code, Result};
-use crate::plugin::{self, About, Plugin, Reply, Request};
+use crate::plugin::{Plugin, Reply, Request};
 use crate::pool::{LeaseIndex, Pool, Range};
 use crate::result::{IpConfig, IpamResult};
-use crate::store::{AllocationStore, LockWait, Tx};
+use crate::store::{self, LockWait, StoreHandle, Tx};
 
-/// Runs an allocation delegate whose ADD is `add`; DEL, CHECK, GC and STATUS
+/// An allocation delegate whose ADD is `add`; DEL, CHECK, GC and STATUS
 /// are this module's.
-pub fn run(about: &About, add: fn(&Request) -> Result<Reply>) -> ExitCode {
-    plugin::run(about, &Allocator { add })
-}
-
-struct Allocator {
-    add: fn(&Request) -> Result<Reply>,
+pub struct Allocator {
+    pub add: fn(&Request) -> Result<Reply>,
 }
 
 impl Plugin for Allocator {
@@ -57,7 +52,9 @@ impl LeaseIndex for Tx<'_> {
 /// The allocation database `ipam.database` names. Its lock waits end with
 /// `ipam.lockTimeout`, and within an orchestrated call also with the call's
 /// lock budget and deadline; the leases it takes carry the call's ADD id.
-pub fn open_store(req: &Request) -> Result<AllocationStore> {
+/// Within an ipam-delegated call that runs its delegates in its process,
+/// the call's connection (see [`store::share_within_call`]).
+pub fn open_store(req: &Request) -> Result<StoreHandle> {
     let started = Instant::now();
     let stack = &req.env.stack;
     let wait = LockWait {
@@ -65,7 +62,7 @@ pub fn open_store(req: &Request) -> Result<AllocationStore> {
         shared_until: stack.lock_deadline,
         call_deadline: stack.deadline,
     };
-    let mut store = AllocationStore::open(&req.config.database_path()?, wait)?;
+    let mut store = store::open_for_delegate(&req.config.database_path()?, wait)?;
     store.set_add_id(stack.add_id.clone());
     tracing::debug!("opened {} in {:?}", store.path().display(), started.elapsed());
     Ok(store)
@@ -228,7 +225,7 @@ pub fn status(req: &Request) -> Result<Reply> {
 }
 
 /// The store, opened and proven writable; error 50 otherwise.
-pub fn usable_store(req: &Request) -> Result<AllocationStore> {
+pub fn usable_store(req: &Request) -> Result<StoreHandle> {
     let not_ready = |e: CniError| {
         CniError::new(Code::NotReady, "the allocation database cannot be used").with_details(e.to_string())
     };

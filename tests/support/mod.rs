@@ -37,9 +37,11 @@ pub fn suite_bin(name: &str) -> PathBuf {
 /// Where the suite's executables under test are. When `IPAM_TEST_BIN_DIR` is
 /// set (and not empty), that directory as it is: nothing is built, and the
 /// four executables must be there (tests/installed.rs checks they are the ones
-/// run). Otherwise target/<profile>/ of the running test, after `cargo build
-/// --workspace --bins` succeeded there: the first call in a process builds
-/// them, so that a test never runs a stale binary.
+/// run). Otherwise target/<profile>/cni/, the fast layout that
+/// `scripts/install` makes (`ipam-delegated`, and the delegates' names as
+/// symlinks to it), of target/<profile>/ipam-delegated after `cargo build
+/// --workspace --bins` succeeded: the first call in a process builds it, so
+/// that a test never runs a stale binary.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -56,31 +58,93 @@ pub fn bin_dir() -> &'static Path {
             }
             return dir;
         }
-        // The test runs as target/<profile>/deps/<test>-<hash>.
-        let exe = std::env::current_exe().expect("current_exe");
-        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| dir.parent().expect("target/<profile>").to_path_buf());
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "--quiet", "--workspace", "--bins", "--manifest-path"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target)
-            .stdin(Stdio::null());
-        if !cfg!(debug_assertions) {
-            build.arg("--release");
+        let built = build();
+        let dir = built.join("cni");
+        std::fs::create_dir_all(&dir).expect("creating target/<profile>/cni");
+        for name in SUITE_EXECUTABLES {
+            let to = if name == "ipam-delegated" { "../ipam-delegated" } else { "ipam-delegated" };
+            let link = dir.join(name);
+            if std::fs::read_link(&link).ok().as_deref() != Some(Path::new(to)) {
+                // Made by whichever test process comes first: a link another
+                // one made meanwhile is just as good.
+                match std::os::unix::fs::symlink(to, &link) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    other => other.unwrap_or_else(|e| panic!("linking {}: {e}", link.display())),
+                }
+            }
         }
-        let out = build.output().expect("running cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build --workspace --bins failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
         dir
     })
+}
+
+/// A directory where each of the suite's executables is a file of its own,
+/// a copy of the program under test: what an administrator who copies the
+/// files one by one gets. ipam-delegated then runs every delegate as a
+/// process of its own, as it runs third-party ones. target/<profile>/copies/,
+/// or, with `IPAM_TEST_BIN_DIR`, target/copies-of-installed/.
+pub fn copies_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let program = std::fs::canonicalize(suite_bin("ipam-delegated")).expect("the program under test");
+        let dir = match std::env::var_os(BIN_DIR_VAR).filter(|d| !d.is_empty()) {
+            Some(_) => target_dir().join("copies-of-installed"),
+            None => build().join("copies"),
+        };
+        std::fs::create_dir_all(&dir).expect("creating the copies' directory");
+        let wanted = std::fs::read(&program).expect("reading the program under test");
+        for name in SUITE_EXECUTABLES {
+            let copy = dir.join(name);
+            if std::fs::read(&copy).ok().as_deref() != Some(&wanted[..]) {
+                // Written aside and renamed: other test processes may run it meanwhile.
+                let aside = dir.join(format!(".{name}.{}", std::process::id()));
+                std::fs::write(&aside, &wanted).expect("writing a copy");
+                std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o755)).unwrap();
+                std::fs::rename(&aside, &copy).expect("renaming a copy");
+            }
+        }
+        dir
+    })
+}
+
+/// The target directory of the running test (target/, or CARGO_TARGET_DIR).
+fn target_dir() -> PathBuf {
+    // The test runs as target/<profile>/deps/<test>-<hash>.
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| profile.parent().expect("target/<profile>").to_path_buf())
+}
+
+/// target/<profile>/, after `cargo build --workspace --bins` succeeded there
+/// (once per test process).
+fn build() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            // The test runs as target/<profile>/deps/<test>-<hash>.
+            let exe = std::env::current_exe().expect("current_exe");
+            let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+            let mut build = Command::new(env!("CARGO"));
+            build
+                .args(["build", "--quiet", "--workspace", "--bins", "--manifest-path"])
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+                .env("CARGO_TARGET_DIR", target_dir())
+                .stdin(Stdio::null());
+            if !cfg!(debug_assertions) {
+                build.arg("--release");
+            }
+            let out = build.output().expect("running cargo build");
+            assert!(
+                out.status.success(),
+                "cargo build --workspace --bins failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            dir
+        })
+        .clone()
 }
 
 /// What a plugin run produced.

@@ -85,7 +85,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         Invocation::Database { database, command } => {
             // Where the plugins log (stderr for warnings; the verbose build's
             // file), so that a release by hand is on record beside theirs.
-            logging::init(NAME, &LogSettings::from_ipam(NAME, None));
+            let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, None));
             finish(absolute(&database).and_then(|database| execute(&database, command)))
         }
     }

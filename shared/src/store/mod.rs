@@ -13,6 +13,7 @@ mod pools;
 mod queue;
 mod runs;
 mod schema;
+mod sharing;
 #[cfg(test)]
 mod testing;
 
@@ -32,6 +33,7 @@ pub use leases::{Lease, LeaseFilter};
 pub use lock::LockWait;
 pub use pools::{PoolOverlap, RegisteredPool};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use sharing::{open_for_delegate, share_within_call, StoreHandle};
 
 use lock::LockFile;
 
@@ -53,6 +55,18 @@ const WAL_CHECKPOINT_BYTES: u64 = 64 * (4096 + 24);
 /// for a passive one (the ADD has committed already; this is housekeeping).
 const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// When a commit reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Before the commit returns (SQLite's synchronous=FULL): a plugin in a
+    /// process of its own, which answers as soon as it has committed.
+    EachCommit,
+    /// At [`AllocationStore::sync`] (synchronous=NORMAL): the delegates that
+    /// ipam-delegated runs in its own process commit one after another, and
+    /// the call syncs once before it answers (see [`share_within_call`]).
+    AtSync,
+}
+
 /// An open allocation database and its lock file.
 pub struct AllocationStore {
     conn: Connection,
@@ -62,6 +76,11 @@ pub struct AllocationStore {
     /// The ipam-delegated ADD this process is part of: leases it takes are
     /// tagged with it, so that a rollback releases only those.
     add_id: Option<String>,
+    durability: Durability,
+    /// Committed since the last [`AllocationStore::sync`] (AtSync only).
+    unsynced: bool,
+    /// The database or its WAL is new: its directory entry must be synced too.
+    new_files: bool,
 }
 
 /// One transaction on the store: every question and change goes through it.
@@ -80,7 +99,11 @@ impl AllocationStore {
     /// schema happens under the lock; when the schema is current, opening
     /// only reads the file's marks.
     pub fn open(path: &Path, lock_wait: impl Into<LockWait>) -> Result<Self> {
-        let lock_wait = lock_wait.into();
+        AllocationStore::open_with(path, lock_wait.into(), Durability::EachCommit)
+    }
+
+    /// [`AllocationStore::open`], with commits made durable as `durability` says.
+    pub fn open_with(path: &Path, lock_wait: LockWait, durability: Durability) -> Result<Self> {
         if !path.is_absolute() {
             return Err(unusable(path, "not an absolute path"));
         }
@@ -94,7 +117,8 @@ impl AllocationStore {
                 .create(parent)
                 .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
         }
-        let file = open_database_file(path)?;
+        let wal_existed = std::fs::symlink_metadata(sibling(path, "-wal")).is_ok();
+        let (file, empty) = open_database_file(path)?;
         // SQLite follows a symlink to the file it names (and keeps its -wal
         // beside the target); the lock must be the target's too, or two paths
         // to one database would be two locks.
@@ -120,13 +144,20 @@ impl AllocationStore {
         // safety is SQLite's WAL recovery, as after any crash.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(&path)?;
 
-        let mut store = AllocationStore { conn, lock, path, lock_wait, add_id: None };
+        let new_files = empty || !wal_existed;
+        let mut store =
+            AllocationStore { conn, lock, path, lock_wait, add_id: None, durability, unsynced: false, new_files };
+        let synchronous = match durability {
+            Durability::EachCommit => "FULL",
+            Durability::AtSync => "NORMAL",
+        };
         // The first statements read the file, and so meet whatever a killed
         // process left to recover.
         let found = store.under_lock_if_busy(|conn, path| {
-            // A committed ADD must be on disk before the process exits: in WAL
-            // mode FULL syncs the WAL at every commit.
-            conn.pragma_update(None, "synchronous", "FULL").in_db(path)?;
+            // A committed ADD must be on disk before the process answers: in
+            // WAL mode FULL syncs the WAL at every commit; NORMAL leaves it
+            // to the checkpoints, and to sync().
+            conn.pragma_update(None, "synchronous", synchronous).in_db(path)?;
             conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
             schema::identify(conn, path)
         })?;
@@ -134,8 +165,36 @@ impl AllocationStore {
         if !matches!(found, schema::Found::Ours(SCHEMA_VERSION)) {
             let _held = store.lock.acquire(&store.lock_wait, &store.path)?;
             schema::migrate(&mut store.conn, &store.path, store.lock_wait.timeout)?;
+            store.unsynced = durability == Durability::AtSync;
         }
         Ok(store)
+    }
+
+    /// With [`Durability::AtSync`], makes every commit of this handle so far
+    /// durable: one fsync of the WAL, where the commits are (a checkpoint
+    /// syncs what it copies itself), and one of the directory when the
+    /// database or its WAL was created. A no-op when nothing was committed.
+    pub fn sync(&mut self) -> Result<()> {
+        if !self.unsynced {
+            return Ok(());
+        }
+        let failed = |what: &Path, e: std::io::Error| {
+            CniError::io(&format!("making the allocation database durable: fsync of {}", what.display()), e)
+        };
+        let wal = sibling(&self.path, "-wal");
+        match File::open(&wal) {
+            Ok(file) => file.sync_data().map_err(|e| failed(&wal, e))?,
+            // Only if something removed it: SQLite keeps it (see open).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(&wal, e)),
+        }
+        if self.new_files {
+            let dir = self.path.parent().unwrap_or(Path::new("/"));
+            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed(dir, e))?;
+            self.new_files = false;
+        }
+        self.unsynced = false;
+        Ok(())
     }
 
     /// Tags the leases this handle takes with the ipam-delegated ADD they
@@ -156,6 +215,7 @@ impl AllocationStore {
             let value = f(&tx)?;
             let committing = Instant::now();
             tx.sql.commit().in_db(&self.path)?;
+            self.unsynced |= self.durability == Durability::AtSync;
             tracing::debug!(
                 "lock wait {:?}, transaction {:?}, durable commit {:?}",
                 locked - asked,
@@ -282,7 +342,8 @@ const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// create it with the umask's mode, and its -wal and -shm files inherit the
 /// mode from it. An existing non-empty file without SQLite's header is error
 /// 103 before SQLite ever opens it for writing.
-fn open_database_file(path: &Path) -> Result<File> {
+/// Also says whether the file is empty (new).
+fn open_database_file(path: &Path) -> Result<(File, bool)> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -293,8 +354,8 @@ fn open_database_file(path: &Path) -> Result<File> {
         .map_err(|e| unusable(path, e))?;
     let mut header = [0u8; 16];
     match file.read(&mut header) {
-        Ok(0) => Ok(file),
-        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(file),
+        Ok(0) => Ok((file, true)),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok((file, false)),
         Ok(_) => Err(unusable(
             path,
             "it is not a database (a file without the SQLite header); nothing was changed: point \

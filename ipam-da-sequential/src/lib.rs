@@ -4,14 +4,13 @@
 //! next free address after the last one it handed out there (round robin).
 
 use std::net::IpAddr;
-use std::process::ExitCode;
 
 use shared::addr::Family;
 use shared::pool::{self, Pool};
 use shared::store::Lease;
-use shared::{suite_delegate, About, CniError, Code, Reply, Request, Result};
+use shared::{suite_delegate, About, Builtin, CniError, Code, Reply, Request, Result};
 
-const ABOUT: About = About {
+pub const ABOUT: About = About {
     name: "ipam-da-sequential",
     version: env!("CARGO_PKG_VERSION"),
     summary: "IPAM allocation delegate: hands out the next free address of a pool",
@@ -98,6 +97,5 @@ fn held_address<'p>(held: &[Lease], family: &[&'p Pool]) -> Option<(IpAddr, &'p 
     None
 }
 
-fn main() -> ExitCode {
-    suite_delegate::run(&ABOUT, add)
-}
+/// This plugin, as the multicall program runs it by name: an allocator is its ADD.
+pub const BUILTIN: Builtin = Builtin { about: ABOUT, plugin: &suite_delegate::Allocator { add } };

@@ -5,13 +5,12 @@
 //! attachment unless another one holds it.
 
 use std::net::IpAddr;
-use std::process::ExitCode;
 
 use shared::addr::parse_cidr;
 use shared::pool::{self, Pool};
-use shared::{suite_delegate, About, CniError, Code, Reply, Request, Result};
+use shared::{suite_delegate, About, Builtin, CniError, Code, Reply, Request, Result};
 
-const ABOUT: About = About {
+pub const ABOUT: About = About {
     name: "ipam-da-static",
     version: env!("CARGO_PKG_VERSION"),
     summary: "IPAM allocation delegate: reserves the addresses asked for by name",
@@ -112,6 +111,5 @@ fn claim_target(pools: &[Pool], address: IpAddr) -> Result<&Pool> {
     Err(CniError::new(Code::AddressNotInPool, msg))
 }
 
-fn main() -> ExitCode {
-    suite_delegate::run(&ABOUT, add)
-}
+/// This plugin, as the multicall program runs it by name: an allocator is its ADD.
+pub const BUILTIN: Builtin = Builtin { about: ABOUT, plugin: &suite_delegate::Allocator { add } };

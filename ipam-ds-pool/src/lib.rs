@@ -5,19 +5,18 @@
 //! allocators as `pools` next to the prevResult it was given.
 
 use std::collections::BTreeSet;
-use std::process::ExitCode;
 
 use shared::addr::Family;
 use shared::pool::{self, Pool};
-use shared::{suite_delegate, About, CniError, Code, Plugin, Reply, Request, Result};
+use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
 
-const ABOUT: About = About {
+pub const ABOUT: About = About {
     name: "ipam-ds-pool",
     version: env!("CARGO_PKG_VERSION"),
     summary: "IPAM selection delegate: picks the pools an attachment draws from",
 };
 
-struct Selector;
+pub struct Selector;
 
 impl Plugin for Selector {
     fn add(&self, req: &Request) -> Result<Reply> {
@@ -81,6 +80,5 @@ impl Plugin for Selector {
     }
 }
 
-fn main() -> ExitCode {
-    shared::plugin::run(&ABOUT, &Selector)
-}
+/// This plugin, as the multicall program runs it by name.
+pub const BUILTIN: Builtin = Builtin { about: ABOUT, plugin: &Selector };
