@@ -28,9 +28,13 @@ fn readme_install_command() -> String {
     line.split('#').next().unwrap().trim().to_string()
 }
 
-/// A target directory whose release/ holds this build's program.
+/// A target directory whose <host>/release/ holds this build's program,
+/// where scripts/build leaves it.
 fn staged_target(dir: &Path) -> PathBuf {
-    let release = dir.join("target/release");
+    let rustc = Command::new("rustc").arg("-vV").output().unwrap();
+    let host = String::from_utf8(rustc.stdout).unwrap();
+    let host = host.lines().find_map(|l| l.strip_prefix("host: ")).expect("rustc -vV names the host").to_string();
+    let release = dir.join("target").join(host).join("release");
     fs::create_dir_all(&release).unwrap();
     fs::copy(support::suite_bin("ipam-delegated"), release.join("ipam-delegated")).unwrap();
     dir.join("target")
@@ -147,7 +151,7 @@ fn a_missing_build_is_named_and_an_unknown_argument_is_a_usage_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("run cargo build --release first"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run bash scripts/build first"));
     let out = Command::new("bash").args(["scripts/install", "--bogus"]).current_dir(repo()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

@@ -8,9 +8,10 @@
 //! process (so `export` and `walk=$(mktemp -d)` carry over), with these
 //! changes only:
 //!
-//! - `cargo build --release` is not run: the suite is the build under test
-//!   ([`bin_dir`]), and `scripts/cni` builds cni-run itself;
-//! - `$PWD/target/release` and `target/release/` name [`bin_dir`];
+//! - `bash scripts/build` and the install into target/cni are not run:
+//!   the suite is the build under test ([`bin_dir`], the same layout), and
+//!   `scripts/cni` builds cni-run itself;
+//! - `$PWD/target/cni/bin` and `target/cni/bin/` name [`bin_dir`];
 //! - the namespace the README makes (`ip netns add NAME`) gets a name unique
 //!   to the test, wherever NAME is a word of a command;
 //! - `scripts/cni` and `ip link` run in a network namespace that plays the
@@ -56,6 +57,9 @@ use support::{bin_dir, list_leases, Sandbox};
 const README_SECTION: &str = "## A bridge network, step by step";
 const EXAMPLES_SECTION: &str = "## Run them with scripts/cni";
 /// How long one command may take (the first `scripts/cni` builds cni-run).
+/// The READMEs' release build, and its install into target/cni (the fast layout).
+const BUILD: &str = "bash scripts/build";
+const INSTALL: &str = "PREFIX=$PWD/target/cni LINKDIR= bash scripts/install";
 const STEP_LIMIT: Duration = Duration::from_secs(600);
 
 fn repo() -> &'static Path {
@@ -215,13 +219,14 @@ fn the_readme_walk_through_has_every_step() {
     let steps = readme_steps();
     let commands: Vec<&str> = steps.iter().map(Step::command).collect();
     for wanted in [
-        "cargo build --release",
-        "export CNI_PATH=$PWD/target/release:/usr/lib/cni",
+        BUILD,
+        INSTALL,
+        "export CNI_PATH=$PWD/target/cni/bin:/usr/lib/cni",
         "ip netns add blue",
         "scripts/cni ADD $walk/blue.conflist c1 blue",
         "ip -n blue addr show eth0",
         "scripts/cni CHECK $walk/blue.conflist c1 blue",
-        "target/release/ipam-delegated list --database $walk/allocations.sqlite",
+        "target/cni/bin/ipam-delegated list --database $walk/allocations.sqlite",
         "scripts/cni DEL $walk/blue.conflist c1 blue",
         "ip netns del blue",
         "ip link del cni-blue0",
@@ -424,26 +429,26 @@ struct Rewrite {
 }
 
 impl Rewrite {
-    /// The command to run for `step`; None for `cargo build --release`.
+    /// The command to run for `step`; None for the build and the install.
     fn apply(&self, step: &Step) -> Option<String> {
         if step.is_heredoc() {
             return Some(step.text.clone());
         }
         let command = step.command();
-        if command == "cargo build --release" {
+        if command == BUILD || command == INSTALL {
             return None;
         }
-        let command = command.replace("$PWD/target/release", &self.bin);
+        let command = command.replace("$PWD/target/cni/bin", &self.bin);
         let words: Vec<String> = command
             .split(' ')
-            .map(|w| match w.strip_prefix("target/release/") {
+            .map(|w| match w.strip_prefix("target/cni/bin/") {
                 _ if w == self.readme_ns => self.ns.clone(),
                 Some(exe) => format!("{}/{exe}", self.bin),
                 None => w.to_string(),
             })
             .collect();
         let mut command = words.join(" ");
-        assert!(!command.contains("target/release"), "a use of target/release this test does not know: {command}");
+        assert!(!command.contains("target/"), "a use of target/ this test does not know: {command}");
         if command.starts_with("ip link ") {
             command.insert_str(0, "__host ");
         } else if let Some(at) = command.find("scripts/cni ") {

@@ -112,8 +112,9 @@ impl Env {
     /// (see [`crate::delegate::run_in_process`]): the process's own, with
     /// CNI_COMMAND and `vars` set and every other variable of
     /// [`crate::stack_call`] unset, as a delegate's process would get it.
+    /// (The process's own variables were checked by [`Env::from_process`]
+    /// when it started, and are not checked again.)
     pub fn in_process(command: Command, vars: &[(&str, String)]) -> Result<Env> {
-        Env::check_utf8()?;
         let env = Env::from_vars(|name| {
             if name == "CNI_COMMAND" {
                 return Some(command.as_str().to_string());

@@ -112,24 +112,21 @@ pub(super) enum Found {
 
 /// Reads the marks of the open file and refuses anything that is not ours
 /// (error 103), touching nothing: a foreign database is never migrated,
-/// switched to WAL or written. One statement, so one snapshot: a sibling may
-/// be creating the schema meanwhile.
+/// switched to WAL or written. One read transaction, so one snapshot: a
+/// sibling may be creating the schema meanwhile. Plain pragmas, and the
+/// tables only when the mark is not ours: this runs in every call.
 pub(super) fn identify(conn: &Connection, path: &Path) -> Result<Found> {
-    let (application_id, version, tables): (i32, i64, Option<String>) = conn
-        .query_row(
-            "SELECT a.application_id, v.user_version,
-                    (SELECT group_concat(name, ',') FROM
-                        (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name))
-             FROM pragma_application_id AS a, pragma_user_version AS v",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-        )
-        .in_db(path)?;
+    let tx = conn.unchecked_transaction().in_db(path)?;
+    let application_id: i32 = tx.pragma_query_value(None, "application_id", |row| row.get(0)).in_db(path)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0)).in_db(path)?;
     if application_id == APPLICATION_ID {
         refuse_unknown(version, path)?;
         return Ok(Found::Ours(version));
     }
-    let tables: Vec<String> = tables.iter().flat_map(|t| t.split(',')).map(String::from).collect();
+    let tables: Vec<String> = tx
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .and_then(|mut names| names.query_map([], |row| row.get(0))?.collect())
+        .in_db(path)?;
     match (application_id, version) {
         (0, 0) if tables.is_empty() => Ok(Found::Empty),
         // Version 1 predates the mark: recognised by its tables.

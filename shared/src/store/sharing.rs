@@ -87,3 +87,67 @@ impl Drop for StoreHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::{ip, owner};
+    use crate::store::DEFAULT_LOCK_TIMEOUT;
+
+    fn synchronous(store: &AllocationStore) -> i64 {
+        store.conn.pragma_query_value(None, "synchronous", |row| row.get(0)).unwrap()
+    }
+
+    /// A temporary table lives in one connection only.
+    fn mark(store: &AllocationStore) {
+        store.conn.execute_batch("CREATE TEMP TABLE seen(x)").unwrap();
+    }
+
+    fn marked(store: &AllocationStore) -> bool {
+        store.conn.query_row("SELECT count(*) FROM temp.sqlite_master WHERE name = 'seen'", [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn delegates_of_one_call_share_its_connection_and_it_syncs_once_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ipam.db");
+        let wait = LockWait::from(DEFAULT_LOCK_TIMEOUT);
+        share_within_call(|| {
+            let mut first = open_for_delegate(&path, wait)?;
+            mark(&first);
+            // Commits wait for the call's sync (NORMAL), and are recorded as unsynced.
+            assert_eq!(synchronous(&first), 1);
+            first.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0")))?;
+            assert!(first.unsynced);
+            drop(first);
+            let second = open_for_delegate(&path, wait)?;
+            assert!(marked(&second), "the second delegate got the first one's connection");
+            assert!(second.unsynced, "nothing synced it yet");
+            Ok(())
+        })
+        .unwrap();
+        // Outside a call: a connection of its own, durable at each commit (FULL).
+        let own = open_for_delegate(&path, wait).unwrap();
+        assert!(!marked(&own));
+        assert_eq!(synchronous(&own), 2);
+        let leases = AllocationStore::open(&path, wait).unwrap().read(|tx| tx.leases_of(&owner("n", "c", "eth0")));
+        assert_eq!(leases.unwrap().len(), 1, "the call's commit is there");
+    }
+
+    #[test]
+    fn sync_clears_what_it_made_durable_and_a_failed_call_keeps_its_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ipam.db");
+        let wait = LockWait::from(DEFAULT_LOCK_TIMEOUT);
+        let mut store = AllocationStore::open_with(&path, wait, Durability::AtSync).unwrap();
+        assert!(store.unsynced && store.new_files, "a new database is unsynced, and so is its directory");
+        store.sync().unwrap();
+        assert!(!store.unsynced && !store.new_files);
+        let failed: Result<()> = share_within_call(|| {
+            let mut store = open_for_delegate(&path, wait)?;
+            store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &owner("n", "c", "eth0")))?;
+            Err(crate::CniError::new(crate::Code::NoFreeAddress, "full"))
+        });
+        assert_eq!(failed.unwrap_err().code, crate::Code::NoFreeAddress);
+    }
+}
