@@ -1,11 +1,16 @@
-//! The command line: `--help`, and the internal `--rusage-of` launcher.
+//! The command line: `--help`, `--bin-dir`, and the internal `--rusage-of`
+//! launcher.
+
+use std::path::PathBuf;
 
 use crate::setup::FULL;
 
 /// What the command line asks for.
+#[derive(Debug)]
 pub enum Mode {
-    /// The benchmark (no arguments).
-    Bench,
+    /// The benchmark: of the layout built and installed from this workspace
+    /// (None), or of one already installed in this directory.
+    Bench { bin_dir: Option<PathBuf> },
     /// `-h` / `--help`: the usage text.
     Help,
     /// `--rusage-of <exe>`: the launcher the memory scenario starts plugins with.
@@ -19,24 +24,39 @@ pub fn usage() -> String {
         "\
 ipam-bench: the IPAM suite against Debian's host-local, with real processes.
 
-Usage: cargo run --release -p ipam-bench [-- --help]
+Usage: cargo run --release -p ipam-bench [-- --bin-dir DIR | --help]
 
-Builds the suite's executables in release mode, then runs every plugin call
-as a real process with the CNI_* environment a runtime sets and the
-configuration on stdin, timed from spawn to reaping. The full stack
-(ipam-delegated with ipam-ds-pool + ipam-da-sequential) and
+Builds ipam-delegated in release mode as it is installed (bash scripts/build)
+and installs it with scripts/install into a temporary PREFIX, in its fast
+layout (bin/ipam-delegated, and the delegates ipam-ds-pool, ipam-da-static
+and ipam-da-sequential as symlinks to it, so that a whole stack runs in one
+process); that bin directory is the suite's CNI_PATH. With --bin-dir, an
+installed layout is measured instead.
+A copies layout (each of the four names a copy of the file, so that every
+delegate is a process of its own) is made beside it for one comparison row.
+
+Every plugin call is a real process with the CNI_* environment a runtime
+sets and the configuration on stdin, timed from spawn to reaping. The full
+stack (ipam-delegated with ipam-ds-pool + ipam-da-sequential) and
 /usr/lib/cni/host-local work on the same subnets, each with a fresh
 database / dataDir per scenario, their calls interleaved. In order:
 
-  durability   fsync-family calls of one ADD of each variant (strace -f)
-  latency      single ADD and DEL latency ({latency} calls each), and the cost of
-               a process that does no work
+  durability   fsync-family calls per call (strace -f): ADD in the steady
+               state ({fsync_probes} ADDs), the first ADD on a fresh node, DEL; and
+               the time of one 4 KiB append + fdatasync on the temp dir's disk
+  latency      single ADD and DEL latency ({latency} calls each; the full stack
+               in both layouts, ipam-da-sequential alone, host-local), and the
+               cost of a process that does no work
+  first-add    the first ADD on a fresh node: the suite's database created by
+               that ADD, host-local's dataDir new ({first_add} of each, interleaved,
+               each in a fresh temp dir)
   throughput   {workers}-way concurrent ADD throughput ({throughput} ADDs each)
   nearly-full  ADD in a /16 with one free address behind the cursor, then
                in the exhausted /16
   big          ADD in a /8 and a /64 holding {big_fill} leases (suite only)
   fill-curve   ADD latency against pool fill, 0% to 99.99% of a /16
-  memory       peak RSS of one ADD of each executable
+  memory       peak RSS of one ADD of the full stack (one process) and of
+               each delegate's name, and of host-local
   lock-wait    how long calls wait for the database's lock, {lock_workers} full-stack
                ADDs in flight at once ({lock_wait} ADDs, read from each call's
                debug log), and whether the waiting is fair (suite only)
@@ -48,6 +68,10 @@ plus the release build; BENCH_QUICK=1 takes under a minute.
 
 Options:
   -h, --help         print this help and exit
+  --bin-dir DIR      measure the layout installed in DIR (e.g. /usr/lib/cni
+                     after dpkg -i, or /opt/cni/bin after scripts/install):
+                     DIR/ipam-delegated and the three delegates' names; no
+                     build. The report says which layout was measured
   --rusage-of EXE    internal: run EXE and report its peak RSS on stderr
                      (the launcher of the memory scenario)
 
@@ -55,15 +79,18 @@ Environment:
   BENCH_QUICK=1      reduced counts, for development; writes no files
   BENCH_ONLY=a,b     only these scenarios (names above; durability always
                      runs); writes no files
-  BENCH_TMPDIR=DIR   where the temporary databases go (default: the system
-                     temp dir); they are removed at the end
+  BENCH_TMPDIR=DIR   where the temporary databases and layouts go (default:
+                     the system temp dir); they are removed at the end
   BENCH_KEEP=1       keep the temporary databases (to profile them)
   BENCH_STDERR=1     show the plugins' stderr
+  CARGO_TARGET_DIR   honoured by the build and by scripts/install
 
 Needs /usr/lib/cni/host-local (apt-get install containernetworking-plugins)
 and, for the durability figures, strace.
 ",
+        fsync_probes = c.fsync_probes,
         latency = c.latency,
+        first_add = c.first_add,
         workers = c.workers,
         throughput = c.throughput,
         big_fill = c.big_fill,
@@ -75,17 +102,63 @@ and, for the durability figures, strace.
 /// Reads the arguments after the program name; an error names the argument.
 pub fn parse(args: &[String]) -> Result<Mode, String> {
     let mut args = args.iter();
-    let mode = match args.next().map(String::as_str) {
-        None => return Ok(Mode::Bench),
-        Some("-h" | "--help") => return Ok(Mode::Help),
-        Some("--rusage-of") => match args.next() {
-            Some(exe) => Mode::RusageOf(exe.clone()),
-            None => return Err("`--rusage-of` needs an executable".into()),
-        },
-        Some(other) => return Err(format!("unknown argument `{other}`")),
-    };
-    match args.next() {
-        None => Ok(mode),
-        Some(extra) => Err(format!("unknown argument `{extra}`")),
+    let mut bin_dir = None;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Mode::Help),
+            "--rusage-of" if bin_dir.is_none() => {
+                let exe = args.next().ok_or("`--rusage-of` needs an executable")?;
+                return match args.next() {
+                    None => Ok(Mode::RusageOf(exe.clone())),
+                    Some(extra) => Err(format!("unknown argument `{extra}`")),
+                };
+            }
+            "--bin-dir" if bin_dir.is_none() => {
+                let dir = args.next().filter(|d| !d.is_empty()).ok_or("`--bin-dir` needs a directory")?;
+                bin_dir = Some(PathBuf::from(dir));
+            }
+            other => match other.strip_prefix("--bin-dir=") {
+                Some(dir) if bin_dir.is_none() && !dir.is_empty() => bin_dir = Some(PathBuf::from(dir)),
+                Some(_) if bin_dir.is_none() => return Err("`--bin-dir` needs a directory".into()),
+                _ => return Err(format!("unknown argument `{other}`")),
+            },
+        }
+    }
+    Ok(Mode::Bench { bin_dir })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_of(args: &[&str]) -> Result<Mode, String> {
+        parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn arguments() {
+        assert!(matches!(parse_of(&[]), Ok(Mode::Bench { bin_dir: None })));
+        assert!(matches!(parse_of(&["--help"]), Ok(Mode::Help)));
+        assert!(matches!(parse_of(&["--bin-dir", "/x", "-h"]), Ok(Mode::Help)));
+        for args in [&["--bin-dir", "/usr/lib/cni"][..], &["--bin-dir=/usr/lib/cni"]] {
+            match parse_of(args) {
+                Ok(Mode::Bench { bin_dir: Some(dir) }) => assert_eq!(dir, PathBuf::from("/usr/lib/cni")),
+                _ => panic!("{args:?}"),
+            }
+        }
+        assert!(matches!(parse_of(&["--rusage-of", "/bin/true"]), Ok(Mode::RusageOf(e)) if e == "/bin/true"));
+        assert!(parse_of(&["--bin-dir"]).unwrap_err().contains("needs a directory"));
+        assert!(parse_of(&["--bin-dir="]).unwrap_err().contains("needs a directory"));
+        assert!(parse_of(&["--bin-dir", "/a", "--bin-dir", "/b"]).unwrap_err().contains("`--bin-dir`"));
+        assert!(parse_of(&["--frob"]).unwrap_err().contains("`--frob`"));
+        assert!(parse_of(&["--rusage-of", "/bin/true", "x"]).unwrap_err().contains("`x`"));
+    }
+
+    #[test]
+    fn the_usage_names_every_scenario_and_option() {
+        let text = usage();
+        for name in crate::SCENARIOS.map(|(name, _)| name).iter().chain(&["durability", "--bin-dir", "--help"]) {
+            assert!(text.contains(name), "{name} missing from the usage");
+        }
     }
 }

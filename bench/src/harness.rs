@@ -12,12 +12,15 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// One plugin process: how long from spawn to reaping, what it printed, and
-/// its peak resident memory from wait4's rusage.
+/// from wait4's rusage its peak resident memory and CPU time.
 pub struct Run {
     pub wall: Duration,
     pub success: bool,
     pub out: Vec<u8>,
     pub maxrss_kib: i64,
+    /// User + system CPU time of the process and the descendants it reaped
+    /// (through the `--rusage-of` launcher: the launcher's too).
+    pub cpu: Duration,
 }
 
 impl Run {
@@ -115,7 +118,12 @@ fn spawn(program: &Path, args: &[&OsStr], command: &str, container: &str, cni_pa
     } else {
         usage.ru_maxrss
     };
-    Run { wall, success, out, maxrss_kib }
+    let cpu = timeval(usage.ru_utime) + timeval(usage.ru_stime);
+    Run { wall, success, out, maxrss_kib, cpu }
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
 }
 
 /// Reaps `pid` with wait4 for its rusage. On Linux ru_maxrss is the largest

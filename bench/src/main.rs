@@ -1,10 +1,13 @@
 //! ipam-bench: the suite against Debian's host-local, side by side.
 //!
-//! `cargo run --release -p ipam-bench` builds the suite's executables in
-//! release mode, runs every scenario with real processes (CNI_* environment
-//! like a runtime, a fresh database / dataDir per scenario), interleaving the
-//! suite and host-local, prints a table, and writes `BENCHMARKS.md` and
-//! `benchmarks/add-latency-vs-fill.svg` at the repository root.
+//! `cargo run --release -p ipam-bench` builds ipam-delegated in release mode,
+//! installs it with `scripts/install` into a temporary PREFIX (the fast
+//! layout: the delegates' names are symlinks to it), runs every scenario with
+//! real processes (CNI_* environment like a runtime, a fresh database /
+//! dataDir per scenario), interleaving the suite and host-local, prints a
+//! table, and writes `BENCHMARKS.md` and `benchmarks/add-latency-vs-fill.svg`
+//! at the repository root. `--bin-dir DIR` measures a layout already
+//! installed in DIR instead.
 //!
 //! `BENCH_QUICK=1` runs reduced counts (for development; not for the record).
 //! `BENCH_TMPDIR` chooses where the temporary databases go (default: the
@@ -27,14 +30,15 @@ use std::path::Path;
 
 use harness::{loadavg, phase};
 use report::Figures;
-use setup::{Ctx, FULL, HOST_LOCAL, QUICK};
+use setup::{Ctx, Suite, FULL, HOST_LOCAL, QUICK};
 
 type Scenario = fn(&Ctx, &mut Figures);
 
 /// The scenarios, in the order they run (after the durability probe, which
 /// always runs); `BENCH_ONLY=latency,memory` picks some by name.
-const SCENARIOS: [(&str, Scenario); 7] = [
+const SCENARIOS: [(&str, Scenario); 8] = [
     ("latency", scenarios::latency::run),
+    ("first-add", scenarios::first_add::run),
     ("throughput", scenarios::throughput::run),
     ("nearly-full", scenarios::nearly_full::run),
     ("big", scenarios::big_pools::run),
@@ -45,8 +49,8 @@ const SCENARIOS: [(&str, Scenario); 7] = [
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match cli::parse(&args) {
-        Ok(cli::Mode::Bench) => {}
+    let bin_dir = match cli::parse(&args) {
+        Ok(cli::Mode::Bench { bin_dir }) => bin_dir,
         Ok(cli::Mode::Help) => {
             print!("{}", cli::usage());
             return;
@@ -56,6 +60,24 @@ fn main() {
             eprintln!("ipam-bench: {message}; see `cargo run --release -p ipam-bench -- --help`");
             std::process::exit(2);
         }
+    };
+    let fail = |message: String| -> ! {
+        eprintln!("ipam-bench: {message}; see `cargo run --release -p ipam-bench -- --help`");
+        std::process::exit(2)
+    };
+    if let Some(dir) = &bin_dir {
+        let missing: Vec<&str> = setup::SUITE_NAMES.into_iter().filter(|n| !dir.join(n).is_file()).collect();
+        if !missing.is_empty() {
+            fail(format!("--bin-dir {}: no {} there", dir.display(), missing.join(", ")));
+        }
+    }
+    // BENCH_ONLY=latency,memory runs a subset (development; writes nothing).
+    let only = std::env::var("BENCH_ONLY").ok();
+    if let Some(list) = &only {
+        let known = |n: &str| n == "durability" || SCENARIOS.iter().any(|(name, _)| *name == n);
+        if let Some(unknown) = list.split(',').find(|n| !known(n)) {
+            fail(format!("BENCH_ONLY: no scenario `{unknown}`"));
+        }
     }
     if cfg!(debug_assertions) {
         eprintln!("warning: ipam-bench built without --release; run `cargo run --release -p ipam-bench`");
@@ -64,17 +86,25 @@ fn main() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
     let quick = std::env::var_os("BENCH_QUICK").is_some();
     let counts = if quick { QUICK } else { FULL };
-    let total = phase("building the suite (release)");
-    let bins = setup::build_suite(&workspace);
+    let (total, suite) = match bin_dir {
+        Some(dir) => (phase(&format!("measuring the layout installed in {}", dir.display())), Suite::Installed(dir)),
+        None => {
+            let total = phase("building ipam-delegated (release) and installing it into a temp dir");
+            (total, setup::build_suite(&workspace))
+        }
+    };
+    let installed = matches!(suite, Suite::Installed(_));
     // Its temporary directory goes with it (also on a panic), unless BENCH_KEEP.
-    let ctx = Ctx::new(bins, counts);
+    let ctx = Ctx::new(suite, counts);
+    eprintln!("    measuring: {}", ctx.layout);
     let mut machine = report::Machine::probe(ctx.root(), &workspace);
-    machine.fsyncs = scenarios::durability::count_fsyncs(&ctx);
-    let mut fig = Figures { counts: Some(counts), ..Default::default() };
+    if installed {
+        machine.suite = report::installed_version(&ctx.exe("ipam-delegated"), &machine.suite);
+    }
+    let mut fig = Figures { counts: Some(counts), layout: ctx.layout.clone(), ..Default::default() };
     fig.loads.push(("start".into(), loadavg()));
+    scenarios::durability::run(&ctx, &mut fig);
 
-    // BENCH_ONLY=latency,memory runs a subset (development; writes nothing).
-    let only = std::env::var("BENCH_ONLY").ok();
     let wanted = |name: &str| only.as_deref().is_none_or(|list| list.split(',').any(|n| n == name));
     for (name, scenario) in SCENARIOS {
         if wanted(name) {
@@ -87,6 +117,8 @@ fn main() {
     let elapsed = total.elapsed();
     let table = report::table(&fig);
     println!("{table}");
+    println!("measured: {}\n", fig.layout);
+    println!("{}", report::bounds(&fig));
     println!("whole run: {elapsed:.1?}; load averages: {}", report::loads(&fig));
     if quick || only.is_some() {
         eprintln!("BENCH_QUICK / BENCH_ONLY: BENCHMARKS.md and the chart are not written");

@@ -19,12 +19,18 @@ use crate::harness::{exec, Plugin};
 pub const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
 const NETWORK: &str = "bench";
 const CNI_VERSION: &str = "1.0.0";
-const SUITE_EXECUTABLES: [&str; 4] = ["ipam-delegated", "ipam-ds-pool", "ipam-da-sequential", "ipam-da-static"];
+/// The suite's program, and the delegates' names it is installed under.
+const PROGRAM: &str = "ipam-delegated";
+const DELEGATES: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+/// The four names a bin directory of the suite holds.
+pub const SUITE_NAMES: [&str; 4] = [PROGRAM, DELEGATES[0], DELEGATES[1], DELEGATES[2]];
 
 /// How much to run.
 #[derive(Clone, Copy)]
 pub struct Counts {
     pub latency: usize,
+    /// First ADDs on a fresh node, of each variant.
+    pub first_add: usize,
     pub throughput: usize,
     pub workers: usize,
     pub big_fill: u128,
@@ -34,10 +40,14 @@ pub struct Counts {
     pub lock_wait: usize,
     /// The processes contending for the lock at once in the lock-wait scenario.
     pub lock_workers: usize,
+    /// Steady-state ADDs (and as many DELs) the durability probe counts
+    /// fsyncs of, per variant.
+    pub fsync_probes: usize,
 }
 
 pub const FULL: Counts = Counts {
     latency: 300,
+    first_add: 100,
     throughput: 1000,
     workers: 16,
     big_fill: 1_000_000,
@@ -45,9 +55,11 @@ pub const FULL: Counts = Counts {
     trials: 5,
     lock_wait: 1280,
     lock_workers: 64,
+    fsync_probes: 24,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
+    first_add: 12,
     throughput: 200,
     workers: 16,
     big_fill: 100_000,
@@ -55,24 +67,98 @@ pub const QUICK: Counts = Counts {
     trials: 1,
     lock_wait: 320,
     lock_workers: 64,
+    fsync_probes: 6,
 };
 
-/// Builds the suite's executables in release mode, next to this one (the
-/// same target directory), and answers that directory.
-pub fn build_suite(workspace: &Path) -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace).args(["build", "--release", "--quiet"]);
-    for exe in SUITE_EXECUTABLES {
-        cmd.args(["-p", exe]);
+/// Builds ipam-delegated in release mode as it is installed, into this
+/// executable's target directory (passed on as `CARGO_TARGET_DIR`):
+/// `bash scripts/build` (the build that scripts/install installs).
+pub fn build_suite(workspace: &Path) -> Suite {
+    let release = std::env::current_exe().expect("current exe").parent().expect("bin dir").to_path_buf();
+    let target = release.parent().expect("target dir").to_path_buf();
+    let out = Command::new("bash")
+        .args(["scripts/build", "--quiet"])
+        .current_dir(workspace)
+        .env("CARGO_TARGET_DIR", &target)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("run bash scripts/build");
+    assert!(out.status.success(), "bash scripts/build failed");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let (program, how) = (workspace.join(printed.lines().last().unwrap_or_default().trim()), "scripts/build");
+    assert!(program.is_file(), "{} missing after the build", program.display());
+    Suite::Built { workspace: workspace.to_path_buf(), target, how: how.into() }
+}
+
+/// Where the suite's executables come from.
+pub enum Suite {
+    /// Built from this workspace (`how`) into this target directory:
+    /// installed by `scripts/install` into a temporary PREFIX.
+    Built { workspace: PathBuf, target: PathBuf, how: String },
+    /// Already installed in this directory (`--bin-dir`).
+    Installed(PathBuf),
+}
+
+/// Installs the fast layout with `scripts/install` into `prefix` (no link on
+/// PATH) and answers its bin directory.
+fn install_fast_layout(workspace: &Path, target: &Path, prefix: &Path) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(workspace.join("scripts/install"))
+        .current_dir(workspace)
+        .env("PREFIX", prefix)
+        .env("LINKDIR", "")
+        .env_remove("DESTDIR")
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .expect("run bash scripts/install");
+    assert!(
+        out.status.success(),
+        "scripts/install into {} failed: {}",
+        prefix.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    prefix.join("bin")
+}
+
+/// The copies layout in `dir`: each of the four names a copy of the
+/// program's file, so that ipam-delegated starts every delegate as a
+/// process of its own.
+fn make_copies_layout(program: &Path, dir: &Path) {
+    fs::create_dir_all(dir).expect("copies dir");
+    for name in SUITE_NAMES {
+        fs::copy(program, dir.join(name)).unwrap_or_else(|e| panic!("copy {} to {}: {e}", program.display(), name));
     }
-    let status = cmd.status().expect("run cargo build");
-    assert!(status.success(), "cargo build --release of the suite failed");
-    let bins = std::env::current_exe().expect("current exe").parent().expect("bin dir").to_path_buf();
-    for exe in SUITE_EXECUTABLES {
-        assert!(bins.join(exe).is_file(), "{} missing after the build", bins.join(exe).display());
+}
+
+/// What a bin directory holds: whether each delegate's name is the program's
+/// very file (the fast layout) or a file of its own.
+fn describe_layout(bins: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    let program = bins.join(PROGRAM);
+    let Ok(program_id) = id(&program) else {
+        panic!("{} missing: not a bin directory of the suite", program.display());
+    };
+    let mut same = Vec::new();
+    let mut other = Vec::new();
+    for name in DELEGATES {
+        match id(&bins.join(name)) {
+            Ok(found) if found == program_id => same.push(name),
+            Ok(_) => other.push(name),
+            Err(e) => panic!("{}: {e}", bins.join(name).display()),
+        }
     }
-    bins
+    if other.is_empty() {
+        "fast layout (the three delegates' names are ipam-delegated's own file: one process per call)".into()
+    } else if same.is_empty() {
+        "copies layout (every delegate a file of its own: one process per delegate)".into()
+    } else {
+        format!(
+            "mixed layout ({} ipam-delegated's file, run in its process; {} files of their own, run as processes)",
+            same.join(", "),
+            other.join(", ")
+        )
+    }
 }
 
 /// A fresh directory `<prefix><random>` in `parent` (default: the system
@@ -90,8 +176,13 @@ fn temp_dir(prefix: &str, parent: Option<&Path>) -> TempDir {
 
 /// Where things are.
 pub struct Ctx {
-    /// The directory holding the suite's executables: CNI_PATH for the suite.
+    /// The directory holding the suite's layout measured: CNI_PATH for the
+    /// suite.
     pub bins: PathBuf,
+    /// The copies layout of the same program (for one comparison row).
+    pub copies: PathBuf,
+    /// What was measured: the layout and where it came from.
+    pub layout: String,
     /// A fresh directory per run (in BENCH_TMPDIR if set); every scenario
     /// gets its own subdirectory.
     root: TempDir,
@@ -99,9 +190,28 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn new(bins: PathBuf, counts: Counts) -> Ctx {
+    pub fn new(suite: Suite, counts: Counts) -> Ctx {
         let base = std::env::var_os("BENCH_TMPDIR").map(PathBuf::from);
-        Ctx { bins, root: temp_dir("ipam-bench-", base.as_deref()), counts }
+        let root = temp_dir("ipam-bench-", base.as_deref());
+        let (bins, source) = match suite {
+            Suite::Built { workspace, target, how } => {
+                let bins = install_fast_layout(&workspace, &target, &root.path().join("installed"));
+                let source = format!(
+                    "built from this workspace by {how} and installed by scripts/install into {}",
+                    bins.display()
+                );
+                (bins, source)
+            }
+            Suite::Installed(dir) => {
+                let dir = std::path::absolute(&dir).unwrap_or(dir);
+                let source = format!("installed in {} (--bin-dir)", dir.display());
+                (dir, source)
+            }
+        };
+        let layout = format!("{}, {source}", describe_layout(&bins));
+        let copies = root.path().join("copies");
+        make_copies_layout(&bins.join(PROGRAM), &copies);
+        Ctx { bins, copies, layout, root, counts }
     }
 
     /// The run's temporary directory.
@@ -120,9 +230,14 @@ impl Ctx {
 
     /// The full stack: ipam-delegated with ipam-ds-pool and ipam-da-sequential.
     pub fn stack(&self, db: &Path, subnet: &str) -> Plugin {
+        Plugin { exe: self.exe(PROGRAM), cni_path: self.bins.clone(), config: bytes(&suite_config(db, subnet)) }
+    }
+
+    /// The full stack in the copies layout: every delegate a process.
+    pub fn stack_copies(&self, db: &Path, subnet: &str) -> Plugin {
         Plugin {
-            exe: self.exe("ipam-delegated"),
-            cni_path: self.bins.clone(),
+            exe: self.copies.join(PROGRAM),
+            cni_path: self.copies.clone(),
             config: bytes(&suite_config(db, subnet)),
         }
     }
@@ -157,7 +272,8 @@ impl Ctx {
         config
     }
 
-    /// ipam-da-sequential alone, fed what the selector printed.
+    /// ipam-da-sequential alone (its name in the measured layout), fed what
+    /// the selector printed.
     pub fn sequential(&self, db: &Path, subnet: &str) -> Plugin {
         Plugin {
             exe: self.exe("ipam-da-sequential"),

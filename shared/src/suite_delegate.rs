@@ -21,25 +21,27 @@ pub struct Allocator {
     pub add: fn(&Request) -> Result<Reply>,
 }
 
+/// Each command is one call: durable with one fsync before it answers (see
+/// [`store::share_within_call`]).
 impl Plugin for Allocator {
     fn add(&self, req: &Request) -> Result<Reply> {
-        (self.add)(req)
+        store::share_within_call(|| (self.add)(req))
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
-        del(req)
+        store::share_within_call(|| del(req))
     }
 
     fn check(&self, req: &Request) -> Result<Reply> {
-        check(req)
+        store::share_within_call(|| check(req))
     }
 
     fn gc(&self, req: &Request) -> Result<Reply> {
-        gc(req)
+        store::share_within_call(|| gc(req))
     }
 
     fn status(&self, req: &Request) -> Result<Reply> {
-        status(req)
+        store::share_within_call(|| status(req))
     }
 }
 

@@ -1,66 +1,146 @@
-//! Durability: the fsync-family calls of one steady-state ADD of each
-//! variant, counted with `strace -f` when strace is installed. Its rows go in
-//! the report's machine section, not in the figures.
+//! Durability: the fsync-family calls of each variant, counted with
+//! `strace -f` (which follows every process a call starts) when strace is
+//! installed: the first ADD on a fresh node (the database or dataDir created
+//! by that ADD), ADDs in the steady state, and DELs; and what one sync costs
+//! on the temp dir's filesystem, which bounds what a durable call can cost.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use crate::harness::{phase, stats, Plugin};
+use crate::report::{Figures, FsyncProbe, SyncCount};
 use crate::setup::Ctx;
 
-pub fn count_fsyncs(ctx: &Ctx) -> Vec<(String, String)> {
+const STRACE: &str = "/usr/bin/strace";
+const SUBNET: &str = "10.25.0.0/16";
+
+pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let scratch = ctx.scenario_dir("fsyncs");
     let dir = scratch.path();
-    let subnet = "10.25.0.0/16";
-    let variants = [
-        ("suite: ipam-delegated (ds-pool + da-sequential)", ctx.stack(&dir.join("stack.sqlite"), subnet)),
-        ("suite: ipam-da-sequential alone", ctx.sequential(&dir.join("sequential.sqlite"), subnet)),
-        ("host-local", ctx.host_local(&dir.join("host-local"), subnet)),
-    ];
-    let mut out = Vec::new();
-    for (name, p) in &variants {
-        // Not the first ADD: the steady state, where the pool is registered.
-        for i in 0..3 {
-            p.run("ADD", &format!("fsync-warm-{i}")).expect_ok(name);
-        }
-        let log = dir.join("strace.log");
-        let mut args: Vec<std::ffi::OsString> =
-            vec!["-f".into(), "-qq".into(), "-e".into(), "trace=fsync,fdatasync,sync_file_range".into(), "-o".into()];
-        args.push(log.clone().into());
-        args.push(p.exe.clone().into());
-        let strace = Path::new("/usr/bin/strace");
-        if !strace.is_file() {
-            return vec![("(strace not installed)".into(), "—".into())];
-        }
-        let mut child = Command::new(strace)
-            .args(&args)
-            .env_clear()
-            .env("CNI_COMMAND", "ADD")
-            .env("CNI_CONTAINERID", "fsync-probe")
-            .env("CNI_NETNS", "/var/run/netns/fsync-probe")
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", &p.cni_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("strace");
-        if let Some(mut pipe) = child.stdin.take() {
-            let _ = pipe.write_all(&p.config);
-        }
-        let _ = child.wait();
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        let count = |call: &str| text.lines().filter(|l| l.contains(&format!("{call}("))).count();
-        out.push((
-            name.to_string(),
-            format!(
-                "{} fsync, {} fdatasync, {} sync_file_range",
-                count("fsync"),
-                count("fdatasync"),
-                count("sync_file_range")
-            ),
-        ));
+    let started = phase("durability: fsync-family calls per call (strace -f), and the cost of one fdatasync");
+    fig.sync_cost = Some(stats(&sync_cost(dir)));
+    if !Path::new(STRACE).is_file() {
+        fig.fsync_note = Some("strace is not installed: apt-get install strace".into());
+        return;
     }
-    out
+    let n = ctx.counts.fsync_probes;
+    let fresh = |name: &str| {
+        let d = dir.join(name);
+        fs::create_dir(&d).expect("probe dir");
+        d
+    };
+    // (variant, plugin, whether its first ADD creates the database / dataDir)
+    let stack_dir = fresh("stack");
+    let copies_dir = fresh("copies");
+    let seq_dir = fresh("sequential");
+    let hl_dir = fresh("host-local");
+    let variants: [(&str, Plugin, bool); 4] = [
+        ("suite: ipam-delegated (ds-pool + da-sequential)", ctx.stack(&stack_dir.join("stack.sqlite"), SUBNET), true),
+        (
+            "suite: ipam-delegated, copies layout (each delegate a process)",
+            ctx.stack_copies(&copies_dir.join("stack.sqlite"), SUBNET),
+            true,
+        ),
+        // Its database is created by the selector run that feeds it.
+        ("suite: ipam-da-sequential alone", ctx.sequential(&seq_dir.join("sequential.sqlite"), SUBNET), false),
+        ("host-local", ctx.host_local(&hl_dir.join("data"), SUBNET), true),
+    ];
+    let log = dir.join("strace.log");
+    for (name, plugin, first) in &variants {
+        let mut probe = |case: &str, command: &str, ids: Vec<String>| -> Result<(), String> {
+            let calls = ids.iter().map(|id| strace(plugin, command, id, &log)).collect::<Result<Vec<_>, _>>()?;
+            let probe = FsyncProbe { variant: name.to_string(), case: case.into(), calls };
+            let sum = probe.sum();
+            eprintln!(
+                "    {name}, {case}: {} per call ({} fsync, {} fdatasync, {} sync_file_range in {} calls)",
+                probe.per_call(),
+                sum.fsync,
+                sum.fdatasync,
+                sum.sync_file_range,
+                probe.calls.len()
+            );
+            fig.fsyncs.push(probe);
+            Ok(())
+        };
+        let outcome = (|| {
+            if *first {
+                probe(FsyncProbe::FIRST_ADD, "ADD", vec!["fsync-first".into()])?;
+            }
+            // Not counted: the steady state starts after a few ADDs.
+            for i in 0..3 {
+                plugin.run("ADD", &format!("fsync-warm-{i}")).expect_ok(name);
+            }
+            let ids: Vec<String> = (0..n).map(|i| format!("fsync-{i}")).collect();
+            probe(FsyncProbe::ADD, "ADD", ids.clone())?;
+            probe(FsyncProbe::DEL, "DEL", ids)
+        })();
+        if let Err(e) = outcome {
+            fig.fsync_note = Some(e);
+            fig.fsyncs.clear();
+            return;
+        }
+    }
+    eprintln!("    took {:.1?}", started.elapsed());
+}
+
+/// One call of `plugin` under `strace -f`, as a runtime would start it: the
+/// fsync-family calls of its processes. A call that fails is a bug in the
+/// benchmark (panics); strace that cannot trace is an error.
+fn strace(plugin: &Plugin, command: &str, container: &str, log: &Path) -> Result<SyncCount, String> {
+    let _ = fs::remove_file(log);
+    let mut child = Command::new(STRACE)
+        .args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range", "-o"])
+        .arg(log)
+        .arg(&plugin.exe)
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", container)
+        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", &plugin.cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start strace: {e}"))?;
+    if let Some(mut pipe) = child.stdin.take() {
+        let _ = pipe.write_all(&plugin.config);
+    }
+    let out = child.wait_with_output().map_err(|e| format!("strace: {e}"))?;
+    let text = fs::read_to_string(log).unwrap_or_default();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if text.is_empty() && stderr.contains("strace") {
+            return Err(format!("strace cannot trace here: {}", stderr.lines().next().unwrap_or("").trim()));
+        }
+        panic!(
+            "{} {command} under strace failed: {}{stderr}",
+            plugin.exe.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(SyncCount::of_strace(&text))
+}
+
+/// The wall time of a 4 KiB append to a file followed by fdatasync, in the
+/// temp dir (where the databases are), 20 times: what one durable commit
+/// costs the disk at least.
+fn sync_cost(dir: &Path) -> Vec<Duration> {
+    let path = dir.join("sync-probe");
+    let mut file = File::create(&path).expect("sync probe file");
+    let block = [0x5a_u8; 4096];
+    let times = (0..20)
+        .map(|_| {
+            let t0 = Instant::now();
+            file.write_all(&block).expect("write sync probe");
+            file.sync_data().expect("fdatasync sync probe");
+            t0.elapsed()
+        })
+        .collect();
+    let _ = fs::remove_file(&path);
+    times
 }

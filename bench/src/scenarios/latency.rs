@@ -1,6 +1,8 @@
-//! Single-call latency: ADD then DEL, one process at a time, the full stack,
-//! ipam-da-sequential alone and host-local interleaved; then the cost of a
-//! process that does no work, through the same spawn path.
+//! Single-call latency: ADD then DEL, one call at a time, the full stack (in
+//! the measured layout, and in the copies layout where every delegate is a
+//! process of its own), ipam-da-sequential alone and host-local interleaved;
+//! with the CPU time of each call. Then the cost of a process that does no
+//! work, through the same spawn path.
 
 use std::path::PathBuf;
 
@@ -15,6 +17,10 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let subnet = "10.20.0.0/16";
     let variants = [
         ("suite: ipam-delegated (ds-pool + da-sequential)", ctx.stack(&dir.join("stack.sqlite"), subnet)),
+        (
+            "suite: ipam-delegated, copies layout (each delegate a process)",
+            ctx.stack_copies(&dir.join("copies.sqlite"), subnet),
+        ),
         ("suite: ipam-da-sequential alone", ctx.sequential(&dir.join("sequential.sqlite"), subnet)),
         ("host-local", ctx.host_local(&dir.join("host-local"), subnet)),
     ];
@@ -24,18 +30,21 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
             p.run("ADD", &format!("warm-{i}")).expect_ok(name);
         }
     }
-    for (command, out) in [("ADD", &mut fig.add), ("DEL", &mut fig.del)] {
+    for (command, out, cpu_out) in [("ADD", &mut fig.add, &mut fig.add_cpu), ("DEL", &mut fig.del, &mut fig.del_cpu)] {
         let started = phase(&format!("latency {command}: {n} calls each, interleaved"));
         let mut samples = vec![Vec::with_capacity(n); variants.len()];
+        let mut cpu = vec![Vec::with_capacity(n); variants.len()];
         for i in 0..n {
             for k in 0..variants.len() {
                 let v = (i + k) % variants.len();
                 let run = variants[v].1.run(command, &format!("lat-{i}")).expect_ok(variants[v].0);
                 samples[v].push(run.wall);
+                cpu[v].push(run.cpu);
             }
         }
         for (v, (name, _)) in variants.iter().enumerate() {
             out.push((name.to_string(), stats(&samples[v])));
+            cpu_out.push((name.to_string(), stats(&cpu[v])));
         }
         eprintln!("    took {:.1?}", started.elapsed());
     }

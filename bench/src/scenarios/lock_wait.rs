@@ -3,9 +3,9 @@
 //!
 //! The full stack (ipam-delegated with ipam-ds-pool + ipam-da-sequential),
 //! not the allocator alone: that is what a runtime starts, and the arrivals at
-//! the lock are then what they are in use (each call first starts two
-//! processes and reads the database without the lock; only the allocator's
-//! commit takes it). `lock_workers` threads start together and each runs ADD
+//! the lock are then what they are in use (each call first selects the pools,
+//! reading the database without the lock; only the allocator's commit takes
+//! it). `lock_workers` threads start together and each runs ADD
 //! processes one after the other on one database, so that as many calls are
 //! in flight at any time.
 //!

@@ -1,6 +1,7 @@
-//! Peak resident memory of one ADD of each executable (the largest of 5
-//! runs), each started by the `--rusage-of` launcher; the launcher running
-//! /bin/true is the floor.
+//! Peak resident memory of one ADD (the largest of 5 runs): of the full
+//! stack, which in the fast layout is one process (the delegates run inside
+//! ipam-delegated's), and of each delegate's name alone, each started by the
+//! `--rusage-of` launcher; the launcher running /bin/true is the floor.
 
 use std::path::Path;
 
@@ -20,7 +21,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let db = dir.join("suite.sqlite");
     let selected = ctx.selected_config(&db, subnet);
     let cases: Vec<(&str, RssCase)> = vec![
-        ("ipam-delegated", {
+        ("ipam-delegated (the full stack)", {
             let p = ctx.stack(&db, subnet);
             Box::new(move |i| p.run_rss("ADD", &format!("rss-stack-{i}")))
         }),

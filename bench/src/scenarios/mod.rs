@@ -8,6 +8,7 @@
 pub mod big_pools;
 pub mod durability;
 pub mod fill_curve;
+pub mod first_add;
 pub mod latency;
 pub mod lock_wait;
 pub mod memory;

@@ -79,8 +79,6 @@ pub struct AllocationStore {
     durability: Durability,
     /// Committed since the last [`AllocationStore::sync`] (AtSync only).
     unsynced: bool,
-    /// The database or its WAL is new: its directory entry must be synced too.
-    new_files: bool,
 }
 
 /// One transaction on the store: every question and change goes through it.
@@ -117,8 +115,7 @@ impl AllocationStore {
                 .create(parent)
                 .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
         }
-        let wal_existed = std::fs::symlink_metadata(sibling(path, "-wal")).is_ok();
-        let (file, empty) = open_database_file(path)?;
+        let file = open_database_file(path)?;
         // SQLite follows a symlink to the file it names (and keeps its -wal
         // beside the target); the lock must be the target's too, or two paths
         // to one database would be two locks.
@@ -144,9 +141,7 @@ impl AllocationStore {
         // safety is SQLite's WAL recovery, as after any crash.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(&path)?;
 
-        let new_files = empty || !wal_existed;
-        let mut store =
-            AllocationStore { conn, lock, path, lock_wait, add_id: None, durability, unsynced: false, new_files };
+        let mut store = AllocationStore { conn, lock, path, lock_wait, add_id: None, durability, unsynced: false };
         let synchronous = match durability {
             Durability::EachCommit => "FULL",
             Durability::AtSync => "NORMAL",
@@ -171,9 +166,10 @@ impl AllocationStore {
     }
 
     /// With [`Durability::AtSync`], makes every commit of this handle so far
-    /// durable: one fsync of the WAL, where the commits are (a checkpoint
-    /// syncs what it copies itself), and one of the directory when the
-    /// database or its WAL was created. A no-op when nothing was committed.
+    /// durable: one fdatasync of the WAL, where the commits are. SQLite syncs
+    /// the rest itself even at synchronous=NORMAL: what a checkpoint copies,
+    /// a new WAL's header, and the directory of a file it creates (the WAL,
+    /// the rollback journal that creates the database).
     pub fn sync(&mut self) -> Result<()> {
         if !self.unsynced {
             return Ok(());
@@ -187,11 +183,6 @@ impl AllocationStore {
             // Only if something removed it: SQLite keeps it (see open).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(failed(&wal, e)),
-        }
-        if self.new_files {
-            let dir = self.path.parent().unwrap_or(Path::new("/"));
-            File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed(dir, e))?;
-            self.new_files = false;
         }
         self.unsynced = false;
         Ok(())
@@ -342,8 +333,7 @@ const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// create it with the umask's mode, and its -wal and -shm files inherit the
 /// mode from it. An existing non-empty file without SQLite's header is error
 /// 103 before SQLite ever opens it for writing.
-/// Also says whether the file is empty (new).
-fn open_database_file(path: &Path) -> Result<(File, bool)> {
+fn open_database_file(path: &Path) -> Result<File> {
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -354,8 +344,8 @@ fn open_database_file(path: &Path) -> Result<(File, bool)> {
         .map_err(|e| unusable(path, e))?;
     let mut header = [0u8; 16];
     match file.read(&mut header) {
-        Ok(0) => Ok((file, true)),
-        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok((file, false)),
+        Ok(0) => Ok(file),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(file),
         Ok(_) => Err(unusable(
             path,
             "it is not a database (a file without the SQLite header); nothing was changed: point \
