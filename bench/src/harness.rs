@@ -72,20 +72,24 @@ pub fn exec_rss(exe: &Path, command: &str, container: &str, cni_path: &Path, std
     spawn(&me, &args, command, container, cni_path, stdin)
 }
 
-fn spawn(program: &Path, args: &[&OsStr], command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
-    let launcher = !args.is_empty();
-    let started = Instant::now();
-    // Reaped with wait4 below, for its rusage.
-    #[allow(clippy::zombie_processes)]
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
+/// Exactly the environment a runtime gives a plugin: CNI_* for `command`
+/// on `container`, and PATH; nothing of ours.
+pub fn runtime_env<'c>(cmd: &'c mut Command, command: &str, container: &str, cni_path: &Path) -> &'c mut Command {
+    cmd.env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", container)
         .env("CNI_NETNS", format!("/var/run/netns/{container}"))
         .env("CNI_IFNAME", "eth0")
         .env("CNI_PATH", cni_path)
+}
+
+fn spawn(program: &Path, args: &[&OsStr], command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
+    let launcher = !args.is_empty();
+    let started = Instant::now();
+    // Reaped with wait4 below, for its rusage.
+    #[allow(clippy::zombie_processes)]
+    let mut child = runtime_env(Command::new(program).args(args), command, container, cni_path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(if launcher {

@@ -11,7 +11,6 @@ mod stack;
 
 use std::process::ExitCode;
 
-use shared::store::share_within_call;
 use shared::{About, Builtin, Command, Plugin, Reply, Request, Result};
 use stack::Stack;
 
@@ -24,29 +23,27 @@ const ABOUT: About = About {
 const OPERATOR_HINT: &str = "Operator commands (list, pools, metrics, release, forget-pool, check) over the \
      allocation database: ipam-delegated --help";
 
-/// Each verb runs the stack within one call whose in-process delegates share
-/// a database connection and one fsync.
 struct Orchestrator;
 
 impl Plugin for Orchestrator {
     fn add(&self, req: &Request) -> Result<Reply> {
-        share_within_call(|| Stack::new(req)?.add().map(Reply::Result))
+        Stack::new(req)?.add().map(Reply::Result)
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
-        share_within_call(|| Stack::new(req)?.run_all(Command::Del).map(|()| Reply::Nothing))
+        Stack::new(req)?.run_all(Command::Del).map(|()| Reply::Nothing)
     }
 
     fn check(&self, req: &Request) -> Result<Reply> {
-        share_within_call(|| Stack::new(req)?.run_all(Command::Check).map(|()| Reply::Nothing))
+        Stack::new(req)?.run_all(Command::Check).map(|()| Reply::Nothing)
     }
 
     fn gc(&self, req: &Request) -> Result<Reply> {
-        share_within_call(|| Stack::new(req)?.gc().map(|()| Reply::Nothing))
+        Stack::new(req)?.gc().map(|()| Reply::Nothing)
     }
 
     fn status(&self, req: &Request) -> Result<Reply> {
-        share_within_call(|| Stack::new(req)?.status().map(|()| Reply::Nothing))
+        Stack::new(req)?.status().map(|()| Reply::Nothing)
     }
 }
 

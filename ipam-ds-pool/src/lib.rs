@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use shared::addr::Family;
 use shared::pool::{self, Pool};
-use shared::{store, suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
+use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
 
 pub const ABOUT: About = About {
     name: "ipam-ds-pool",
@@ -18,11 +18,23 @@ pub const ABOUT: About = About {
 
 pub struct Selector;
 
-/// Each command is one call: durable with one fsync before it answers (see
-/// [`store::share_within_call`]).
 impl Plugin for Selector {
     fn add(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| select(req))
+        let candidates = pool::candidates(&req.config, &req.env.args)?;
+        tracing::debug!("candidate pools: {}", pool::names(&candidates));
+        let network = req.config.name()?;
+        let mut store = suite_delegate::open_store(req)?;
+        // Recording is a no-op for pools already recorded as they are; reading
+        // first keeps the common case free of the lock and of a commit.
+        let recorded = store.read(|tx| {
+            candidates.iter().try_fold(true, |all, p| Ok(all && suite_delegate::is_registered(tx, network, p)?))
+        })?;
+        if !recorded {
+            store.write(|tx| candidates.iter().try_for_each(|p| suite_delegate::register(tx, network, p).map(drop)))?;
+        }
+        let mut result = req.config.prev_result()?.unwrap_or_default();
+        result.pools = Some(candidates.iter().map(Pool::to_json).collect());
+        suite_delegate::answer_add(req, ABOUT.name, result, "selects pools but hands out no address")
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
@@ -40,55 +52,32 @@ impl Plugin for Selector {
         Ok(Reply::Nothing)
     }
 
+    /// Ready when the database is usable and every IP family among the pools
+    /// has a pool with a free address.
     fn status(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| readiness(req))
-    }
-}
-
-/// ADD: the candidate pools, recorded, as `pools` beside the prevResult.
-fn select(req: &Request) -> Result<Reply> {
-    let candidates = pool::candidates(&req.config, &req.env.args)?;
-    tracing::debug!("candidate pools: {}", pool::names(&candidates));
-    let network = req.config.name()?;
-    let mut store = suite_delegate::open_store(req)?;
-    // Recording is a no-op for pools already recorded as they are; reading
-    // first keeps the common case free of the lock and of a commit.
-    let recorded = store.read(|tx| {
-        candidates.iter().try_fold(true, |all, p| Ok(all && suite_delegate::is_registered(tx, network, p)?))
-    })?;
-    if !recorded {
-        store.write(|tx| candidates.iter().try_for_each(|p| suite_delegate::register(tx, network, p).map(drop)))?;
-    }
-    let mut result = req.config.prev_result()?.unwrap_or_default();
-    result.pools = Some(candidates.iter().map(Pool::to_json).collect());
-    suite_delegate::answer_add(req, ABOUT.name, result, "selects pools but hands out no address")
-}
-
-/// STATUS: ready when the database is usable and every IP family among the
-/// pools has a pool with a free address.
-fn readiness(req: &Request) -> Result<Reply> {
-    let pools = pool::all_pools(&req.config)?;
-    let network = req.config.name()?;
-    let mut store = suite_delegate::usable_store(req)?;
-    let families: BTreeSet<Family> = pools.iter().map(Pool::family).collect();
-    store.read(|tx| {
-        for &family in &families {
-            let mut has_room = false;
-            for p in pools.iter().filter(|p| p.family() == family) {
-                let cursor = tx.registered_pool(network, &p.name)?.and_then(|r| r.cursor);
-                if p.find_free(cursor, tx)?.is_some() {
-                    has_room = true;
-                    break;
+        let pools = pool::all_pools(&req.config)?;
+        let network = req.config.name()?;
+        let mut store = suite_delegate::usable_store(req)?;
+        let families: BTreeSet<Family> = pools.iter().map(Pool::family).collect();
+        store.read(|tx| {
+            for &family in &families {
+                let mut has_room = false;
+                for p in pools.iter().filter(|p| p.family() == family) {
+                    let cursor = tx.registered_pool(network, &p.name)?.and_then(|r| r.cursor);
+                    if p.find_free(cursor, tx)?.is_some() {
+                        has_room = true;
+                        break;
+                    }
+                }
+                if !has_room {
+                    return Err(CniError::new(Code::NotReady, format!("no {family} pool has a free address"))
+                        .with_details(format!("pools: {}", pool::names(&pools))));
                 }
             }
-            if !has_room {
-                return Err(CniError::new(Code::NotReady, format!("no {family} pool has a free address"))
-                    .with_details(format!("pools: {}", pool::names(&pools))));
-            }
-        }
-        Ok(())
-    })?;
-    Ok(Reply::Nothing)
+            Ok(())
+        })?;
+        Ok(Reply::Nothing)
+    }
 }
 
 /// This plugin, as the multicall program runs it by name.

@@ -104,7 +104,11 @@ impl Env {
     /// From the process environment; a variable that is not UTF-8 counts as
     /// present but invalid.
     pub fn from_process() -> Result<Option<Env>> {
-        Env::check_utf8()?;
+        for (key, value) in std::env::vars_os() {
+            if key.to_str().is_some_and(|k| k.starts_with("CNI_")) && value.to_str().is_none() {
+                return Err(CniError::env(&key.to_string_lossy(), "not valid UTF-8"));
+            }
+        }
         Env::from_vars(|name| std::env::var(name).ok())
     }
 
@@ -126,16 +130,6 @@ impl Env {
             }
         })?;
         env.ok_or_else(|| CniError::new(Code::Internal, "bug: CNI_COMMAND is set but not seen"))
-    }
-
-    /// A CNI_* variable that is not UTF-8 counts as present but invalid.
-    fn check_utf8() -> Result<()> {
-        for (key, value) in std::env::vars_os() {
-            if key.to_str().is_some_and(|k| k.starts_with("CNI_")) && value.to_str().is_none() {
-                return Err(CniError::env(&key.to_string_lossy(), "not valid UTF-8"));
-            }
-        }
-        Ok(())
     }
 
     /// The attachment this call acts on. Only meaningful for ADD, DEL and

@@ -117,23 +117,25 @@ fn log_file(executable: &str, path: &Path) -> Option<usize> {
 /// A writer to the current run's log file (nothing when it has none).
 struct CurrentFile;
 
-impl Write for CurrentFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let Some(index) = CURRENT_FILE.get() else { return Ok(buf.len()) };
+impl CurrentFile {
+    /// `f` on the current run's file; `none` when there is none.
+    fn with<T>(f: impl FnOnce(&mut RollingFileAppender) -> io::Result<T>, none: T) -> io::Result<T> {
+        let Some(index) = CURRENT_FILE.get() else { return Ok(none) };
         let mut files = FILES.lock().unwrap_or_else(PoisonError::into_inner);
         match files.get_mut(index).and_then(|(_, file)| file.as_mut().ok()) {
-            Some(file) => file.write(buf),
-            None => Ok(buf.len()),
+            Some(file) => f(file),
+            None => Ok(none),
         }
+    }
+}
+
+impl Write for CurrentFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        CurrentFile::with(|file| file.write(buf), buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let Some(index) = CURRENT_FILE.get() else { return Ok(()) };
-        let mut files = FILES.lock().unwrap_or_else(PoisonError::into_inner);
-        match files.get_mut(index).and_then(|(_, file)| file.as_mut().ok()) {
-            Some(file) => file.flush(),
-            None => Ok(()),
-        }
+        CurrentFile::with(|file| file.flush(), ())
     }
 }
 

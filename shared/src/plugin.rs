@@ -14,6 +14,7 @@ use crate::env::{Command, Env};
 use crate::error::{CniError, Code, Result};
 use crate::logging::{self, LogSettings};
 use crate::result::IpamResult;
+use crate::store;
 use crate::version::{self, SpecVersion};
 
 /// Who the executable is, for the about text and the logs.
@@ -174,14 +175,16 @@ fn dispatch(plugin: &dyn Plugin, env: Env, config: NetConf) -> Result<Option<ser
     }
     let version = config.version;
     let req = Request { env, config };
-    let reply = match req.env.command {
+    // One call: what it commits is made durable once, before it answers
+    // (and a delegate run inside ipam-delegated is part of its call).
+    let reply = store::share_within_call(|| match req.env.command {
         Command::Add => plugin.add(&req),
         Command::Del => plugin.del(&req),
         Command::Check => plugin.check(&req),
         Command::Gc => plugin.gc(&req),
         Command::Status => plugin.status(&req),
         Command::Version => unreachable!("answered above"),
-    }?;
+    })?;
     Ok(match reply {
         Reply::Result(result) => Some(result.to_json(version)),
         Reply::Nothing => None,

@@ -21,27 +21,25 @@ pub struct Allocator {
     pub add: fn(&Request) -> Result<Reply>,
 }
 
-/// Each command is one call: durable with one fsync before it answers (see
-/// [`store::share_within_call`]).
 impl Plugin for Allocator {
     fn add(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| (self.add)(req))
+        (self.add)(req)
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| del(req))
+        del(req)
     }
 
     fn check(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| check(req))
+        check(req)
     }
 
     fn gc(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| gc(req))
+        gc(req)
     }
 
     fn status(&self, req: &Request) -> Result<Reply> {
-        store::share_within_call(|| status(req))
+        status(req)
     }
 }
 

@@ -91,13 +91,18 @@ pub fn copies_dir() -> &'static Path {
             None => build().join("copies"),
         };
         std::fs::create_dir_all(&dir).expect("creating the copies' directory");
-        let wanted = std::fs::read(&program).expect("reading the program under test");
+        // A copy is current when it has the program's size and was made
+        // after the program was last built: no need to read either file.
+        let built = std::fs::metadata(&program).expect("the program under test");
+        let current = |copy: &Path| {
+            std::fs::metadata(copy).is_ok_and(|m| m.len() == built.len() && m.modified().ok() >= built.modified().ok())
+        };
         for name in SUITE_EXECUTABLES {
             let copy = dir.join(name);
-            if std::fs::read(&copy).ok().as_deref() != Some(&wanted[..]) {
+            if !current(&copy) {
                 // Written aside and renamed: other test processes may run it meanwhile.
                 let aside = dir.join(format!(".{name}.{}", std::process::id()));
-                std::fs::write(&aside, &wanted).expect("writing a copy");
+                std::fs::copy(&program, &aside).expect("writing a copy");
                 std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o755)).unwrap();
                 std::fs::rename(&aside, &copy).expect("renaming a copy");
             }

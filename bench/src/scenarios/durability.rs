@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{phase, stats, Plugin};
+use crate::harness::{phase, runtime_env, stats, Plugin};
 use crate::report::{Figures, FsyncProbe, SyncCount};
 use crate::setup::Ctx;
 
@@ -91,17 +91,9 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
 /// benchmark (panics); strace that cannot trace is an error.
 fn strace(plugin: &Plugin, command: &str, container: &str, log: &Path) -> Result<SyncCount, String> {
     let _ = fs::remove_file(log);
-    let mut child = Command::new(STRACE)
-        .args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range", "-o"])
-        .arg(log)
-        .arg(&plugin.exe)
-        .env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", &plugin.cni_path)
+    let mut strace = Command::new(STRACE);
+    strace.args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range", "-o"]).arg(log).arg(&plugin.exe);
+    let mut child = runtime_env(&mut strace, command, container, &plugin.cni_path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
