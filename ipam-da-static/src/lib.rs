@@ -6,7 +6,6 @@
 
 use std::net::IpAddr;
 
-use shared::addr::parse_cidr;
 use shared::pool::{self, Pool};
 use shared::{suite_delegate, About, Builtin, CniError, Code, Reply, Request, Result};
 
@@ -19,7 +18,7 @@ pub const ABOUT: About = About {
 /// ADD: the addresses asked for by name, each in a candidate pool.
 fn add(req: &Request) -> Result<Reply> {
     let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
-    let requests = requested_addresses(req, &pools)?;
+    let requests = suite_delegate::requested_addresses(req, &pools)?;
     if requests.is_empty() {
         const WHY: &str = "found no address asked for by name (runtimeConfig.ips, args.cni.ips, CNI_ARGS IP or a \
                            pool's requested-ip)";
@@ -59,36 +58,6 @@ fn add(req: &Request) -> Result<Reply> {
         }
     }
     Ok(Reply::Result(result))
-}
-
-/// The addresses asked for, from the first source that has any.
-fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
-    let sources = [
-        ("runtimeConfig.ips", req.config.runtime_config::<Vec<String>>("ips")?),
-        ("args.cni.ips", req.config.args_cni::<Vec<String>>("ips")?),
-        ("CNI_ARGS IP", req.env.args.list("IP")),
-    ];
-    for (field, list) in sources {
-        let found = list
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-            .map(|(i, text)| parse_request(field, i, text))
-            .collect::<Result<Vec<_>>>()?;
-        if !found.is_empty() {
-            return Ok(found);
-        }
-    }
-    Ok(pools.iter().filter_map(|p| p.requested_ip).collect())
-}
-
-/// A bare address or a CIDR (whose prefix the pool decides, but which must be
-/// a valid one); the `index`th of `field`'s list.
-fn parse_request(field: &str, index: usize, text: &str) -> Result<IpAddr> {
-    let trimmed = text.trim();
-    let parsed = if trimmed.contains('/') { parse_cidr(trimmed).map(|net| net.addr()) } else { trimmed.parse().ok() };
-    parsed
-        .ok_or_else(|| CniError::config(&format!("{field}[{index}]"), format!("{text:?} is not an IP address or CIDR")))
 }
 
 /// The first candidate pool in whose subnet `address` may be claimed; 102 otherwise.

@@ -22,15 +22,22 @@ impl Plugin for Selector {
     fn add(&self, req: &Request) -> Result<Reply> {
         let candidates = pool::candidates(&req.config, &req.env.args)?;
         tracing::debug!("candidate pools: {}", pool::names(&candidates));
-        let network = req.config.name()?;
-        let mut store = suite_delegate::open_store(req)?;
-        // Recording is a no-op for pools already recorded as they are; reading
-        // first keeps the common case free of the lock and of a commit.
-        let recorded = store.read(|tx| {
-            candidates.iter().try_fold(true, |all, p| Ok(all && suite_delegate::is_registered(tx, network, p)?))
-        })?;
-        if !recorded {
-            store.write(|tx| candidates.iter().try_for_each(|p| suite_delegate::register(tx, network, p).map(drop)))?;
+        // In cluster mode the node database records this node's view of a
+        // pool (its blocks), which ipam-ds-cluster hands to the allocators;
+        // recording the whole cluster pool too would rewrite it every call.
+        if !req.config.ipam()?.other.contains_key("cluster") {
+            let network = req.config.name()?;
+            let mut store = suite_delegate::open_store(req)?;
+            // Recording is a no-op for pools already recorded as they are;
+            // reading first keeps the common case free of the lock and of a commit.
+            let recorded = store.read(|tx| {
+                candidates.iter().try_fold(true, |all, p| Ok(all && suite_delegate::is_registered(tx, network, p)?))
+            })?;
+            if !recorded {
+                store.write(|tx| {
+                    candidates.iter().try_for_each(|p| suite_delegate::register(tx, network, p).map(drop))
+                })?;
+            }
         }
         let mut result = req.config.prev_result()?.unwrap_or_default();
         result.pools = Some(candidates.iter().map(Pool::to_json).collect());

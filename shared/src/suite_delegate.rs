@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use ipnet::IpNet;
 
+use crate::addr::parse_cidr;
 use crate::error::{CniError, Code, Result};
 use crate::plugin::{Plugin, Reply, Request};
 use crate::pool::{LeaseIndex, Pool, Range};
@@ -110,6 +111,37 @@ pub fn answer_add(req: &Request, me: &str, result: IpamResult, why: &str) -> Res
         )),
         _ => Ok(Reply::Result(result)),
     }
+}
+
+/// The addresses asked for by name, from the first source that has any:
+/// `runtimeConfig.ips`, `args.cni.ips`, CNI_ARGS `IP=`, the pools' `requested-ip`.
+pub fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>> {
+    let sources = [
+        ("runtimeConfig.ips", req.config.runtime_config::<Vec<String>>("ips")?),
+        ("args.cni.ips", req.config.args_cni::<Vec<String>>("ips")?),
+        ("CNI_ARGS IP", req.env.args.list("IP")),
+    ];
+    for (field, list) in sources {
+        let found = list
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, text)| parse_request(field, i, text))
+            .collect::<Result<Vec<_>>>()?;
+        if !found.is_empty() {
+            return Ok(found);
+        }
+    }
+    Ok(pools.iter().filter_map(|p| p.requested_ip).collect())
+}
+
+/// A bare address or a CIDR (whose prefix the pool decides, but which must be
+/// a valid one); the `index`th of `field`'s list.
+fn parse_request(field: &str, index: usize, text: &str) -> Result<IpAddr> {
+    let trimmed = text.trim();
+    let parsed = if trimmed.contains('/') { parse_cidr(trimmed).map(|net| net.addr()) } else { trimmed.parse().ok() };
+    parsed
+        .ok_or_else(|| CniError::config(&format!("{field}[{index}]"), format!("{text:?} is not an IP address or CIDR")))
 }
 
 /// Records the pool of `network` (a no-op when it is registered as it is) and

@@ -19,6 +19,7 @@ pub const POOL: &[&str] = &[
     "dns",
     "match",
     "requested-ip",
+    "blockSize",
 ];
 pub const RANGE: &[&str] = &["subnet", "rangeStart", "rangeEnd", "gateway"];
 /// A route's keys in spec 1.1 (`dst`, `gw`, and the optional rest).
@@ -26,7 +27,8 @@ pub const ROUTE: &[&str] = &["dst", "gw", "mtu", "advmss", "priority", "table", 
 pub const DNS: &[&str] = &["nameservers", "domain", "search", "options"];
 /// The `ipam` keys the suite's executables read. Other delegates' keys are
 /// legal beside them.
-pub const IPAM: &[&str] = &["type", "delegates", "pools", "database", "timeout", "lockTimeout", "logFile", "logLevel"];
+pub const IPAM: &[&str] =
+    &["type", "delegates", "pools", "database", "timeout", "lockTimeout", "logFile", "logLevel", "cluster"];
 
 /// Error 7 for the first key of `keys` (of an object at `field`) that is not
 /// among `known`.

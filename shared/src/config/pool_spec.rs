@@ -39,6 +39,9 @@ pub struct PoolSpec {
     pub matches: Option<BTreeMap<String, String>>,
     #[serde(default, rename = "requested-ip", skip_serializing_if = "Option::is_none")]
     pub requested_ip: Option<String>,
+    /// Cluster mode: the prefix length of the blocks nodes claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u8>,
     /// Keys the suite does not read, kept so that newer selectors can add some.
     #[serde(flatten, skip_serializing)]
     pub unknown: Map<String, Value>,

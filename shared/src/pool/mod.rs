@@ -35,6 +35,9 @@ pub struct Pool {
     /// CNI_ARGS key → value that must all hold for the pool to be a candidate.
     pub matches: BTreeMap<String, String>,
     pub requested_ip: Option<IpAddr>,
+    /// Cluster mode: the prefix length of the blocks nodes claim (at least
+    /// every range's subnet prefix); `None` is the default of the family.
+    pub block_size: Option<u8>,
 }
 
 /// One subnet of a pool and the part of it that is allocated dynamically.
@@ -54,8 +57,15 @@ impl Pool {
         self.ranges.first().map_or(Family::V4, |r| Family::of_net(&r.subnet))
     }
 
+    /// The subnets of the ranges, each once (ranges may share a subnet).
     pub fn subnets(&self) -> Vec<IpNet> {
-        self.ranges.iter().map(|r| r.subnet).collect()
+        let mut subnets: Vec<IpNet> = Vec::with_capacity(self.ranges.len());
+        for range in &self.ranges {
+            if !subnets.contains(&range.subnet) {
+                subnets.push(range.subnet);
+            }
+        }
+        subnets
     }
 
     /// The range whose subnet contains `addr`.

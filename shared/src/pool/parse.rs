@@ -38,6 +38,7 @@ impl Pool {
             dns: spec.dns.clone().filter(|d| !d.is_empty()),
             matches: spec.matches.clone().unwrap_or_default(),
             requested_ip: spec.requested_ip.as_deref().map(|s| parse_requested_ip(s, &label)).transpose()?,
+            block_size: spec.block_size.map(|size| check_block_size(size, &ranges, &label)).transpose()?,
             name,
             ranges,
         })
@@ -53,6 +54,7 @@ impl Pool {
             routes: Some(self.routes.clone()).filter(|r| !r.is_empty()),
             dns: self.dns.clone().filter(|d| !d.is_empty()),
             requested_ip: self.requested_ip.map(|ip| ip.to_string()),
+            block_size: self.block_size,
             ..PoolSpec::default()
         };
         // A struct of strings, lists and maps always serializes.
@@ -127,11 +129,28 @@ pub(super) fn parse_ranges(items: &[RangeSpec], field: &str) -> Result<Vec<Range
                 ),
             ));
         }
-        if let Some(other) = ranges[..i].iter().find(|o| subnet::subnets_overlap(&o.subnet, &range.subnet)) {
-            return Err(CniError::config(
-                &field,
-                format!("{} overlaps {}, the subnet of another range of this pool", range.subnet, other.subnet),
-            ));
+        // As in host-local, ranges may share a subnet when their
+        // rangeStart..rangeEnd do not overlap (cluster mode hands out a
+        // pool's blocks so).
+        for other in &ranges[..i] {
+            if other.subnet == range.subnet {
+                let disjoint = to_u128(other.range_end) < to_u128(range.range_start)
+                    || to_u128(range.range_end) < to_u128(other.range_start);
+                if !disjoint {
+                    return Err(CniError::config(
+                        &format!("{}.rangeStart", paths[i]),
+                        format!(
+                            "{}-{} overlaps {}-{}, another range of this pool in subnet {}",
+                            range.range_start, range.range_end, other.range_start, other.range_end, range.subnet
+                        ),
+                    ));
+                }
+            } else if subnet::subnets_overlap(&other.subnet, &range.subnet) {
+                return Err(CniError::config(
+                    &field,
+                    format!("{} overlaps {}, the subnet of another range of this pool", range.subnet, other.subnet),
+                ));
+            }
         }
     }
     Ok(ranges)
@@ -236,6 +255,30 @@ fn parse_exclude(items: &[String], label: &str, family: Family) -> Result<Vec<Ip
         exclude.push(net);
     }
     Ok(exclude)
+}
+
+/// A block is a part of one subnet: its prefix is at least every range's
+/// subnet prefix, and at most the family's address length.
+fn check_block_size(size: u8, ranges: &[Range], label: &str) -> Result<u8> {
+    let field = format!("{label}.blockSize");
+    let max = match ranges[0].subnet {
+        IpNet::V4(_) => 32,
+        IpNet::V6(_) => 128,
+    };
+    if size > max {
+        return Err(CniError::config(&field, format!("{size} is not a prefix length of the pool's family (0-{max})")));
+    }
+    if let Some(wide) = ranges.iter().find(|r| r.subnet.prefix_len() > size) {
+        return Err(CniError::config(
+            &field,
+            format!(
+                "/{size} blocks are larger than subnet {}: use a prefix length of at least {}",
+                wide.subnet,
+                wide.subnet.prefix_len()
+            ),
+        ));
+    }
+    Ok(size)
 }
 
 /// A CIDR is accepted and its address kept: runtimes pass either.

@@ -87,6 +87,7 @@ fn ip_range_pools(sets: &[Vec<RangeSpec>]) -> Result<Vec<Sourced>> {
                 dns: None,
                 matches: Default::default(),
                 requested_ip: None,
+                block_size: None,
             };
             Ok(Sourced { path, pool })
         })

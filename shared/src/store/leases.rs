@@ -50,7 +50,7 @@ pub(super) fn address_column(row: &Row, index: usize) -> rusqlite::Result<IpAddr
     })
 }
 
-fn now_unix() -> i64 {
+pub(super) fn now_unix() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 

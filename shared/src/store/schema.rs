@@ -16,7 +16,7 @@ use crate::addr::to_key;
 use crate::error::{CniError, Code, Result};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// `PRAGMA application_id` of the suite's databases ("IPMD"): a SQLite file
 /// without it is someone else's and is never written to.
@@ -24,7 +24,7 @@ pub const APPLICATION_ID: i32 = 0x4950_4D44;
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
 /// entries never change, new versions append.
-const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] = [to_v1, to_v2];
+const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] = [to_v1, to_v2, to_v3];
 
 const V1: &str = "
 -- A pool belongs to the network whose configuration defines it: two networks
@@ -81,6 +81,45 @@ CREATE TABLE pool_subnets (
 CREATE INDEX pool_subnets_by_pool ON pool_subnets (network, name);
 ";
 
+const V3: &str = "
+-- Cluster mode (ipam-ds-cluster): what this node holds in etcd. A row is
+-- written before the etcd write it names and removed only after the etcd
+-- delete, so a process killed between the two leaves a row that a later call
+-- resolves: nothing in etcd is this node's without a row here.
+CREATE TABLE cluster_blocks (
+    network   TEXT NOT NULL,
+    pool      TEXT NOT NULL,
+    block     TEXT NOT NULL,             -- CIDR
+    state     TEXT NOT NULL,             -- claiming, owned or releasing
+    revision  INTEGER NOT NULL,          -- create_revision of our block key in etcd (0 while claiming)
+    confirmed INTEGER NOT NULL,          -- unix seconds: the last etcd read that showed it ours
+    taken     TEXT NOT NULL,             -- its addresses held elsewhere in the cluster, as last read
+    since     INTEGER NOT NULL,          -- unix seconds: when it entered its state
+    PRIMARY KEY (network, pool, block)
+) WITHOUT ROWID;
+
+CREATE TABLE cluster_records (
+    key          TEXT PRIMARY KEY NOT NULL,  -- the etcd key of an address record
+    value        TEXT NOT NULL,              -- the value written: deleted only while it is still this
+    network      TEXT NOT NULL,
+    pool         TEXT NOT NULL,
+    address      TEXT NOT NULL,
+    kind         TEXT NOT NULL,              -- static, borrowed or lent
+    container_id TEXT NOT NULL,
+    ifname       TEXT NOT NULL,
+    added_by     TEXT,                       -- the ipam-delegated ADD that wrote it
+    state        TEXT NOT NULL               -- writing, held or releasing
+) WITHOUT ROWID;
+
+CREATE INDEX cluster_records_by_owner ON cluster_records (network, container_id, ifname);
+
+-- Small facts kept between calls: the etcd auth token, the lend requests seen.
+CREATE TABLE cluster_notes (
+    name  TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+";
+
 fn to_v1(tx: &Transaction) -> rusqlite::Result<()> {
     tx.execute_batch(V1)
 }
@@ -100,6 +139,10 @@ fn to_v2(tx: &Transaction) -> rusqlite::Result<()> {
         }
     }
     tx.pragma_update(None, "application_id", APPLICATION_ID)
+}
+
+fn to_v3(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V3)
 }
 
 /// What the file at the database path is, judged before anything is written.

@@ -1,0 +1,420 @@
+//! A real etcd for tests, one per test: its own loopback ports and temporary
+//! data directory, so tests run in parallel and leave nothing behind. It is
+//! the Debian etcd from PATH; a missing etcd fails the test rather than
+//! skipping it, so a machine without etcd cannot pass by testing nothing.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::{Client, Error, RangeRequest, Settings, TlsFiles};
+
+/// A single member elects itself in about a second; the rest is slack for a
+/// loaded machine.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The methods the benchmark compares with the client's own counts.
+const HANDLED_METHODS: [&str; 6] = ["Range", "Txn", "Put", "DeleteRange", "LeaseGrant", "Authenticate"];
+
+pub struct TestEtcd {
+    etcd: PathBuf,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    pid: u32,
+    client_port: u16,
+    peer_port: u16,
+    tls: bool,
+    paused: AtomicBool,
+    /// Root's credentials once `enable_auth` ran, for `dump`.
+    root: Mutex<Option<(String, String)>>,
+}
+
+impl TestEtcd {
+    pub fn start() -> TestEtcd {
+        TestEtcd::start_with(false)
+    }
+
+    /// The client must present a certificate signed by the test CA, as a
+    /// hardened cluster would require.
+    pub fn start_tls() -> TestEtcd {
+        TestEtcd::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> TestEtcd {
+        let etcd =
+            find_in_path("etcd").unwrap_or_else(|| panic!("etcd not found in PATH: install Debian's etcd-server"));
+        let dir = tempfile::Builder::new().prefix("test-etcd-").tempdir().expect("temporary directory for etcd");
+        if tls {
+            make_certificates(dir.path());
+        }
+        let mut t = TestEtcd {
+            etcd,
+            dir,
+            child: None,
+            pid: 0,
+            client_port: free_port(),
+            peer_port: free_port(),
+            tls,
+            paused: AtomicBool::new(false),
+            root: Mutex::new(None),
+        };
+        // Another process may take a port between our probe and etcd's bind:
+        // then new ports and a fresh data dir, a few times.
+        for attempt in 1.. {
+            t.spawn();
+            match t.wait_ready() {
+                Ok(()) => return t,
+                Err(why) if attempt < 3 && t.log_tail().contains("address already in use") => {
+                    t.stop();
+                    eprintln!("test etcd: {why}; trying other ports");
+                    t.client_port = free_port();
+                    t.peer_port = free_port();
+                    let _ = std::fs::remove_dir_all(t.data_dir());
+                }
+                Err(why) => t.fail(&why),
+            }
+        }
+        unreachable!()
+    }
+
+    pub fn endpoint(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn tls_files(&self) -> TlsFiles {
+        if !self.tls {
+            return TlsFiles::default();
+        }
+        let file = |name: &str| Some(self.dir.path().join(name));
+        TlsFiles { ca: file("ca.crt"), cert: file("client.crt"), key: file("client.key") }
+    }
+
+    /// Settings for a client of this etcd, without credentials.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            endpoints: vec![self.endpoint()],
+            timeout: Duration::from_secs(5),
+            username: None,
+            password: None,
+            tls: self.tls_files(),
+        }
+    }
+
+    /// A client with root's credentials once auth is enabled.
+    pub fn client(&self) -> Client {
+        let mut settings = self.settings();
+        if let Some((user, password)) = self.root.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            settings.username = Some(user);
+            settings.password = Some(password);
+        }
+        Client::new(settings).expect("client of the test etcd")
+    }
+
+    /// SIGSTOP: etcd keeps its sockets, so connections are accepted by the
+    /// kernel and never answered, the hardest case for a timeout.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    pub fn kill(&mut self) {
+        self.stop();
+    }
+
+    /// Same ports and data: what a cluster member coming back looks like.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+        if let Err(why) = self.wait_ready() {
+            self.fail(&why);
+        }
+    }
+
+    /// Root gets `password` when `user` is root, else a password of its own.
+    pub fn enable_auth(&self, user: &str, password: &str) {
+        let root_password = if user == "root" { password } else { "root-password" };
+        self.etcdctl(&["user", "add", &format!("root:{root_password}")]);
+        if user != "root" {
+            self.etcdctl(&["user", "add", &format!("{user}:{password}")]);
+            self.etcdctl(&["role", "add", "readwrite"]);
+            self.etcdctl(&["role", "grant-permission", "readwrite", "--prefix=true", "readwrite", ""]);
+            self.etcdctl(&["user", "grant-role", user, "readwrite"]);
+        }
+        self.etcdctl(&["auth", "enable"]);
+        *self.root.lock().unwrap_or_else(|e| e.into_inner()) = Some(("root".into(), root_password.into()));
+    }
+
+    pub fn metrics(&self) -> String {
+        let body = self.client().get("/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"));
+        String::from_utf8(body).expect("metrics are text")
+    }
+
+    /// etcd's own count of requests per gRPC method, whatever their outcome.
+    pub fn handled(&self) -> BTreeMap<String, u64> {
+        handled(&self.metrics())
+    }
+
+    pub fn dump(&self, prefix: &str) -> Vec<(String, String)> {
+        let r = self.client().range(&RangeRequest::prefix(prefix)).unwrap_or_else(|e| panic!("dump {prefix:?}: {e}"));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        r.kvs.iter().map(|kv| (text(&kv.key), text(&kv.value))).collect()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
+    }
+
+    fn spawn(&mut self) {
+        let url = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut log = OpenOptions::new().create(true).append(true).open(self.log_path()).expect("etcd log file");
+        writeln!(log, "--- starting etcd on {url}").expect("etcd log file");
+        let data = self.data_dir();
+        let mut cmd = Command::new(&self.etcd);
+        cmd.arg("--name=t")
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--advertise-client-urls={url}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=t={peer}"))
+            .args(["--logger=zap", "--log-outputs=stderr", "--log-level=error"]);
+        if self.tls {
+            let path = |name: &str| self.dir.path().join(name).display().to_string();
+            cmd.arg(format!("--cert-file={}", path("server.crt")))
+                .arg(format!("--key-file={}", path("server.key")))
+                .arg(format!("--trusted-ca-file={}", path("ca.crt")))
+                .arg("--client-cert-auth");
+        }
+        // etcd reads ETCD_* as flags: the caller's environment must not change this etcd.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ETCD") {
+                cmd.env_remove(name);
+            }
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("etcd log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.etcd.display()));
+        self.pid = child.id();
+        self.child = Some(child);
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let client = Client::new(Settings { timeout: Duration::from_secs(1), ..self.settings() })
+            .map_err(|e| format!("client settings: {e}"))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last = String::from("not tried");
+        while Instant::now() < deadline {
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("etcd exited: {status}"));
+                }
+            }
+            // Refused (auth enabled, no credentials) is an answer too.
+            match client.range(&RangeRequest::key("test-etcd-ready")) {
+                Ok(_) | Err(Error::Refused { .. }) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("no answer within {START_TIMEOUT:?}: {last}"))
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        self.stop();
+        panic!("test etcd did not come up: {why}\n--- {} (tail) ---\n{}", self.log_path().display(), self.log_tail())
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        assert!(self.child.is_some(), "test etcd is not running");
+        let pid = libc::pid_t::try_from(self.pid).expect("pid fits pid_t");
+        // SAFETY: kill(2) on our own child, which has not been waited for
+        // (child is Some), so the pid cannot have been reused.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}): {}", std::io::Error::last_os_error());
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if self.paused.swap(false, Ordering::SeqCst) {
+                // SAFETY: as in `signal`: our child, not yet waited for.
+                unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGCONT) };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn etcdctl(&self, args: &[&str]) {
+        let etcdctl = find_in_path("etcdctl")
+            .unwrap_or_else(|| panic!("etcdctl not found in PATH: install Debian's etcd-client"));
+        let mut cmd = Command::new(etcdctl);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ETCDCTL") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env("ETCDCTL_API", "3").arg(format!("--endpoints={}", self.endpoint()));
+        if let TlsFiles { ca: Some(ca), cert: Some(cert), key: Some(key) } = self.tls_files() {
+            cmd.arg(format!("--cacert={}", ca.display()))
+                .arg(format!("--cert={}", cert.display()))
+                .arg(format!("--key={}", key.display()));
+        }
+        let out = cmd.args(args).stdin(Stdio::null()).output().expect("etcdctl runs");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for TestEtcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Sums `grpc_server_handled_total` over the codes, per method of interest.
+fn handled(metrics: &str) -> BTreeMap<String, u64> {
+    let mut sums: BTreeMap<String, u64> = HANDLED_METHODS.iter().map(|m| (m.to_string(), 0)).collect();
+    for line in metrics.lines().filter(|l| l.starts_with("grpc_server_handled_total{")) {
+        let method = line.split("grpc_method=\"").nth(1).and_then(|rest| rest.split('"').next());
+        let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let (Some(sum), Some(value)) = (method.and_then(|m| sums.get_mut(m)), value) {
+            *sum += value as u64;
+        }
+    }
+    sums
+}
+
+/// Ports handed out by this process, never twice: tests start etcds in
+/// parallel, and a port probed free is free only until someone binds it.
+static PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+fn free_port() -> u16 {
+    let mut ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let ports = ports.get_or_insert_with(HashSet::new);
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("bound address").port();
+        if ports.insert(port) {
+            return port;
+        }
+    }
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate. The
+/// server's may also act as a client: etcd 3.4's gateway presents it when it
+/// calls etcd's own gRPC server, which requires client certificates here.
+fn make_certificates(dir: &Path) {
+    let openssl =
+        find_in_path("openssl").unwrap_or_else(|| panic!("openssl not found in PATH: install Debian's openssl"));
+    let write = |name: &str, text: &str| {
+        File::create(dir.join(name)).and_then(|mut f| f.write_all(text.as_bytes())).expect("write openssl config")
+    };
+    write(
+        "openssl.cnf",
+        "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = ipam test CA\n\
+         [ca]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n\
+         subjectKeyIdentifier = hash\n\
+         [server]\nbasicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature\n\
+         extendedKeyUsage = serverAuth,clientAuth\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n\
+         [client]\nbasicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature\n\
+         extendedKeyUsage = clientAuth\n",
+    );
+    let run = |args: &[&str]| {
+        let out =
+            Command::new(&openssl).current_dir(dir).args(args).stdin(Stdio::null()).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(&[
+        &["req", "-x509", "-config", "openssl.cnf", "-extensions", "ca", "-days", "7"][..],
+        &new_key,
+        &["-keyout", "ca.key", "-out", "ca.crt"],
+    ]
+    .concat());
+    for (name, serial) in [("server", "2"), ("client", "3")] {
+        let (key, csr, crt) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"));
+        let subject = format!("/CN=ipam test {name}");
+        run(&[
+            &["req", "-new", "-config", "openssl.cnf", "-subj", &subject][..],
+            &new_key,
+            &["-keyout", &key, "-out", &csr],
+        ]
+        .concat());
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            serial,
+            "-days",
+            "7",
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            name,
+            "-out",
+            &crt,
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handled_sums_codes_per_method() {
+        let metrics = "# TYPE grpc_server_handled_total counter\n\
+            grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 5\n\
+            grpc_server_handled_total{grpc_code=\"Unavailable\",grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2\n\
+            grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 3\n\
+            grpc_server_handled_total{grpc_code=\"OK\",grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\",grpc_type=\"bidi_stream\"} 9\n\
+            grpc_server_started_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 7\n";
+        let h = super::handled(metrics);
+        assert_eq!((h["Range"], h["Txn"], h["Put"], h.get("Watch")), (7, 3, 0, None));
+    }
+}

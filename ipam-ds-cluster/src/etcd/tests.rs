@@ -1,0 +1,338 @@
+//! The client against a real etcd (started per test by `testing::TestEtcd`).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::testing::TestEtcd;
+use super::*;
+
+fn put(key: &str, value: &str) -> Op {
+    Op::Put { key: key.into(), value: value.into(), lease: 0 }
+}
+
+fn put_all(c: &Client, kvs: &[(&str, &str)]) {
+    let r = c.txn(&Txn { success: kvs.iter().map(|(k, v)| put(k, v)).collect(), ..Txn::default() }).unwrap();
+    assert!(r.succeeded);
+    assert_eq!(r.responses, vec![OpResponse::Put; kvs.len()]);
+}
+
+fn value(c: &Client, key: &str) -> Option<Vec<u8>> {
+    c.range(&RangeRequest::key(key)).unwrap().kvs.pop().map(|kv| kv.value)
+}
+
+/// A port nothing listens on (for as long as nobody else takes it).
+fn closed_port() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port())
+}
+
+fn settings(endpoints: Vec<String>, timeout_ms: u64) -> Settings {
+    Settings {
+        endpoints,
+        timeout: Duration::from_millis(timeout_ms),
+        username: None,
+        password: None,
+        tls: TlsFiles::default(),
+    }
+}
+
+#[test]
+fn put_range_prefix_and_keys_only() {
+    let etcd = TestEtcd::start();
+    let c = etcd.client();
+    put_all(&c, &[("a/1", "one"), ("a/2", "two"), ("b/1", "other")]);
+    let before = etcd.handled();
+
+    let one = c.range(&RangeRequest::key("a/1")).unwrap();
+    assert_eq!((one.count, one.more, one.kvs.len()), (1, false, 1));
+    let kv = &one.kvs[0];
+    assert_eq!((kv.key.as_slice(), kv.value.as_slice(), kv.version, kv.lease), (&b"a/1"[..], &b"one"[..], 1, 0));
+    assert_eq!((kv.create_revision, kv.mod_revision), (one.revision, one.revision));
+
+    let a = c.range(&RangeRequest::prefix("a/")).unwrap();
+    assert_eq!(
+        a.kvs.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect::<Vec<_>>(),
+        [(b"a/1".to_vec(), b"one".to_vec()), (b"a/2".to_vec(), b"two".to_vec())]
+    );
+    let keys = c.range(&RangeRequest::prefix("a/").keys_only()).unwrap();
+    assert_eq!((keys.count, keys.kvs.len()), (2, 2));
+    assert!(keys.kvs.iter().all(|kv| kv.value.is_empty() && kv.mod_revision > 0));
+    let limited = c.range(&RangeRequest { limit: 1, ..RangeRequest::prefix("a/") }).unwrap();
+    assert_eq!((limited.count, limited.more, limited.kvs.len()), (2, true, 1));
+    let none = c.range(&RangeRequest::key("a/3")).unwrap();
+    assert_eq!((none.count, none.kvs.len(), none.revision), (0, 0, one.revision));
+
+    assert_eq!(c.requests(), RequestCount { ranges: 5, txns: 1, writing_txns: 1, other: 0 });
+    assert_eq!(c.endpoint_in_use(), Some(etcd.endpoint()));
+    let after = etcd.handled();
+    assert_eq!(after["Range"] - before["Range"], 5, "etcd's count of ranges: {before:?} → {after:?}");
+    assert_eq!(etcd.dump("b/"), [("b/1".to_string(), "other".to_string())]);
+}
+
+#[test]
+fn create_if_absent_succeeds_once() {
+    let etcd = TestEtcd::start();
+    let c = etcd.client();
+    let claim = |v: &str| Txn {
+        compare: vec![Compare::absent("block/1")],
+        success: vec![put("block/1", v)],
+        failure: vec![Op::Range(RangeRequest::key("block/1"))],
+    };
+    let first = c.txn(&claim("node-a")).unwrap();
+    assert_eq!((first.succeeded, first.responses.as_slice()), (true, &[OpResponse::Put][..]));
+    let second = c.txn(&claim("node-b")).unwrap();
+    assert!(!second.succeeded);
+    assert_eq!(second.revision, first.revision);
+    let [OpResponse::Range(holder)] = second.responses.as_slice() else { panic!("{:?}", second.responses) };
+    assert_eq!(holder.kvs[0].value, b"node-a");
+    assert_eq!(holder.kvs[0].create_revision, first.revision);
+    assert_eq!(value(&c, "block/1").unwrap(), b"node-a");
+    assert_eq!(c.requests(), RequestCount { ranges: 1, txns: 2, writing_txns: 2, other: 0 });
+}
+
+#[test]
+fn compare_on_mod_revision_and_value() {
+    let etcd = TestEtcd::start();
+    let c = etcd.client();
+    put_all(&c, &[("k", "v1")]);
+    let rev = c.range(&RangeRequest::key("k")).unwrap().kvs[0].mod_revision;
+    let update = |rev: i64, v: &str| {
+        c.txn(&Txn { compare: vec![Compare::mod_revision_is("k", rev)], success: vec![put("k", v)], ..Txn::default() })
+            .unwrap()
+    };
+    let r = update(rev, "v2");
+    assert!(r.succeeded);
+    assert!(r.revision > rev);
+    assert!(!update(rev, "v3").succeeded, "a stale mod_revision must not win");
+    assert_eq!(value(&c, "k").unwrap(), b"v2");
+
+    let if_value = |v: &str| {
+        c.txn(&Txn { compare: vec![Compare::value_is("k", v)], success: vec![put("k", "v4")], ..Txn::default() })
+            .unwrap()
+            .succeeded
+    };
+    assert!(!if_value("v1"));
+    assert!(if_value("v2"));
+    let newer = Compare::ModRevision { key: b"k".to_vec(), cmp: Cmp::Greater, revision: rev };
+    let r = c.txn(&Txn { compare: vec![newer], success: vec![Op::Range(RangeRequest::key("k"))], ..Txn::default() });
+    assert!(r.unwrap().succeeded);
+    assert_eq!(c.requests().writing_txns, 5, "the read-only txn is not a writing one");
+}
+
+#[test]
+fn delete_a_key_and_a_range() {
+    let etcd = TestEtcd::start();
+    let c = etcd.client();
+    put_all(&c, &[("p/1", "a"), ("p/2", "b"), ("p/3", "c"), ("q", "d")]);
+    let delete = |key: &str, range_end: Option<Vec<u8>>| {
+        let r = c.txn(&Txn { success: vec![Op::Delete { key: key.into(), range_end }], ..Txn::default() }).unwrap();
+        r.responses
+    };
+    assert_eq!(delete("p/1", None), [OpResponse::Delete { deleted: 1 }]);
+    assert_eq!(delete("p/1", None), [OpResponse::Delete { deleted: 0 }]);
+    assert_eq!(delete("p/", Some(prefix_end(b"p/"))), [OpResponse::Delete { deleted: 2 }]);
+    assert!(etcd.dump("p/").is_empty());
+    assert_eq!(etcd.dump("q"), [("q".to_string(), "d".to_string())]);
+}
+
+#[test]
+fn lease_grant_and_put_with_lease() {
+    let etcd = TestEtcd::start();
+    let c = etcd.client();
+    let lease = c.lease_grant(60).unwrap();
+    assert!(lease > 0);
+    let txn = Txn { success: vec![Op::Put { key: b"l".to_vec(), value: b"v".to_vec(), lease }], ..Txn::default() };
+    assert!(c.txn(&txn).unwrap().succeeded);
+    assert_eq!(c.range(&RangeRequest::key("l")).unwrap().kvs[0].lease, lease);
+    assert_eq!(c.requests(), RequestCount { ranges: 1, txns: 1, writing_txns: 1, other: 1 });
+    let unknown =
+        Txn { success: vec![Op::Put { key: b"l".to_vec(), value: b"v".to_vec(), lease: 12345 }], ..Txn::default() };
+    assert!(matches!(c.txn(&unknown), Err(Error::Refused { code: 5, .. })), "lease not found");
+}
+
+#[test]
+fn fails_over_to_the_next_endpoint_and_stays_there() {
+    let etcd = TestEtcd::start();
+    let c = Client::new(settings(vec![closed_port(), etcd.endpoint()], 1000)).unwrap();
+    put_all(&c, &[("k", "v")]);
+    assert_eq!(c.endpoint_in_use(), Some(etcd.endpoint()));
+    assert_eq!(value(&c, "k").unwrap(), b"v");
+    assert_eq!(c.requests(), RequestCount { ranges: 1, txns: 1, writing_txns: 1, other: 0 });
+}
+
+#[test]
+fn all_endpoints_down_is_unavailable_naming_each() {
+    let (a, b) = (closed_port(), closed_port());
+    let c = Client::new(settings(vec![a.clone(), b.clone()], 500)).unwrap();
+    let start = Instant::now();
+    let e = c.range(&RangeRequest::key("k")).unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    let Error::Unavailable(m) = &e else { panic!("{e:?}") };
+    assert!(m.contains(&a) && m.contains(&b), "{m}");
+    assert_eq!(c.requests(), RequestCount::default());
+    assert_eq!(c.endpoint_in_use(), None);
+}
+
+#[test]
+fn a_stopped_etcd_is_unavailable_within_the_timeout() {
+    let etcd = TestEtcd::start();
+    let kept = Client::new(settings(vec![etcd.endpoint()], 500)).unwrap();
+    put_all(&kept, &[("k", "v")]);
+    etcd.pause();
+
+    // A connection kept from before, and new connections the kernel accepts.
+    let fresh = Client::new(settings(vec![etcd.endpoint(), closed_port()], 500)).unwrap();
+    for (c, bound) in [(&kept, 1500), (&fresh, 2000)] {
+        let start = Instant::now();
+        let e = c.range(&RangeRequest::key("k")).unwrap_err();
+        let elapsed = start.elapsed();
+        assert!(matches!(&e, Error::Unavailable(m) if m.contains("no answer within")), "{e:?}");
+        assert!(elapsed >= Duration::from_millis(450) && elapsed < Duration::from_millis(bound), "{elapsed:?}");
+    }
+    etcd.resume();
+    assert_eq!(value(&kept, "k").unwrap(), b"v");
+}
+
+#[test]
+fn restart_keeps_the_data() {
+    let mut etcd = TestEtcd::start();
+    let c = Client::new(settings(vec![etcd.endpoint()], 1000)).unwrap();
+    put_all(&c, &[("k", "v")]);
+    etcd.kill();
+    assert!(matches!(c.range(&RangeRequest::key("k")), Err(Error::Unavailable(_))));
+    etcd.restart();
+    assert_eq!(value(&c, "k").unwrap(), b"v");
+}
+
+#[test]
+fn tls_with_a_client_certificate() {
+    let etcd = TestEtcd::start_tls();
+    assert!(etcd.endpoint().starts_with("https://"));
+    let c = etcd.client();
+    put_all(&c, &[("k", "v")]);
+    assert_eq!(value(&c, "k").unwrap(), b"v");
+    assert!(etcd.metrics().contains("grpc_server_handled_total"));
+
+    let mut no_cert = etcd.settings();
+    no_cert.tls.cert = None;
+    no_cert.tls.key = None;
+    let e = Client::new(no_cert).unwrap().range(&RangeRequest::key("k")).unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+
+    let mut wrong_ca = etcd.settings();
+    wrong_ca.tls.ca = wrong_ca.tls.cert.clone();
+    let e = Client::new(wrong_ca).unwrap().range(&RangeRequest::key("k")).unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+}
+
+#[test]
+fn tls_files_are_checked_in_new_only_for_https() {
+    let missing = PathBuf::from("/nonexistent/ca.pem");
+    let with_ca = |endpoint: &str, ca: &PathBuf| Settings {
+        tls: TlsFiles { ca: Some(ca.clone()), ..TlsFiles::default() },
+        ..settings(vec![endpoint.into()], 1000)
+    };
+    assert!(Client::new(with_ca("http://127.0.0.1:1", &missing)).is_ok());
+    let e = Client::new(with_ca("https://127.0.0.1:1", &missing)).err().unwrap();
+    assert!(
+        matches!(&e, Error::Settings { field, message } if field == "tls.ca" && message.contains("/nonexistent/ca.pem"))
+    );
+    assert!(e.to_string().starts_with("cluster.etcd.tls.ca: /nonexistent/ca.pem"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("ca.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let e = Client::new(with_ca("https://127.0.0.1:1", &not_pem)).err().unwrap();
+    assert!(matches!(&e, Error::Settings { field, .. } if field == "tls.ca"), "{e:?}");
+
+    let mut cert_only = with_ca("https://127.0.0.1:1", &PathBuf::from("/etc/ssl/certs/ca-certificates.crt"));
+    cert_only.tls.cert = Some(missing.clone());
+    let e = Client::new(cert_only).err().unwrap();
+    assert!(matches!(&e, Error::Settings { field, .. } if field == "tls.key"), "{e:?}");
+}
+
+#[test]
+fn other_settings_are_checked_in_new() {
+    let field = |s: Settings| match Client::new(s) {
+        Err(Error::Settings { field, .. }) => field,
+        other => panic!("{:?}", other.map(|_| ())),
+    };
+    assert_eq!(field(settings(vec![], 1000)), "endpoints");
+    assert_eq!(field(settings(vec!["http://a:1".into(), "a:2".into()], 1000)), "endpoints[1]");
+    assert_eq!(field(settings(vec!["http://a:1".into()], 0)), "timeout");
+    assert_eq!(
+        field(Settings { username: Some("u".into()), ..settings(vec!["http://a:1".into()], 1) }),
+        "passwordFile"
+    );
+}
+
+#[test]
+fn auth_with_password_and_cached_token() {
+    let mut etcd = TestEtcd::start();
+    etcd.enable_auth("alice", "secret");
+    let endpoint = etcd.endpoint();
+    let as_alice = |password: &str| Settings {
+        username: Some("alice".into()),
+        password: Some(password.into()),
+        ..settings(vec![endpoint.clone()], 5000)
+    };
+
+    let c = Client::new(as_alice("secret")).unwrap();
+    assert_eq!(c.token(), None);
+    put_all(&c, &[("k", "v")]);
+    assert_eq!(value(&c, "k").unwrap(), b"v");
+    assert_eq!(c.requests(), RequestCount { ranges: 1, txns: 1, writing_txns: 1, other: 1 });
+    let token = c.token().expect("a token after authenticating");
+
+    // The next process reuses the token: no authentication, etcd agrees.
+    let authenticated = etcd.handled()["Authenticate"];
+    let cached = Client::new(as_alice("secret")).unwrap().with_token(Some(token.clone()));
+    assert_eq!(value(&cached, "k").unwrap(), b"v");
+    assert_eq!(cached.requests(), RequestCount { ranges: 1, ..RequestCount::default() });
+    assert_eq!(etcd.handled()["Authenticate"], authenticated);
+
+    let e = Client::new(as_alice("wrong")).unwrap().range(&RangeRequest::key("k")).unwrap_err();
+    assert!(matches!(&e, Error::Refused { code: 3, message } if message.contains("authentication failed")), "{e:?}");
+    let e = Client::new(etcd.settings()).unwrap().range(&RangeRequest::key("k")).unwrap_err();
+    assert!(matches!(e, Error::Refused { .. }), "{e:?}");
+
+    // A token etcd does not know (here: lost with a restart) costs one new one.
+    etcd.restart();
+    let stale = Client::new(as_alice("secret")).unwrap().with_token(Some(token.clone()));
+    assert_eq!(value(&stale, "k").unwrap(), b"v");
+    // The refused range counts: etcd handled it.
+    assert_eq!(stale.requests(), RequestCount { ranges: 2, other: 1, ..RequestCount::default() });
+    assert_ne!(stale.token(), Some(token));
+    // A wrong password with a stale token is still refused, not retried forever.
+    let e = Client::new(as_alice("wrong")).unwrap().with_token(Some("bogus".into())).range(&RangeRequest::key("k"));
+    assert!(matches!(e, Err(Error::Refused { code: 3, .. })), "{e:?}");
+}
+
+#[test]
+fn parallel_etcds_do_not_collide() {
+    let handles: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let etcd = TestEtcd::start();
+                put_all(&etcd.client(), &[("who", &i.to_string())]);
+                (etcd.endpoint(), etcd.dump("who"))
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (i, (_, dump)) in results.iter().enumerate() {
+        assert_eq!(dump, &[("who".to_string(), i.to_string())]);
+    }
+    assert_ne!(results[0].0, results[1].0);
+}
+
+#[test]
+fn prefix_end_follows_etcd() {
+    assert_eq!(prefix_end(b"a/"), b"a0");
+    assert_eq!(prefix_end(b"a\xff"), b"b");
+    assert_eq!(prefix_end(b"a\xfe\xff\xff"), b"a\xff");
+    assert_eq!(prefix_end(b"\xff\xff"), b"\0");
+    assert_eq!(prefix_end(b""), b"\0");
+    assert_eq!(RangeRequest::prefix("x").range_end, Some(b"y".to_vec()));
+}

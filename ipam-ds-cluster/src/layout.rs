@@ -1,0 +1,178 @@
+//! The etcd key layout, version 1. Keys are text, readable with `etcdctl get
+//! --prefix`; values are JSON. A later layout gets a new version segment, so
+//! that two builds never read each other's records wrongly.
+//!
+//! ```text
+//! <prefix>/v1/<network>/<pool>/pool                  the pool's geometry (ranges, blockSize)
+//! <prefix>/v1/<network>/<pool>/blocks/<block>        {"node": …, "at": …}: the block is that node's
+//! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent, "node", "container", "ifname"}
+//! <prefix>/v1/<network>/<pool>/wanted                a node found no free address (lenders lend)
+//! ```
+//! `<block>` is the block's CIDR with `-` for `/` (`10.22.0.64-26`).
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use shared::pool::Pool;
+use shared::store::RecordKind;
+
+pub const VERSION: &str = "v1";
+
+/// The keys of one pool of one network.
+#[derive(Debug, Clone)]
+pub struct PoolKeys {
+    base: String,
+}
+
+impl PoolKeys {
+    pub fn new(prefix: &str, network: &str, pool: &str) -> PoolKeys {
+        PoolKeys { base: format!("{prefix}/{VERSION}/{network}/{pool}/") }
+    }
+
+    /// Everything of the pool.
+    pub fn all(&self) -> &str {
+        &self.base
+    }
+
+    pub fn definition(&self) -> String {
+        format!("{}pool", self.base)
+    }
+
+    pub fn blocks(&self) -> String {
+        format!("{}blocks/", self.base)
+    }
+
+    pub fn block(&self, block: &IpNet) -> String {
+        format!("{}blocks/{}", self.base, block_segment(block))
+    }
+
+    pub fn addresses(&self) -> String {
+        format!("{}addrs/", self.base)
+    }
+
+    pub fn block_addresses(&self, block: &IpNet) -> String {
+        format!("{}addrs/{}/", self.base, block_segment(block))
+    }
+
+    pub fn address(&self, block: &IpNet, address: IpAddr) -> String {
+        format!("{}{address}", self.block_addresses(block))
+    }
+
+    pub fn wanted(&self) -> String {
+        format!("{}wanted", self.base)
+    }
+
+    /// The block a key under [`PoolKeys::blocks`] names.
+    pub fn parse_block(&self, key: &[u8]) -> Option<IpNet> {
+        let key = std::str::from_utf8(key).ok()?;
+        parse_segment(key.strip_prefix(&self.blocks())?)
+    }
+
+    /// The block and address a key under [`PoolKeys::addresses`] names.
+    pub fn parse_address(&self, key: &[u8]) -> Option<(IpNet, IpAddr)> {
+        let key = std::str::from_utf8(key).ok()?;
+        let (block, address) = key.strip_prefix(&self.addresses())?.split_once('/')?;
+        Some((parse_segment(block)?, address.parse().ok()?))
+    }
+}
+
+fn block_segment(block: &IpNet) -> String {
+    format!("{}-{}", block.network(), block.prefix_len())
+}
+
+fn parse_segment(segment: &str) -> Option<IpNet> {
+    let (address, len) = segment.split_once('-')?;
+    IpNet::new(address.parse().ok()?, len.parse().ok()?).ok()
+}
+
+/// `blocks/<block>`: whose block it is. A block given back by `release-node`
+/// stays `released` (under an etcd lease) for as long as its former node
+/// may still allocate in it, and is claimable once the lease ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRecord {
+    pub node: String,
+    /// Unix seconds of the claim (or of the release).
+    pub at: i64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
+}
+
+/// `addrs/<block>/<ip>`: one address held apart from its block's owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressRecord {
+    pub kind: Kind,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ifname: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Static,
+    Borrowed,
+    Lent,
+}
+
+impl From<Kind> for RecordKind {
+    fn from(kind: Kind) -> RecordKind {
+        match kind {
+            Kind::Static => RecordKind::Static,
+            Kind::Borrowed => RecordKind::Borrowed,
+            Kind::Lent => RecordKind::Lent,
+        }
+    }
+}
+
+/// `pool`: what every node must agree on, or their blocks would overlap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRecord {
+    pub ranges: Vec<String>,
+    pub block_size: u8,
+}
+
+impl PoolRecord {
+    pub fn of(pool: &Pool, block_size: u8) -> PoolRecord {
+        PoolRecord {
+            ranges: pool.ranges.iter().map(|r| format!("{} {}-{}", r.subnet, r.range_start, r.range_end)).collect(),
+            block_size,
+        }
+    }
+}
+
+/// A record's JSON; records are plain structs, which always serialize.
+pub fn to_bytes<T: Serialize>(record: &T) -> Vec<u8> {
+    serde_json::to_vec(record).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_read_back_as_what_they_name() {
+        let keys = PoolKeys::new("/ipam-delegated", "blue-net", "blue");
+        let block: IpNet = "10.22.0.64/26".parse().unwrap();
+        assert_eq!(keys.block(&block), "/ipam-delegated/v1/blue-net/blue/blocks/10.22.0.64-26");
+        assert_eq!(keys.parse_block(keys.block(&block).as_bytes()), Some(block));
+        let addr: IpAddr = "10.22.0.70".parse().unwrap();
+        assert_eq!(keys.address(&block, addr), "/ipam-delegated/v1/blue-net/blue/addrs/10.22.0.64-26/10.22.0.70");
+        assert_eq!(keys.parse_address(keys.address(&block, addr).as_bytes()), Some((block, addr)));
+        let v6: IpNet = "fd00:22::40/122".parse().unwrap();
+        assert_eq!(keys.parse_block(keys.block(&v6).as_bytes()), Some(v6));
+        assert!(keys.block_addresses(&block).starts_with(&keys.addresses()));
+        assert!(!keys.block(&block).starts_with(&keys.addresses()));
+    }
+
+    #[test]
+    fn records_are_small_json() {
+        let r = AddressRecord { kind: Kind::Lent, node: "n1".into(), container: String::new(), ifname: String::new() };
+        assert_eq!(String::from_utf8(to_bytes(&r)).unwrap(), r#"{"kind":"lent","node":"n1"}"#);
+        let b = BlockRecord { node: "n1".into(), at: 5, released: false };
+        assert_eq!(String::from_utf8(to_bytes(&b)).unwrap(), r#"{"node":"n1","at":5}"#);
+    }
+}

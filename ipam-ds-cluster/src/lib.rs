@@ -1,0 +1,183 @@
+//! ipam-ds-cluster: the selection delegate that makes one address space span
+//! many nodes. Placed after ipam-ds-pool, it turns the cluster pools it is
+//! given into the blocks of them this node owns, claimed on etcd, and hands
+//! those to the allocators as `pools`, so that they allocate inside them from
+//! the node's own database. Addresses asked for by name are reserved
+//! cluster-wide first. DEL and GC release what this node recorded in etcd;
+//! STATUS says whether ADD can be served.
+
+pub mod blocks;
+pub mod etcd;
+pub mod layout;
+pub mod node;
+pub mod settings;
+
+use std::time::Duration;
+
+use shared::pool::{self, Pool};
+use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
+
+use node::Node;
+use settings::Settings;
+
+pub const ABOUT: About = About {
+    name: "ipam-ds-cluster",
+    version: env!("CARGO_PKG_VERSION"),
+    summary: "IPAM selection delegate: this node's blocks of cluster-wide pools, claimed on etcd",
+};
+
+/// ipam-delegated's default per-delegate timeout: an ADD that saw a block
+/// as this node's can still be allocating in it for about three of them.
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ClusterSelector;
+
+impl Plugin for ClusterSelector {
+    fn add(&self, req: &Request) -> Result<Reply> {
+        let settings = Settings::from_config(&req.config)?;
+        let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
+        let attachment = req.attachment()?;
+        let requests = suite_delegate::requested_addresses(req, &pools)?;
+        let mut store = suite_delegate::open_store(req)?;
+        let node = Node::new(&settings, &attachment.network, &mut store)?;
+        node.settle(&mut store, settle_time(req));
+        let views = node.add(&mut store, &pools, &attachment, &requests, &result);
+        node.finish(&mut store);
+        let views = views?;
+        tracing::debug!("this node's view of the cluster pools: {}", pool::names(&views));
+        result.pools = Some(views.iter().map(Pool::to_json).collect());
+        suite_delegate::answer_add(req, ABOUT.name, result, "selects blocks but hands out no address")
+    }
+
+    /// Releases the attachment's records in etcd (a rollback only those of
+    /// its ADD); one that cannot reach etcd is finished by a later call.
+    fn del(&self, req: &Request) -> Result<Reply> {
+        let attachment = req.attachment()?;
+        let mut store = suite_delegate::open_store(req)?;
+        let records = store.read(|tx| tx.node_records_of(&attachment))?;
+        let records: Vec<_> = match &req.env.stack.rollback_of {
+            Some(add_id) => records.into_iter().filter(|r| r.added_by.as_deref() == Some(add_id)).collect(),
+            None => records,
+        };
+        match Settings::from_config(&req.config) {
+            Ok(settings) => {
+                let node = Node::new(&settings, &attachment.network, &mut store)?;
+                node.release(&mut store, &records)?;
+                node.settle(&mut store, settle_time(req));
+                node.finish(&mut store);
+            }
+            Err(e) => {
+                // DEL must succeed: what cannot be released now is marked,
+                // and a call with usable settings releases it.
+                tracing::warn!("cluster records stay to be released: {e}");
+                let pending: Vec<_> = records.iter().map(|r| r.key.clone()).collect();
+                store.write(|tx| {
+                    pending
+                        .iter()
+                        .try_for_each(|key| tx.set_node_record_state(key, shared::store::RecordState::Releasing))
+                })?;
+            }
+        }
+        suite_delegate::pass_through(req)
+    }
+
+    /// The attachment's records in etcd must still be as this node wrote them.
+    fn check(&self, req: &Request) -> Result<Reply> {
+        let settings = Settings::from_config(&req.config)?;
+        let attachment = req.attachment()?;
+        let mut store = suite_delegate::open_store(req)?;
+        let records = store.read(|tx| tx.node_records_of(&attachment))?;
+        if records.is_empty() {
+            return Ok(Reply::Nothing);
+        }
+        let node = Node::new(&settings, &attachment.network, &mut store)?;
+        for r in &records {
+            let found = node.etcd.range(&etcd::RangeRequest::key(r.key.clone())).map_err(node::etcd_error)?;
+            if found.kvs.first().map(|kv| kv.value.as_slice()) != Some(r.value.as_bytes()) {
+                return Err(CniError::new(
+                    Code::NotRecorded,
+                    format!("address {} is not recorded for this attachment in the cluster", r.address),
+                )
+                .with_details(format!("etcd key {}", r.key)));
+            }
+        }
+        node.finish(&mut store);
+        Ok(Reply::Nothing)
+    }
+
+    /// Releases the records of attachments that are gone, finishes pending
+    /// releases, and retires blocks that have stayed empty.
+    fn gc(&self, req: &Request) -> Result<Reply> {
+        let valid = req.config.valid_attachments()?;
+        let settings = Settings::from_config(&req.config)?;
+        let network = req.config.name()?;
+        let mut store = suite_delegate::open_store(req)?;
+        let node = Node::new(&settings, network, &mut store)?;
+        let stale: Vec<_> = store
+            .read(|tx| tx.node_records(network))?
+            .into_iter()
+            .filter(|r| !valid.contains(&(r.owner.container_id.clone(), r.owner.ifname.clone())))
+            .collect();
+        node.release(&mut store, &stale)?;
+        node.retire_empty_blocks(&mut store)?;
+        node.settle(&mut store, settle_time(req));
+        node.finish(&mut store);
+        Ok(Reply::Nothing)
+    }
+
+    /// Ready when etcd answers, or when it does not but a block confirmed
+    /// within offlineGrace still has room.
+    fn status(&self, req: &Request) -> Result<Reply> {
+        let settings = Settings::from_config(&req.config)?;
+        let network = req.config.name()?;
+        let mut store = suite_delegate::usable_store(req)?;
+        let node = Node::new(&settings, network, &mut store)?;
+        let Err(unreachable) = node.reachable() else {
+            node.finish(&mut store);
+            return Ok(Reply::Nothing);
+        };
+        let pools = pool::all_pools(&req.config)?;
+        let oldest = shared::store::unix_now() - settings.offline_grace.as_secs() as i64;
+        let room = store.read(|tx| {
+            for p in &pools {
+                let g = blocks::Geometry::of(p);
+                let owned: Vec<_> = tx
+                    .node_blocks(network, &p.name)?
+                    .into_iter()
+                    .filter(|b| b.state == shared::store::BlockState::Owned && b.confirmed >= oldest)
+                    .collect();
+                let nets: Vec<_> = owned.iter().map(|b| b.block).collect();
+                let taken: Vec<_> = owned.iter().flat_map(|b| b.taken.iter().copied()).collect();
+                if let Some(view) = g.node_view(&nets, &[], &taken) {
+                    let cursor = tx.registered_pool(network, &view.name)?.and_then(|r| r.cursor);
+                    if view.find_free(cursor, tx)?.is_some() {
+                        return Ok(true);
+                    }
+                }
+            }
+            Ok(false)
+        })?;
+        if room {
+            tracing::warn!(
+                "etcd is unreachable ({unreachable}); ADD is served from blocks confirmed within offlineGrace"
+            );
+            return Ok(Reply::Nothing);
+        }
+        Err(CniError::new(
+            Code::NotReady,
+            format!(
+                "etcd is unreachable and no block of this node confirmed within offlineGrace has room: {unreachable}"
+            ),
+        ))
+    }
+}
+
+/// How long a block being given back waits: while it does, an ADD that saw
+/// it as this node's may still be allocating in it.
+fn settle_time(req: &Request) -> Duration {
+    let timeout = req.config.ipam().ok().and_then(|ipam| ipam.timeout).map_or(DEFAULT_CALL_TIMEOUT, |s| s.0);
+    timeout * 3
+}
+
+/// This plugin, as the multicall program runs it by name.
+pub const BUILTIN: Builtin = Builtin { about: ABOUT, plugin: &ClusterSelector };

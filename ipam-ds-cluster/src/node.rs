@@ -1,0 +1,818 @@
+//! This node in the cluster: its blocks and address records, kept in step
+//! between etcd (what the cluster holds) and the node database (what this
+//! node holds inside its blocks, and which etcd records are its own).
+//!
+//! The rule that makes a kill -9 harmless: a node database row names every
+//! etcd record of this node before etcd has it (an address record is written
+//! `writing` first) or is recovered from etcd (a block claimed just before a
+//! kill is adopted at the next claim, which reads every block's owner); a row
+//! goes only after its etcd record is deleted. So nothing in etcd is this
+//! node's without the node knowing, and DEL, GC and `release-node` find it.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use shared::addr::Family;
+use shared::args::Attachment;
+use shared::pool::Pool;
+use shared::result::IpamResult;
+use shared::store::{unix_now, BlockState, NodeBlock, NodeRecord, RecordState, StoreHandle, Tx};
+use shared::{CniError, Code, Result};
+
+use crate::blocks::Geometry;
+use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
+use crate::layout::{to_bytes, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
+use crate::settings::Settings;
+
+/// How many unclaimed blocks one call tries before reading the pool again.
+const CLAIM_ATTEMPTS: usize = 4;
+/// How many times a call reads the pool's blocks while others claim them.
+const CLAIM_ROUNDS: usize = 3;
+const TOKEN_NOTE: &str = "etcd-token";
+
+/// A node of the cluster, for one call on one network.
+pub struct Node<'s> {
+    pub settings: &'s Settings,
+    pub network: String,
+    pub etcd: etcd::Client,
+    /// The auth token the call started with, to save a new one once.
+    cached_token: Option<String>,
+}
+
+/// Every claimed block of a pool, with its record and key.
+type Owners = HashMap<IpNet, (BlockRecord, Kv)>;
+
+/// What etcd said of this node's blocks of one pool.
+struct Confirmed {
+    /// Blocks still ours, with what others hold in them.
+    ours: Vec<NodeBlock>,
+    /// Blocks etcd no longer shows as ours.
+    lost: Vec<(NodeBlock, String)>,
+}
+
+impl<'s> Node<'s> {
+    /// The client, with the auth token an earlier call saved.
+    pub fn new(settings: &'s Settings, network: &str, store: &mut StoreHandle) -> Result<Node<'s>> {
+        let cached_token = match &settings.etcd.username {
+            Some(_) => store.read(|tx| tx.note(TOKEN_NOTE))?,
+            None => None,
+        };
+        let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
+        Ok(Node { settings, network: network.to_string(), etcd, cached_token })
+    }
+
+    pub fn keys(&self, pool: &str) -> PoolKeys {
+        PoolKeys::new(&self.settings.prefix, &self.network, pool)
+    }
+
+    /// Saves a new auth token for the next call (authenticating is slow).
+    pub fn finish(&self, store: &mut StoreHandle) {
+        let token = self.etcd.token();
+        if token.is_some() && token != self.cached_token {
+            if let Err(e) = store.write(|tx| tx.set_note(TOKEN_NOTE, token.as_deref().unwrap_or_default())) {
+                tracing::warn!("the etcd token is not kept for the next call: {e}");
+            }
+        }
+        let count = self.etcd.requests();
+        tracing::debug!(
+            "etcd requests: {} range, {} txn ({} writing), {} other",
+            count.ranges,
+            count.txns,
+            count.writing_txns,
+            count.other
+        );
+    }
+
+    /// ADD's part: reserves the addresses asked for by name, makes sure each
+    /// family that needs an address has room in some pool (claiming a block
+    /// when this node's are full), and returns the pools as this node's
+    /// allocators must see them.
+    pub fn add(
+        &self,
+        store: &mut StoreHandle,
+        pools: &[Pool],
+        who: &Attachment,
+        requests: &[IpAddr],
+        prev: &IpamResult,
+    ) -> Result<Vec<Pool>> {
+        let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
+        for &address in requests {
+            self.reserve_static(store, &geometries, address, who)?;
+        }
+        let (mut blocks, records, held) = store.read(|tx| {
+            let blocks = pools.iter().map(|p| tx.node_blocks(&self.network, &p.name)).collect::<Result<Vec<_>>>()?;
+            Ok((blocks, tx.node_records_of(who)?, tx.leases_of(who)?))
+        })?;
+        for pool_blocks in &mut blocks {
+            pool_blocks.retain(|b| b.state == BlockState::Owned);
+        }
+        let offline = match self.confirm(&geometries, &blocks) {
+            Ok(confirmed) => {
+                self.record_confirmed(store, &mut blocks, confirmed)?;
+                None
+            }
+            Err(etcd::Error::Unavailable(why)) => {
+                let oldest = unix_now() - self.settings.offline_grace.as_secs() as i64;
+                for pool_blocks in &mut blocks {
+                    pool_blocks.retain(|b| b.confirmed >= oldest);
+                }
+                tracing::warn!(
+                    "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
+                    self.settings.offline_grace.as_secs()
+                );
+                Some(why)
+            }
+            Err(e) => return Err(etcd_error(e)),
+        };
+        let singles = |pool: &Pool| -> Vec<IpAddr> {
+            let mut singles: Vec<IpAddr> = records
+                .iter()
+                .filter(|r| r.pool == pool.name && r.state != RecordState::Releasing)
+                .map(|r| r.address)
+                .collect();
+            singles.extend(held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
+            singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
+            singles
+        };
+        let view = |i: usize, blocks: &[Vec<NodeBlock>]| -> Option<Pool> {
+            let g = &geometries[i];
+            let own: Vec<IpNet> = blocks[i].iter().map(|b| b.block).collect();
+            let taken: Vec<IpAddr> = blocks[i].iter().flat_map(|b| b.taken.iter().copied()).collect();
+            g.node_view(&own, &singles(g.pool), &taken)
+        };
+        for family in needed_families(pools, prev, requests, &held) {
+            let mut needs_etcd = false;
+            let mut found = false;
+            for i in (0..pools.len()).filter(|&i| pools[i].family() == family) {
+                if let Some(v) = view(i, &blocks) {
+                    if has_room(store, &self.network, &v)? {
+                        found = true;
+                        break;
+                    }
+                }
+                if offline.is_some() {
+                    needs_etcd = true;
+                    continue;
+                }
+                if self.claim(store, &geometries[i], &mut blocks[i])? {
+                    found = true;
+                    break;
+                }
+            }
+            if !found {
+                let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
+                return Err(match (&offline, needs_etcd) {
+                    (Some(why), true) => CniError::new(
+                        Code::TryAgainLater,
+                        format!(
+                            "etcd is unreachable and no {family} block of this node confirmed within offlineGrace \
+                             has a free address (cluster pools {names}): {why}"
+                        ),
+                    ),
+                    _ => CniError::new(
+                        Code::NoFreeAddress,
+                        format!(
+                            "no free {family} address in the cluster pools ({names}): this node's blocks are full \
+                             and no block is left to claim"
+                        ),
+                    ),
+                });
+            }
+        }
+        Ok((0..pools.len()).filter_map(|i| view(i, &blocks)).collect())
+    }
+
+    /// One etcd read for every block this node uses: its record (still
+    /// ours?) and the addresses others hold in it.
+    fn confirm(
+        &self,
+        geometries: &[Geometry],
+        blocks: &[Vec<NodeBlock>],
+    ) -> std::result::Result<Vec<Confirmed>, etcd::Error> {
+        let mut txn = Txn::default();
+        for (g, pool_blocks) in geometries.iter().zip(blocks) {
+            let keys = self.keys(&g.pool.name);
+            for b in pool_blocks {
+                txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block))));
+                txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))));
+            }
+        }
+        let mut responses =
+            if txn.success.is_empty() { Vec::new().into_iter() } else { self.etcd.txn(&txn)?.responses.into_iter() };
+        let mut confirmed = Vec::with_capacity(blocks.len());
+        for pool_blocks in blocks {
+            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new() };
+            for b in pool_blocks {
+                let (Some(OpResponse::Range(record)), Some(OpResponse::Range(addresses))) =
+                    (responses.next(), responses.next())
+                else {
+                    return Err(etcd::Error::Protocol("a txn of ranges answered with other responses".into()));
+                };
+                match self.ours(record.kvs.first(), b.revision) {
+                    Ok(revision) => {
+                        let taken = self.taken(&addresses.kvs);
+                        c.ours.push(NodeBlock { revision, taken, ..b.clone() });
+                    }
+                    Err(why) => c.lost.push((b.clone(), why)),
+                }
+            }
+            confirmed.push(c);
+        }
+        Ok(confirmed)
+    }
+
+    /// The revision of our claim if `kv` (a block key) shows the block ours;
+    /// otherwise why not.
+    fn ours(&self, kv: Option<&Kv>, revision: i64) -> std::result::Result<i64, String> {
+        let Some(kv) = kv else { return Err("it is no longer claimed (released by an operator?)".into()) };
+        match serde_json::from_slice::<BlockRecord>(&kv.value) {
+            Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", r.node, r.at)),
+            Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", r.node)),
+            Ok(_) if revision != 0 && kv.create_revision != revision => {
+                Err(format!("it was claimed again (revision {} instead of {revision})", kv.create_revision))
+            }
+            Ok(_) => Ok(kv.create_revision),
+            Err(e) => Err(format!("its record does not read ({e})")),
+        }
+    }
+
+    /// Addresses of a block that other nodes (or other attachments through
+    /// records) hold: every address record not written by this node.
+    fn taken(&self, kvs: &[Kv]) -> Vec<IpAddr> {
+        kvs.iter()
+            .filter_map(|kv| {
+                let record: AddressRecord = serde_json::from_slice(&kv.value).ok()?;
+                let address = std::str::from_utf8(&kv.key).ok()?.rsplit('/').next()?.parse().ok()?;
+                (record.node != self.settings.node).then_some(address)
+            })
+            .collect()
+    }
+
+    /// Writes what the confirmation changed: lost blocks go, and a block's
+    /// confirmation time is refreshed when it has aged a tenth of
+    /// offlineGrace (so the steady state rarely writes).
+    fn record_confirmed(
+        &self,
+        store: &mut StoreHandle,
+        blocks: &mut [Vec<NodeBlock>],
+        confirmed: Vec<Confirmed>,
+    ) -> Result<()> {
+        let now = unix_now();
+        let refresh = (self.settings.offline_grace.as_secs() as i64 / 10).max(1);
+        let mut changes: Vec<NodeBlock> = Vec::new();
+        let mut lost: Vec<NodeBlock> = Vec::new();
+        for (pool_blocks, c) in blocks.iter_mut().zip(confirmed) {
+            for (before, mut now_block) in pool_blocks.iter().zip(c.ours.clone()) {
+                if now - before.confirmed >= refresh
+                    || before.taken != now_block.taken
+                    || before.revision != now_block.revision
+                {
+                    now_block.confirmed = now;
+                    changes.push(now_block);
+                }
+            }
+            for (b, why) in &c.lost {
+                tracing::warn!(
+                    "block {} of pool {} is no longer this node's: {why}; it is not used again",
+                    b.block,
+                    b.pool
+                );
+                lost.push(b.clone());
+            }
+            *pool_blocks = c.ours;
+        }
+        if changes.is_empty() && lost.is_empty() {
+            return Ok(());
+        }
+        store.write(|tx| {
+            for b in &changes {
+                tx.put_node_block(b)?;
+            }
+            for b in &lost {
+                tx.drop_node_block(&b.network, &b.pool, &b.block)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Claims a block of `g`'s pool for this node, unless another process of
+    /// this node has just done so: claims are made holding the node
+    /// database's lock, so concurrent ADDs of one node claim one block, not
+    /// one each. True when the node has a block with room afterwards.
+    fn claim(&self, store: &mut StoreHandle, g: &Geometry, mine: &mut Vec<NodeBlock>) -> Result<bool> {
+        let keys = self.keys(&g.pool.name);
+        let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
+        let network = self.network.clone();
+        let claimed = store.write(|tx| {
+            let now_mine: Vec<NodeBlock> =
+                tx.node_blocks(&network, &g.pool.name)?.into_iter().filter(|b| b.state == BlockState::Owned).collect();
+            if now_mine.iter().any(|b| !mine.iter().any(|m| m.block == b.block)) {
+                let blocks: Vec<IpNet> = now_mine.iter().map(|b| b.block).collect();
+                let taken: Vec<IpAddr> = now_mine.iter().flat_map(|b| b.taken.iter().copied()).collect();
+                if let Some(view) = g.node_view(&blocks, &[], &taken) {
+                    if has_room_in(tx, &network, &view)? {
+                        tracing::debug!("another call of this node claimed a block of pool {} meanwhile", g.pool.name);
+                        return Ok(Some(now_mine));
+                    }
+                }
+            }
+            for _ in 0..CLAIM_ROUNDS {
+                let (definition_kv, owners) = self.read_pool(&keys, &definition, g)?;
+                let adopted: Vec<(IpNet, i64)> = owners
+                    .iter()
+                    .filter(|(block, (r, _))| {
+                        r.node == self.settings.node && !r.released && !now_mine.iter().any(|b| b.block == **block)
+                    })
+                    .map(|(block, (_, kv))| (*block, kv.create_revision))
+                    .collect();
+                if let Some(&(block, revision)) = adopted.first() {
+                    // Claimed by a call of this node killed before it wrote
+                    // it down: the node takes it back (its addresses are read
+                    // at the next confirmation, before any is handed out).
+                    tracing::warn!(
+                        "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
+                        g.pool.name
+                    );
+                    let taken = self.block_addresses(&keys, &block)?;
+                    let b = self.owned_block(g, block, revision, taken);
+                    tx.put_node_block(&b)?;
+                    return Ok(Some(now_mine.into_iter().chain([b]).collect()));
+                }
+                let free: Vec<IpNet> = g
+                    .claim_order(&self.settings.node)
+                    .filter(|b| !owners.contains_key(b))
+                    .take(CLAIM_ATTEMPTS)
+                    .collect();
+                if free.is_empty() {
+                    return Ok(None);
+                }
+                for block in free {
+                    if let Some(b) = self.claim_one(&keys, g, block, &definition, definition_kv.as_ref())? {
+                        tx.put_node_block(&b)?;
+                        tracing::info!("claimed block {block} of pool {}", g.pool.name);
+                        return Ok(Some(now_mine.into_iter().chain([b]).collect()));
+                    }
+                    tracing::debug!("block {block} of pool {} was claimed by another node first", g.pool.name);
+                }
+            }
+            Err(CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "pool {}: every block this node tried was claimed by another node first: try again",
+                    g.pool.name
+                ),
+            ))
+        })?;
+        match claimed {
+            Some(now_mine) => {
+                *mine = now_mine;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The pool's definition in etcd (refusing one that differs from ours:
+    /// nodes cutting a pool differently would hand out overlapping blocks)
+    /// and every block with its owner.
+    fn read_pool(&self, keys: &PoolKeys, definition: &[u8], g: &Geometry) -> Result<(Option<Kv>, Owners)> {
+        let txn = Txn {
+            success: vec![
+                Op::Range(RangeRequest::key(keys.definition())),
+                Op::Range(RangeRequest::prefix(keys.blocks())),
+            ],
+            ..Txn::default()
+        };
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        let mut responses = answer.responses.into_iter();
+        let (Some(OpResponse::Range(def)), Some(OpResponse::Range(blocks))) = (responses.next(), responses.next())
+        else {
+            return Err(etcd_error(etcd::Error::Protocol("a txn of ranges answered with other responses".into())));
+        };
+        let definition_kv = def.kvs.into_iter().next();
+        if let Some(kv) = &definition_kv {
+            check_definition(kv, definition, g, &keys.definition())?;
+        }
+        let owners = blocks
+            .kvs
+            .into_iter()
+            .filter_map(|kv| {
+                let block = keys.parse_block(&kv.key)?;
+                let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok()?;
+                Some((block, (record, kv)))
+            })
+            .collect();
+        Ok((definition_kv, owners))
+    }
+
+    /// One claim: the block key created if absent, with the pool's
+    /// definition unchanged (or created with it); reads the addresses others
+    /// already hold in it in the same transaction.
+    fn claim_one(
+        &self,
+        keys: &PoolKeys,
+        g: &Geometry,
+        block: IpNet,
+        definition: &[u8],
+        known: Option<&Kv>,
+    ) -> Result<Option<NodeBlock>> {
+        let record = BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false };
+        let mut txn = Txn {
+            compare: vec![Compare::absent(keys.block(&block))],
+            success: vec![
+                Op::Put { key: keys.block(&block).into_bytes(), value: to_bytes(&record), lease: 0 },
+                Op::Range(RangeRequest::prefix(keys.block_addresses(&block))),
+            ],
+            failure: vec![Op::Range(RangeRequest::key(keys.definition()))],
+        };
+        match known {
+            Some(kv) => txn.compare.push(Compare::mod_revision_is(keys.definition(), kv.mod_revision)),
+            None => {
+                txn.compare.push(Compare::absent(keys.definition()));
+                txn.success.push(Op::Put { key: keys.definition().into_bytes(), value: definition.to_vec(), lease: 0 });
+            }
+        }
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        if !answer.succeeded {
+            if let Some(OpResponse::Range(def)) = answer.responses.first() {
+                if let Some(kv) = def.kvs.first() {
+                    check_definition(kv, definition, g, &keys.definition())?;
+                }
+            }
+            return Ok(None);
+        }
+        let taken = match answer.responses.get(1) {
+            Some(OpResponse::Range(addresses)) => self.taken(&addresses.kvs),
+            _ => Vec::new(),
+        };
+        Ok(Some(self.owned_block(g, block, answer.revision, taken)))
+    }
+
+    fn owned_block(&self, g: &Geometry, block: IpNet, revision: i64, taken: Vec<IpAddr>) -> NodeBlock {
+        let now = unix_now();
+        NodeBlock {
+            network: self.network.clone(),
+            pool: g.pool.name.clone(),
+            block,
+            state: BlockState::Owned,
+            revision,
+            confirmed: now,
+            taken,
+            since: now,
+        }
+    }
+
+    fn block_addresses(&self, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
+        let answer = self.etcd.range(&RangeRequest::prefix(keys.block_addresses(block))).map_err(etcd_error)?;
+        Ok(self.taken(&answer.kvs))
+    }
+
+    /// Reserves `address` cluster-wide for `who`: its record is created in
+    /// etcd if absent, and only while its block is this node's or nobody's.
+    /// Error 101 names the attachment or node that holds it.
+    fn reserve_static(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        address: IpAddr,
+        who: &Attachment,
+    ) -> Result<()> {
+        // Not in a cluster pool: ipam-da-static reports it (102).
+        let Some(g) = geometries.iter().find(|g| g.pool.check_static(address).is_ok()) else { return Ok(()) };
+        let keys = self.keys(&g.pool.name);
+        let block = g.block_of(address);
+        let key = keys.address(&block, address);
+        let value = String::from_utf8(to_bytes(&AddressRecord {
+            kind: Kind::Static,
+            node: self.settings.node.clone(),
+            container: who.container_id.clone(),
+            ifname: who.ifname.clone(),
+        }))
+        .unwrap_or_default();
+        let own_block = store.read(|tx| {
+            Ok(tx
+                .node_blocks(&self.network, &g.pool.name)?
+                .into_iter()
+                .find(|b| b.block == block && b.state == BlockState::Owned))
+        })?;
+        let row = NodeRecord {
+            key: key.clone(),
+            value: value.clone(),
+            pool: g.pool.name.clone(),
+            address,
+            kind: Kind::Static.into(),
+            owner: who.clone(),
+            added_by: None,
+            state: RecordState::Writing,
+        };
+        // Written down before etcd has it: a kill after the etcd write leaves
+        // a row that DEL and GC release.
+        store.write(|tx| tx.put_node_record(&row))?;
+        let block_compare = match &own_block {
+            Some(b) => Compare::CreateRevision {
+                key: keys.block(&block).into_bytes(),
+                cmp: etcd::Cmp::Equal,
+                revision: b.revision,
+            },
+            None => Compare::absent(keys.block(&block)),
+        };
+        let txn = Txn {
+            compare: vec![Compare::absent(key.clone()), block_compare],
+            success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
+            failure: vec![Op::Range(RangeRequest::key(key.clone())), Op::Range(RangeRequest::key(keys.block(&block)))],
+        };
+        let answer = match self.etcd.txn(&txn) {
+            Ok(answer) => answer,
+            Err(e) => {
+                store.write(|tx| tx.drop_node_record(&key))?;
+                return Err(etcd_error(e));
+            }
+        };
+        if answer.succeeded {
+            tracing::info!("reserved {address} of pool {} cluster-wide", g.pool.name);
+            return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
+        }
+        let mut failure = answer.responses.into_iter();
+        let holder = match failure.next() {
+            Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
+            _ => None,
+        };
+        let owner = match failure.next() {
+            Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
+            _ => None,
+        };
+        if let Some(kv) = &holder {
+            if kv.value == value.as_bytes() {
+                tracing::debug!("{address} is already reserved for this attachment");
+                return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
+            }
+        }
+        store.write(|tx| tx.drop_node_record(&key))?;
+        let why = match (holder, owner) {
+            (Some(kv), _) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
+                Ok(r) if r.kind == Kind::Lent => format!("node {} has lent it out", r.node),
+                Ok(r) => format!(
+                    "it is held ({}) on node {} by container {} interface {}",
+                    kind_name(r.kind),
+                    r.node,
+                    r.container,
+                    r.ifname
+                ),
+                Err(_) => format!("etcd key {key} holds it"),
+            },
+            (None, Some(kv)) => match serde_json::from_slice::<BlockRecord>(&kv.value) {
+                Ok(r) if r.node == self.settings.node => {
+                    return Err(CniError::new(
+                        Code::TryAgainLater,
+                        format!(
+                            "block {block} of pool {} changed while {address} was being reserved: try again",
+                            g.pool.name
+                        ),
+                    ))
+                }
+                Ok(r) => format!("it lies in block {block}, which node {} owns", r.node),
+                Err(_) => format!("it lies in block {block}, which another node owns"),
+            },
+            (None, None) => {
+                return Err(CniError::new(
+                    Code::TryAgainLater,
+                    format!(
+                        "block {block} of pool {} changed while {address} was being reserved: try again",
+                        g.pool.name
+                    ),
+                ))
+            }
+        };
+        Err(CniError::new(
+            Code::AddressInUse,
+            format!("requested address {address} is in use elsewhere in the cluster: {why}"),
+        )
+        .with_details(format!("network {:?}, pool {}", self.network, g.pool.name)))
+    }
+
+    /// Deletes these records from etcd (each only while it is still ours)
+    /// and then from the node database. They are marked `releasing` first:
+    /// when etcd cannot be reached they stay so, and a later call finishes.
+    /// Never fails on etcd: a DEL must succeed.
+    pub fn release(&self, store: &mut StoreHandle, records: &[NodeRecord]) -> Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        store.write(|tx| records.iter().try_for_each(|r| tx.set_node_record_state(&r.key, RecordState::Releasing)))?;
+        let all = Txn {
+            compare: records.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
+            success: records.iter().map(|r| Op::Delete { key: r.key.clone().into_bytes(), range_end: None }).collect(),
+            failure: Vec::new(),
+        };
+        let done: Vec<&NodeRecord> = match self.etcd.txn(&all) {
+            Ok(answer) if answer.succeeded => records.iter().collect(),
+            // One of them is no longer as we wrote it: one by one.
+            Ok(_) => records.iter().filter(|r| self.release_one(r)).collect(),
+            Err(e) => {
+                tracing::warn!("{} cluster record(s) stay to be released when etcd answers: {e}", records.len());
+                Vec::new()
+            }
+        };
+        store.write(|tx| done.iter().try_for_each(|r| tx.drop_node_record(&r.key)))?;
+        for r in done {
+            tracing::info!("released {} ({}) of pool {} in the cluster", r.address, r.kind.as_str(), r.pool);
+        }
+        Ok(())
+    }
+
+    /// True when the record is gone from etcd, or is no longer ours to delete.
+    fn release_one(&self, r: &NodeRecord) -> bool {
+        let txn = Txn {
+            compare: vec![Compare::value_is(r.key.clone(), r.value.clone())],
+            success: vec![Op::Delete { key: r.key.clone().into_bytes(), range_end: None }],
+            failure: Vec::new(),
+        };
+        match self.etcd.txn(&txn) {
+            Ok(answer) => {
+                if !answer.succeeded {
+                    tracing::warn!("{} is no longer this node's record for {}: left as it is", r.key, r.address);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!("{} stays to be released when etcd answers: {e}", r.key);
+                false
+            }
+        }
+    }
+
+    /// Finishes what earlier calls could not: releases that did not reach
+    /// etcd, and blocks being given back once no call can still be
+    /// allocating in them. Best effort: a failure waits for the next call.
+    pub fn settle(&self, store: &mut StoreHandle, settle_time: Duration) {
+        let pending = store.read(|tx| {
+            let records: Vec<NodeRecord> = tx
+                .unsettled_node_records()?
+                .into_iter()
+                .filter(|r| r.state == RecordState::Releasing && r.owner.network == self.network)
+                .collect();
+            let blocks: Vec<NodeBlock> = tx
+                .all_node_blocks()?
+                .into_iter()
+                .filter(|b| b.state == BlockState::Releasing && b.network == self.network)
+                .collect();
+            Ok((records, blocks))
+        });
+        let (records, blocks) = match pending {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::warn!("cannot read what is left to settle with etcd: {e}");
+                return;
+            }
+        };
+        if let Err(e) = self.release(store, &records) {
+            tracing::warn!("releases left for a later call: {e}");
+        }
+        let due = unix_now() - settle_time.as_secs() as i64;
+        for b in blocks.into_iter().filter(|b| b.since <= due) {
+            if let Err(e) = self.give_back(store, &b) {
+                tracing::warn!("block {} of pool {} is given back later: {e}", b.block, b.pool);
+            }
+        }
+    }
+
+    /// GC's part for blocks: a block with no lease in it for
+    /// `empty_block_hold` stops being handed to the allocators
+    /// (`releasing`); [`Node::settle`] gives it back later.
+    pub fn retire_empty_blocks(&self, store: &mut StoreHandle) -> Result<()> {
+        let now = unix_now();
+        let hold = self.settings.empty_block_hold.as_secs() as i64;
+        let network = self.network.clone();
+        store.write(|tx| {
+            for mut b in
+                tx.all_node_blocks()?.into_iter().filter(|b| b.network == network && b.state == BlockState::Owned)
+            {
+                let leases = tx.count_leases(b.block.network(), b.block.broadcast())?;
+                if leases > 0 || has_records_in(tx, &network, &b.block)? {
+                    if now - b.since >= 1 {
+                        b.since = now;
+                        tx.put_node_block(&b)?;
+                    }
+                } else if now - b.since >= hold {
+                    tracing::info!("block {} of pool {} has been empty for {hold}s: it is given back", b.block, b.pool);
+                    b.state = BlockState::Releasing;
+                    b.since = now;
+                    tx.put_node_block(&b)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Deletes a `releasing` block from etcd (only our claim of it), unless a
+    /// lease appeared in it meanwhile, which makes it owned again.
+    fn give_back(&self, store: &mut StoreHandle, b: &NodeBlock) -> Result<()> {
+        let keys = self.keys(&b.pool);
+        store.write(|tx| {
+            if tx.count_leases(b.block.network(), b.block.broadcast())? > 0 {
+                tracing::info!("block {} of pool {} holds a lease again: kept", b.block, b.pool);
+                return tx.put_node_block(&NodeBlock { state: BlockState::Owned, since: unix_now(), ..b.clone() });
+            }
+            let txn = Txn {
+                compare: vec![Compare::CreateRevision {
+                    key: keys.block(&b.block).into_bytes(),
+                    cmp: etcd::Cmp::Equal,
+                    revision: b.revision,
+                }],
+                success: vec![Op::Delete { key: keys.block(&b.block).into_bytes(), range_end: None }],
+                failure: Vec::new(),
+            };
+            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            if answer.succeeded {
+                tracing::info!("gave block {} of pool {} back to the cluster", b.block, b.pool);
+            } else {
+                tracing::warn!("block {} of pool {} was no longer this node's claim", b.block, b.pool);
+            }
+            tx.drop_node_block(&b.network, &b.pool, &b.block)
+        })
+    }
+
+    /// STATUS: whether etcd answers (a one-key read).
+    pub fn reachable(&self) -> std::result::Result<(), etcd::Error> {
+        let probe = RangeRequest { limit: 1, ..RangeRequest::prefix(format!("{}/", self.settings.prefix)).keys_only() };
+        self.etcd.range(&probe).map(drop)
+    }
+}
+
+/// Whether some record of this node's attachments lies in `block`.
+fn has_records_in(tx: &Tx, network: &str, block: &IpNet) -> Result<bool> {
+    Ok(tx.node_records(network)?.iter().any(|r| block.contains(&r.address)))
+}
+
+/// The families among the pools that the allocators still have to find an
+/// address for: none yet in the result, none asked for by name, none held.
+fn needed_families(
+    pools: &[Pool],
+    prev: &IpamResult,
+    requests: &[IpAddr],
+    held: &[shared::store::Lease],
+) -> Vec<Family> {
+    let mut families: Vec<Family> = Vec::new();
+    for pool in pools {
+        let family = pool.family();
+        let satisfied = prev.has_family(family)
+            || requests.iter().any(|a| Family::of(*a) == family)
+            || held.iter().any(|l| Family::of(l.address) == family && pools.iter().any(|p| p.name == l.pool));
+        if !satisfied && !families.contains(&family) {
+            families.push(family);
+        }
+    }
+    families
+}
+
+fn has_room(store: &mut StoreHandle, network: &str, view: &Pool) -> Result<bool> {
+    store.read(|tx| has_room_in(tx, network, view))
+}
+
+fn has_room_in(tx: &Tx, network: &str, view: &Pool) -> Result<bool> {
+    let cursor = tx.registered_pool(network, &view.name)?.and_then(|r| r.cursor);
+    Ok(view.find_free(cursor, tx)?.is_some())
+}
+
+fn check_definition(kv: &Kv, ours: &[u8], g: &Geometry, key: &str) -> Result<()> {
+    if kv.value == ours {
+        return Ok(());
+    }
+    let theirs = String::from_utf8_lossy(&kv.value);
+    Err(CniError::config(
+        &format!("pool {}", g.pool.name),
+        format!(
+            "its ranges or blockSize ({}) differ from the cluster's ({theirs}, etcd key {key}): every node must \
+             configure a cluster pool alike, or their blocks would overlap",
+            String::from_utf8_lossy(ours)
+        ),
+    ))
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Static => "asked for by name",
+        Kind::Borrowed => "borrowed",
+        Kind::Lent => "lent",
+    }
+}
+
+/// etcd's failures in the contract's codes: unreachable is 11 (try again
+/// later); refused credentials and unusable settings are 7.
+pub fn etcd_error(e: etcd::Error) -> CniError {
+    match e {
+        etcd::Error::Unavailable(why) => CniError::new(Code::TryAgainLater, format!("etcd is unreachable: {why}")),
+        etcd::Error::Refused { code: 16 | 7, message } => {
+            CniError::config("ipam.cluster.etcd.username", format!("etcd refused the credentials: {message}"))
+        }
+        etcd::Error::Refused { code, message } => {
+            CniError::new(Code::TryAgainLater, format!("etcd refused the request (code {code}): {message}"))
+        }
+        etcd::Error::Settings { field, message } => CniError::config(&format!("ipam.cluster.etcd.{field}"), message),
+        etcd::Error::Protocol(why) => {
+            CniError::new(Code::TryAgainLater, format!("etcd answered something unexpected: {why}"))
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! `ipam.cluster`: where etcd is, who this node is, and how long it may work
+//! without etcd. Every problem is error 7 naming the field, found before any
+//! etcd request, so that bad settings never write anything.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use shared::config::{keys, typed, AbsolutePath, NetConf, Seconds};
+use shared::{CniError, Result};
+
+use crate::etcd;
+
+pub const FIELD: &str = "ipam.cluster";
+pub const DEFAULT_PREFIX: &str = "/ipam-delegated";
+pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_OFFLINE_GRACE: Duration = Duration::from_secs(300);
+pub const DEFAULT_EMPTY_BLOCK_HOLD: Duration = Duration::from_secs(600);
+
+const CLUSTER_KEYS: &[&str] = &["etcd", "node", "nodeFile", "offlineGrace", "emptyBlockHold"];
+const ETCD_KEYS: &[&str] = &["endpoints", "prefix", "timeout", "username", "passwordFile", "tls"];
+const TLS_KEYS: &[&str] = &["ca", "cert", "key"];
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClusterConf {
+    etcd: Option<EtcdConf>,
+    node: Option<String>,
+    node_file: Option<AbsolutePath>,
+    offline_grace: Option<GraceSeconds>,
+    empty_block_hold: Option<Seconds>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EtcdConf {
+    endpoints: Option<Vec<String>>,
+    prefix: Option<String>,
+    timeout: Option<Seconds>,
+    username: Option<String>,
+    password_file: Option<AbsolutePath>,
+    tls: Option<TlsConf>,
+}
+
+#[derive(Deserialize)]
+struct TlsConf {
+    ca: Option<AbsolutePath>,
+    cert: Option<AbsolutePath>,
+    key: Option<AbsolutePath>,
+}
+
+/// Seconds that may be zero: `offlineGrace: 0` means never without etcd.
+struct GraceSeconds(Duration);
+
+impl<'de> Deserialize<'de> for GraceSeconds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        value
+            .as_f64()
+            .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 86_400.0)
+            .map(|s| GraceSeconds(Duration::from_secs_f64(s)))
+            .ok_or_else(|| serde::de::Error::custom(format!("must be a number of seconds in [0, 86400], got {value}")))
+    }
+}
+
+/// The cluster settings, checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub etcd: etcd::Settings,
+    /// Key prefix in etcd, without a trailing slash.
+    pub prefix: String,
+    /// This node's name in block and address records.
+    pub node: String,
+    pub offline_grace: Duration,
+    pub empty_block_hold: Duration,
+}
+
+impl Settings {
+    /// `ipam.cluster` of a configuration; error 7 when it is missing or wrong.
+    pub fn from_config(config: &NetConf) -> Result<Settings> {
+        let ipam = config.ipam()?;
+        let Some(value) = ipam.other.get("cluster") else {
+            return Err(CniError::config(
+                FIELD,
+                "is required by ipam-ds-cluster (an object with at least etcd.endpoints); see ipam-ds-cluster's README",
+            ));
+        };
+        Settings::from_value(value)
+    }
+
+    pub fn from_value(value: &Value) -> Result<Settings> {
+        let object = as_object(value, FIELD)?;
+        keys::refuse_unknown(object, CLUSTER_KEYS, FIELD)?;
+        let conf: ClusterConf = typed(value, FIELD)?;
+        let etcd_field = format!("{FIELD}.etcd");
+        let etcd_value = object.get("etcd").ok_or_else(|| CniError::config(&etcd_field, "is required"))?;
+        let etcd_object = as_object(etcd_value, &etcd_field)?;
+        keys::refuse_unknown(etcd_object, ETCD_KEYS, &etcd_field)?;
+        if let Some(tls) = etcd_object.get("tls") {
+            keys::refuse_unknown(
+                as_object(tls, &format!("{etcd_field}.tls"))?,
+                TLS_KEYS,
+                &format!("{etcd_field}.tls"),
+            )?;
+        }
+        let etcd_conf = conf.etcd.ok_or_else(|| CniError::config(&etcd_field, "is required"))?;
+        Ok(Settings {
+            prefix: check_prefix(etcd_conf.prefix.as_deref().unwrap_or(DEFAULT_PREFIX), &etcd_field)?,
+            etcd: etcd_settings(etcd_conf, &etcd_field)?,
+            node: node_name(conf.node, conf.node_file)?,
+            offline_grace: conf.offline_grace.map_or(DEFAULT_OFFLINE_GRACE, |g| g.0),
+            empty_block_hold: conf.empty_block_hold.map_or(DEFAULT_EMPTY_BLOCK_HOLD, |s| s.0),
+        })
+    }
+}
+
+fn as_object<'v>(value: &'v Value, field: &str) -> Result<&'v Map<String, Value>> {
+    value.as_object().ok_or_else(|| CniError::config(field, format!("must be an object, got {value}")))
+}
+
+fn etcd_settings(conf: EtcdConf, field: &str) -> Result<etcd::Settings> {
+    let endpoints = conf.endpoints.unwrap_or_default();
+    if endpoints.is_empty() {
+        return Err(CniError::config(
+            &format!("{field}.endpoints"),
+            "is required: a non-empty array of etcd client URLs such as \"http://10.0.0.1:2379\"",
+        ));
+    }
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        check_endpoint(endpoint, &format!("{field}.endpoints[{i}]"))?;
+    }
+    let password = match (&conf.username, conf.password_file) {
+        (Some(_), Some(AbsolutePath(path))) => Some(read_password(&path, &format!("{field}.passwordFile"))?),
+        (Some(user), None) => {
+            return Err(CniError::config(
+                &format!("{field}.passwordFile"),
+                format!("is required with username {user:?}: the file that holds the password"),
+            ))
+        }
+        (None, Some(_)) => return Err(CniError::config(&format!("{field}.username"), "is required with passwordFile")),
+        (None, None) => None,
+    };
+    if let Some(user) = conf.username.as_deref().filter(|u| u.is_empty() || u.contains(char::is_whitespace)) {
+        return Err(CniError::config(&format!("{field}.username"), format!("{user:?} is not a user name")));
+    }
+    let tls = conf.tls.map_or_else(etcd::TlsFiles::default, |t| etcd::TlsFiles {
+        ca: t.ca.map(|p| p.0),
+        cert: t.cert.map(|p| p.0),
+        key: t.key.map(|p| p.0),
+    });
+    match (&tls.cert, &tls.key) {
+        (Some(_), None) => return Err(CniError::config(&format!("{field}.tls.key"), "is required with tls.cert")),
+        (None, Some(_)) => return Err(CniError::config(&format!("{field}.tls.cert"), "is required with tls.key")),
+        _ => {}
+    }
+    for (name, path) in [("ca", &tls.ca), ("cert", &tls.cert), ("key", &tls.key)] {
+        if let Some(path) = path {
+            if let Err(e) = std::fs::metadata(path) {
+                return Err(CniError::config(&format!("{field}.tls.{name}"), format!("{}: {e}", path.display())));
+            }
+        }
+    }
+    if tls.ca.is_some() || tls.cert.is_some() {
+        if let Some(plain) = endpoints.iter().position(|e| e.starts_with("http://")) {
+            return Err(CniError::config(
+                &format!("{field}.endpoints[{plain}]"),
+                format!("{} is plain http but tls is configured: use https://", endpoints[plain]),
+            ));
+        }
+    }
+    Ok(etcd::Settings {
+        endpoints,
+        timeout: conf.timeout.map_or(DEFAULT_ETCD_TIMEOUT, |s| s.0),
+        username: conf.username,
+        password,
+        tls,
+    })
+}
+
+/// `http://host:port` or `https://host:port`, nothing after the authority.
+fn check_endpoint(endpoint: &str, field: &str) -> Result<()> {
+    let rest = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"));
+    let authority = rest.map(|r| r.strip_suffix('/').unwrap_or(r));
+    let valid = authority.is_some_and(|a| {
+        !a.is_empty()
+            && !a.contains(['/', '?', '#', '@', ' '])
+            && a.rsplit_once(':').is_none_or(|(host, port)| {
+                !host.is_empty() && (port.parse::<u16>().is_ok() || host.ends_with(']') || a.starts_with('['))
+            })
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(CniError::config(field, format!("{endpoint:?} is not an etcd client URL such as \"http://10.0.0.1:2379\"")))
+    }
+}
+
+fn check_prefix(prefix: &str, field: &str) -> Result<String> {
+    let trimmed = prefix.trim_end_matches('/');
+    if !prefix.starts_with('/') || trimmed.is_empty() || prefix.contains(char::is_whitespace) {
+        return Err(CniError::config(
+            &format!("{field}.prefix"),
+            format!(
+                "{prefix:?} is not a key prefix: it starts with '/' and names something, such as \"{DEFAULT_PREFIX}\""
+            ),
+        ));
+    }
+    Ok(trimmed.to_string())
+}
+
+/// One trailing newline is not part of the password: files written by
+/// `echo` have one.
+fn read_password(path: &Path, field: &str) -> Result<String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| CniError::config(field, format!("{}: {e}", path.display())))?;
+    let password = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
+    if password.is_empty() {
+        return Err(CniError::config(field, format!("{} is empty", path.display())));
+    }
+    Ok(password.to_string())
+}
+
+/// `node`, else the file `nodeFile` names, else the host name.
+fn node_name(node: Option<String>, node_file: Option<AbsolutePath>) -> Result<String> {
+    let (name, field) = match (node, node_file) {
+        (Some(name), _) => (name, format!("{FIELD}.node")),
+        (None, Some(AbsolutePath(path))) => {
+            let field = format!("{FIELD}.nodeFile");
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| CniError::config(&field, format!("{}: {e}", path.display())))?;
+            (text.trim().to_string(), field)
+        }
+        (None, None) => (host_name()?, "the host name (ipam.cluster.node is not set)".to_string()),
+    };
+    if is_node_name(&name) {
+        Ok(name)
+    } else {
+        Err(CniError::config(
+            &field,
+            format!("{name:?} is not a node name: letters, digits, '.', '_' and '-', at most 253 characters"),
+        ))
+    }
+}
+
+pub fn is_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn host_name() -> Result<String> {
+    let path = PathBuf::from("/proc/sys/kernel/hostname");
+    std::fs::read_to_string(&path).map(|s| s.trim().to_string()).map_err(|e| {
+        CniError::config(FIELD, format!("node is not set and the host name is unreadable ({e}): set ipam.cluster.node"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn error(v: Value) -> String {
+        Settings::from_value(&v).unwrap_err().msg
+    }
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let s = Settings::from_value(&json!({"etcd": {"endpoints": ["http://127.0.0.1:2379"]}, "node": "n1"})).unwrap();
+        assert_eq!(s.prefix, DEFAULT_PREFIX);
+        assert_eq!(s.node, "n1");
+        assert_eq!(s.offline_grace, DEFAULT_OFFLINE_GRACE);
+        assert_eq!(s.etcd.timeout, DEFAULT_ETCD_TIMEOUT);
+        assert!(s.etcd.username.is_none());
+    }
+
+    #[test]
+    fn each_bad_setting_is_named() {
+        let base = |etcd: Value| json!({"etcd": etcd, "node": "n1"});
+        assert!(error(json!({"node": "n1"})).contains("ipam.cluster.etcd: is required"));
+        assert!(error(base(json!({"endpoints": []}))).contains("ipam.cluster.etcd.endpoints: is required"));
+        assert!(error(base(json!({"endpoints": ["127.0.0.1:2379"]}))).contains("ipam.cluster.etcd.endpoints[0]"));
+        assert!(error(base(json!({"endpoints": ["http://a:1", "ftp://b"]}))).contains("endpoints[1]"));
+        assert!(error(base(json!({"endpoints": ["http://a:1"], "timeout": 0}))).contains("ipam.cluster.etcd.timeout"));
+        assert!(error(base(json!({"endpoints": ["http://a:1"], "prefix": "x"}))).contains("ipam.cluster.etcd.prefix"));
+        assert!(
+            error(base(json!({"endpoints": ["http://a:1"], "username": "u"}))).contains("passwordFile: is required")
+        );
+        let e = error(base(json!({"endpoints": ["http://a:1"], "tls": {"ca": "/nonexistent/ca.pem"}})));
+        assert!(e.contains("ipam.cluster.etcd.tls.ca") && e.contains("/nonexistent/ca.pem"), "{e}");
+        let e = error(base(json!({"endpoints": ["http://a:1"], "endpoint": "x"})));
+        assert!(e.contains("ipam.cluster.etcd.endpoint: unknown key") && e.contains("endpoints"), "{e}");
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "a/b"}));
+        assert!(e.contains("ipam.cluster.node") && e.contains("a/b"), "{e}");
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "offlineGrace": -1}));
+        assert!(e.contains("ipam.cluster.offlineGrace"), "{e}");
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "nodeFile": "/nonexistent/node"}));
+        assert!(e.contains("ipam.cluster.nodeFile") && e.contains("/nonexistent/node"), "{e}");
+    }
+
+    #[test]
+    fn a_password_file_loses_one_trailing_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret\n\n").unwrap();
+        let s = Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"], "username": "u",
+            "passwordFile": file}, "node": "n"}))
+        .unwrap();
+        assert_eq!(s.etcd.password.as_deref(), Some("s3cret\n"));
+    }
+}
