@@ -99,7 +99,7 @@ pub struct BlockRecord {
 }
 
 /// `addrs/<block>/<ip>`: one address held apart from its block's owner.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct AddressRecord {
     pub kind: Kind,
     pub node: String,
@@ -107,11 +107,15 @@ pub struct AddressRecord {
     pub container: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub ifname: String,
+    /// Of a borrowed address: the node that lent it, to which DEL gives it back.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lender: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    #[default]
     Static,
     Borrowed,
     Lent,
@@ -125,6 +129,11 @@ impl From<Kind> for RecordKind {
             Kind::Lent => RecordKind::Lent,
         }
     }
+}
+
+/// The value of a record; records are plain structs, which always serialize.
+pub fn to_text<T: Serialize>(record: &T) -> String {
+    serde_json::to_string(record).unwrap_or_default()
 }
 
 /// `pool`: what every node must agree on, or their blocks would overlap.
@@ -170,7 +179,7 @@ mod tests {
 
     #[test]
     fn records_are_small_json() {
-        let r = AddressRecord { kind: Kind::Lent, node: "n1".into(), container: String::new(), ifname: String::new() };
+        let r = AddressRecord { kind: Kind::Lent, node: "n1".into(), ..AddressRecord::default() };
         assert_eq!(String::from_utf8(to_bytes(&r)).unwrap(), r#"{"kind":"lent","node":"n1"}"#);
         let b = BlockRecord { node: "n1".into(), at: 5, released: false };
         assert_eq!(String::from_utf8(to_bytes(&b)).unwrap(), r#"{"node":"n1","at":5}"#);

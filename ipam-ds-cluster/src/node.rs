@@ -23,7 +23,7 @@ use shared::{CniError, Code, Result};
 
 use crate::blocks::Geometry;
 use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
-use crate::layout::{to_bytes, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
+use crate::layout::{to_bytes, to_text, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
 use crate::settings::Settings;
 
 /// How many unclaimed blocks one call tries before reading the pool again.
@@ -50,6 +50,22 @@ struct Confirmed {
     ours: Vec<NodeBlock>,
     /// Blocks etcd no longer shows as ours.
     lost: Vec<(NodeBlock, String)>,
+    /// The mod_revision of the pool's `wanted` key: a node found no room.
+    wanted: i64,
+}
+
+/// Most addresses an owner lends at once.
+const LEND_MAX: usize = 16;
+
+/// Addresses lent out are held in the lender's database under this
+/// network (no real network has a '/'), so that its allocators skip them
+/// and a GC of the real network does not free them.
+pub fn lent_network(network: &str) -> String {
+    format!("{network}/lent")
+}
+
+fn lend_holder(network: &str) -> Attachment {
+    Attachment { network: lent_network(network), container_id: "cluster".into(), ifname: "lent".into() }
 }
 
 impl<'s> Node<'s> {
@@ -110,7 +126,13 @@ impl<'s> Node<'s> {
         }
         let offline = match self.confirm(&geometries, &blocks) {
             Ok(confirmed) => {
+                let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
                 self.record_confirmed(store, &mut blocks, confirmed)?;
+                for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
+                    if let Err(e) = self.lend(store, &geometries[i], &blocks[i], revision) {
+                        tracing::warn!("pool {}: lending to nodes without room failed: {e}", pools[i].name);
+                    }
+                }
                 None
             }
             Err(etcd::Error::Unavailable(why)) => {
@@ -126,27 +148,29 @@ impl<'s> Node<'s> {
             }
             Err(e) => return Err(etcd_error(e)),
         };
-        let singles = |pool: &Pool| -> Vec<IpAddr> {
+        let mut borrowed: Vec<(String, IpAddr)> = Vec::new();
+        let singles = |pool: &Pool, borrowed: &[(String, IpAddr)]| -> Vec<IpAddr> {
             let mut singles: Vec<IpAddr> = records
                 .iter()
                 .filter(|r| r.pool == pool.name && r.state != RecordState::Releasing)
                 .map(|r| r.address)
                 .collect();
+            singles.extend(borrowed.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));
             singles.extend(held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
             singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
             singles
         };
-        let view = |i: usize, blocks: &[Vec<NodeBlock>]| -> Option<Pool> {
+        let view = |i: usize, blocks: &[Vec<NodeBlock>], borrowed: &[(String, IpAddr)]| -> Option<Pool> {
             let g = &geometries[i];
             let own: Vec<IpNet> = blocks[i].iter().map(|b| b.block).collect();
             let taken: Vec<IpAddr> = blocks[i].iter().flat_map(|b| b.taken.iter().copied()).collect();
-            g.node_view(&own, &singles(g.pool), &taken)
+            g.node_view(&own, &singles(g.pool, borrowed), &taken)
         };
         for family in needed_families(pools, prev, requests, &held) {
             let mut needs_etcd = false;
             let mut found = false;
             for i in (0..pools.len()).filter(|&i| pools[i].family() == family) {
-                if let Some(v) = view(i, &blocks) {
+                if let Some(v) = view(i, &blocks, &borrowed) {
                     if has_room(store, &self.network, &v)? {
                         found = true;
                         break;
@@ -157,6 +181,11 @@ impl<'s> Node<'s> {
                     continue;
                 }
                 if self.claim(store, &geometries[i], &mut blocks[i])? {
+                    found = true;
+                    break;
+                }
+                if let Some(address) = self.borrow(store, &geometries[i], &blocks[i], who)? {
+                    borrowed.push((pools[i].name.clone(), address));
                     found = true;
                     break;
                 }
@@ -174,14 +203,15 @@ impl<'s> Node<'s> {
                     _ => CniError::new(
                         Code::NoFreeAddress,
                         format!(
-                            "no free {family} address in the cluster pools ({names}): this node's blocks are full \
-                             and no block is left to claim"
+                            "no free {family} address in the cluster pools ({names}): this node's blocks are full, \
+                             no block is left to claim and no node has an address lent out; nodes with room lend \
+                             some at their next call"
                         ),
                     ),
                 });
             }
         }
-        Ok((0..pools.len()).filter_map(|i| view(i, &blocks)).collect())
+        Ok((0..pools.len()).filter_map(|i| view(i, &blocks, &borrowed)).collect())
     }
 
     /// One etcd read for every block this node uses: its record (still
@@ -194,6 +224,9 @@ impl<'s> Node<'s> {
         let mut txn = Txn::default();
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
+            if !pool_blocks.is_empty() {
+                txn.success.push(Op::Range(RangeRequest::key(keys.wanted()).keys_only()));
+            }
             for b in pool_blocks {
                 txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block))));
                 txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))));
@@ -203,7 +236,13 @@ impl<'s> Node<'s> {
             if txn.success.is_empty() { Vec::new().into_iter() } else { self.etcd.txn(&txn)?.responses.into_iter() };
         let mut confirmed = Vec::with_capacity(blocks.len());
         for pool_blocks in blocks {
-            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new() };
+            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0 };
+            if !pool_blocks.is_empty() {
+                let Some(OpResponse::Range(wanted)) = responses.next() else {
+                    return Err(etcd::Error::Protocol("a txn of ranges answered with other responses".into()));
+                };
+                c.wanted = wanted.kvs.first().map_or(0, |kv| kv.mod_revision);
+            }
             for b in pool_blocks {
                 let (Some(OpResponse::Range(record)), Some(OpResponse::Range(addresses))) =
                     (responses.next(), responses.next())
@@ -484,13 +523,13 @@ impl<'s> Node<'s> {
         let keys = self.keys(&g.pool.name);
         let block = g.block_of(address);
         let key = keys.address(&block, address);
-        let value = String::from_utf8(to_bytes(&AddressRecord {
+        let value = to_text(&AddressRecord {
             kind: Kind::Static,
             node: self.settings.node.clone(),
             container: who.container_id.clone(),
             ifname: who.ifname.clone(),
-        }))
-        .unwrap_or_default();
+            lender: String::new(),
+        });
         let own_block = store.read(|tx| {
             Ok(tx
                 .node_blocks(&self.network, &g.pool.name)?
@@ -592,6 +631,160 @@ impl<'s> Node<'s> {
         .with_details(format!("network {:?}, pool {}", self.network, g.pool.name)))
     }
 
+    /// Lends up to half of the free addresses of this node's blocks of a
+    /// pool (at most [`LEND_MAX`]) when a node found no room since this node
+    /// last lent. They are held in the node database first (under
+    /// [`lent_network`]), then recorded in etcd as `lent`: a kill between the
+    /// two leaves them held here, and they are recorded at the next request.
+    fn lend(&self, store: &mut StoreHandle, g: &Geometry, blocks: &[NodeBlock], wanted: i64) -> Result<()> {
+        let note = format!("lent:{}/{}", self.network, g.pool.name);
+        let keys = self.keys(&g.pool.name);
+        let holder = lend_holder(&self.network);
+        let own: Vec<IpNet> = blocks.iter().map(|b| b.block).collect();
+        let taken: Vec<IpAddr> = blocks.iter().flat_map(|b| b.taken.iter().copied()).collect();
+        let Some(view) = g.node_view(&own, &[], &taken) else { return Ok(()) };
+        let held = store.write(|tx| {
+            if tx.note(&note)?.and_then(|n| n.parse::<i64>().ok()).is_some_and(|seen| seen >= wanted) {
+                return Ok(None);
+            }
+            let free = free_addresses(tx, &view, 2 * LEND_MAX)?;
+            for &address in free.iter().take(free.len().div_ceil(2)) {
+                tx.insert_lease(address, &g.pool.name, &holder)?;
+            }
+            tx.set_note(&note, &wanted.to_string())?;
+            // Every address held for lending, so that one a kill left
+            // without its record is recorded now.
+            let held: Vec<IpAddr> = tx
+                .leases_of(&holder)?
+                .into_iter()
+                .map(|l| l.address)
+                .filter(|a| own.iter().any(|b| b.contains(a)))
+                .collect();
+            Ok(Some(held))
+        })?;
+        let Some(held) = held.filter(|h| !h.is_empty()) else { return Ok(()) };
+        let keyed: Vec<String> = held.iter().map(|&a| keys.address(&g.block_of(a), a)).collect();
+        let present = self
+            .etcd
+            .txn(&Txn {
+                success: keyed.iter().map(|k| Op::Range(RangeRequest::key(k.clone()).keys_only())).collect(),
+                ..Txn::default()
+            })
+            .map_err(etcd_error)?;
+        let missing: Vec<&String> = keyed
+            .iter()
+            .zip(&present.responses)
+            .filter(|(_, r)| matches!(r, OpResponse::Range(r) if r.kvs.is_empty()))
+            .map(|(k, _)| k)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let record =
+            to_bytes(&AddressRecord { kind: Kind::Lent, node: self.settings.node.clone(), ..AddressRecord::default() });
+        let txn = Txn {
+            compare: missing.iter().map(|k| Compare::absent((*k).clone())).collect(),
+            success: missing
+                .iter()
+                .map(|k| Op::Put { key: (*k).clone().into_bytes(), value: record.clone(), lease: 0 })
+                .collect(),
+            failure: Vec::new(),
+        };
+        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+            tracing::info!("lent {} address(es) of pool {} to nodes without room", missing.len(), g.pool.name);
+        }
+        Ok(())
+    }
+
+    /// An address for `who` from one lent out in the pool: this node's own
+    /// (taken back: its record goes and its hold is released, so that it is
+    /// free in its block again) or another node's (its record becomes
+    /// `borrowed` by `who`, by compare-and-swap). With none lent, the pool's
+    /// `wanted` key is bumped so that nodes with room lend.
+    fn borrow(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        mine: &[NodeBlock],
+        who: &Attachment,
+    ) -> Result<Option<IpAddr>> {
+        let keys = self.keys(&g.pool.name);
+        let answer = self.etcd.range(&RangeRequest::prefix(keys.addresses())).map_err(etcd_error)?;
+        let lent: Vec<(Kv, AddressRecord, IpNet, IpAddr)> = answer
+            .kvs
+            .into_iter()
+            .filter_map(|kv| {
+                let record: AddressRecord = serde_json::from_slice(&kv.value).ok()?;
+                let (block, address) = keys.parse_address(&kv.key)?;
+                (record.kind == Kind::Lent).then_some((kv, record, block, address))
+            })
+            .collect();
+        // Our own first: taking one back costs no other node anything.
+        let ours =
+            lent.iter().find(|(_, r, block, _)| r.node == self.settings.node && mine.iter().any(|b| b.block == *block));
+        if let Some((kv, _, _, address)) = ours {
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+                failure: Vec::new(),
+            };
+            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                let holder = lend_holder(&self.network);
+                let address = *address;
+                store.write(|tx| tx.release_address(address, &holder).map(drop))?;
+                tracing::info!("took back {address} of pool {}, which this node had lent out", g.pool.name);
+                return Ok(Some(address));
+            }
+        }
+        for (kv, record, _, address) in lent.iter().filter(|(_, r, _, _)| r.node != self.settings.node) {
+            let value = to_text(&AddressRecord {
+                kind: Kind::Borrowed,
+                node: self.settings.node.clone(),
+                container: who.container_id.clone(),
+                ifname: who.ifname.clone(),
+                lender: record.node.clone(),
+            });
+            let key = String::from_utf8_lossy(&kv.key).into_owned();
+            let row = NodeRecord {
+                key: key.clone(),
+                value: value.clone(),
+                pool: g.pool.name.clone(),
+                address: *address,
+                kind: Kind::Borrowed.into(),
+                owner: who.clone(),
+                added_by: None,
+                state: RecordState::Writing,
+            };
+            // Written down before etcd has it, as for a static address.
+            store.write(|tx| tx.put_node_record(&row))?;
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+                success: vec![Op::Put { key: kv.key.clone(), value: value.into_bytes(), lease: 0 }],
+                failure: Vec::new(),
+            };
+            match self.etcd.txn(&txn) {
+                Ok(answer) if answer.succeeded => {
+                    store.write(|tx| tx.set_node_record_state(&key, RecordState::Held))?;
+                    tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, record.node);
+                    return Ok(Some(*address));
+                }
+                Ok(_) => store.write(|tx| tx.drop_node_record(&key))?,
+                Err(e) => {
+                    store.write(|tx| tx.drop_node_record(&key))?;
+                    return Err(etcd_error(e));
+                }
+            }
+        }
+        let want = AddressRecord { kind: Kind::Lent, node: self.settings.node.clone(), ..AddressRecord::default() };
+        let txn = Txn {
+            success: vec![Op::Put { key: keys.wanted().into_bytes(), value: to_bytes(&want), lease: 0 }],
+            ..Txn::default()
+        };
+        self.etcd.txn(&txn).map_err(etcd_error)?;
+        tracing::info!("pool {}: nothing is lent out; asked the nodes with room to lend", g.pool.name);
+        Ok(None)
+    }
+
     /// Deletes these records from etcd (each only while it is still ours)
     /// and then from the node database. They are marked `releasing` first:
     /// when etcd cannot be reached they stay so, and a later call finishes.
@@ -603,7 +796,7 @@ impl<'s> Node<'s> {
         store.write(|tx| records.iter().try_for_each(|r| tx.set_node_record_state(&r.key, RecordState::Releasing)))?;
         let all = Txn {
             compare: records.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
-            success: records.iter().map(|r| Op::Delete { key: r.key.clone().into_bytes(), range_end: None }).collect(),
+            success: records.iter().map(release_op).collect(),
             failure: Vec::new(),
         };
         let done: Vec<&NodeRecord> = match self.etcd.txn(&all) {
@@ -626,7 +819,7 @@ impl<'s> Node<'s> {
     fn release_one(&self, r: &NodeRecord) -> bool {
         let txn = Txn {
             compare: vec![Compare::value_is(r.key.clone(), r.value.clone())],
-            success: vec![Op::Delete { key: r.key.clone().into_bytes(), range_end: None }],
+            success: vec![release_op(r)],
             failure: Vec::new(),
         };
         match self.etcd.txn(&txn) {
@@ -741,6 +934,19 @@ impl<'s> Node<'s> {
     }
 }
 
+/// What releasing a record does in etcd: a borrowed address goes back to
+/// its lender as lent (the lender still holds it); anything else is deleted.
+fn release_op(r: &NodeRecord) -> Op {
+    let back = serde_json::from_str::<AddressRecord>(&r.value)
+        .ok()
+        .filter(|a| a.kind == Kind::Borrowed && !a.lender.is_empty())
+        .map(|a| AddressRecord { kind: Kind::Lent, node: a.lender, ..AddressRecord::default() });
+    match back {
+        Some(lent) => Op::Put { key: r.key.clone().into_bytes(), value: to_bytes(&lent), lease: 0 },
+        None => Op::Delete { key: r.key.clone().into_bytes(), range_end: None },
+    }
+}
+
 /// Whether some record of this node's attachments lies in `block`.
 fn has_records_in(tx: &Tx, network: &str, block: &IpNet) -> Result<bool> {
     Ok(tx.node_records(network)?.iter().any(|r| block.contains(&r.address)))
@@ -765,6 +971,23 @@ fn needed_families(
         }
     }
     families
+}
+
+/// Up to `limit` free addresses of `view`, in address order.
+fn free_addresses(tx: &Tx, view: &Pool, limit: usize) -> Result<Vec<IpAddr>> {
+    let mut free = Vec::new();
+    for (lo, hi) in view.allocatable() {
+        let mut from = lo;
+        while free.len() < limit {
+            let Some(address) = tx.first_unleased(from, hi)? else { break };
+            free.push(address);
+            if address == hi {
+                break;
+            }
+            from = shared::addr::from_u128(shared::addr::to_u128(address) + 1);
+        }
+    }
+    Ok(free)
 }
 
 fn has_room(store: &mut StoreHandle, network: &str, view: &Pool) -> Result<bool> {

@@ -152,6 +152,17 @@ impl Tx<'_> {
         Ok(leases)
     }
 
+    /// Releases the lease on `address` if `owner` holds it; true if it did.
+    pub fn release_address(&self, address: IpAddr, owner: &Attachment) -> Result<bool> {
+        match self.holder(address)? {
+            Some(lease) if lease.owner == *owner => {
+                self.delete_leases(std::slice::from_ref(&lease))?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Rolling back a failed ADD: releases the leases of `owner` that the ADD
     /// `add_id` took, and only those. What the attachment held before that
     /// ADD (a repeat ADD that failed) stays held.
