@@ -587,6 +587,13 @@ impl<'s> Node<'s> {
                 tracing::debug!("{address} is already reserved for this attachment");
                 return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
             }
+            // Lent out by its block's owner: free there, so it can be ours,
+            // atomically; DEL gives it back to the lender.
+            let is_lent = serde_json::from_slice::<AddressRecord>(&kv.value).is_ok_and(|r| r.kind == Kind::Lent);
+            if is_lent && self.take_lent(store, kv, &row)? {
+                tracing::info!("reserved {address} of pool {} cluster-wide, lent by its block's owner", g.pool.name);
+                return Ok(());
+            }
         }
         store.write(|tx| tx.drop_node_record(&key))?;
         let why = match (holder, owner) {
@@ -737,17 +744,15 @@ impl<'s> Node<'s> {
             }
         }
         for (kv, record, _, address) in lent.iter().filter(|(_, r, _, _)| r.node != self.settings.node) {
-            let value = to_text(&AddressRecord {
-                kind: Kind::Borrowed,
-                node: self.settings.node.clone(),
-                container: who.container_id.clone(),
-                ifname: who.ifname.clone(),
-                lender: record.node.clone(),
-            });
-            let key = String::from_utf8_lossy(&kv.key).into_owned();
             let row = NodeRecord {
-                key: key.clone(),
-                value: value.clone(),
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
+                value: to_text(&AddressRecord {
+                    kind: Kind::Borrowed,
+                    node: self.settings.node.clone(),
+                    container: who.container_id.clone(),
+                    ifname: who.ifname.clone(),
+                    lender: String::new(),
+                }),
                 pool: g.pool.name.clone(),
                 address: *address,
                 kind: Kind::Borrowed.into(),
@@ -755,24 +760,9 @@ impl<'s> Node<'s> {
                 added_by: None,
                 state: RecordState::Writing,
             };
-            // Written down before etcd has it, as for a static address.
-            store.write(|tx| tx.put_node_record(&row))?;
-            let txn = Txn {
-                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
-                success: vec![Op::Put { key: kv.key.clone(), value: value.into_bytes(), lease: 0 }],
-                failure: Vec::new(),
-            };
-            match self.etcd.txn(&txn) {
-                Ok(answer) if answer.succeeded => {
-                    store.write(|tx| tx.set_node_record_state(&key, RecordState::Held))?;
-                    tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, record.node);
-                    return Ok(Some(*address));
-                }
-                Ok(_) => store.write(|tx| tx.drop_node_record(&key))?,
-                Err(e) => {
-                    store.write(|tx| tx.drop_node_record(&key))?;
-                    return Err(etcd_error(e));
-                }
+            if self.take_lent(store, kv, &row)? {
+                tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, record.node);
+                return Ok(Some(*address));
             }
         }
         let want = AddressRecord { kind: Kind::Lent, node: self.settings.node.clone(), ..AddressRecord::default() };
@@ -783,6 +773,38 @@ impl<'s> Node<'s> {
         self.etcd.txn(&txn).map_err(etcd_error)?;
         tracing::info!("pool {}: nothing is lent out; asked the nodes with room to lend", g.pool.name);
         Ok(None)
+    }
+
+    /// Makes a lent address `row`'s (a static reservation or a borrowing),
+    /// by compare-and-swap on the lent record: the record names its lender,
+    /// to whom releasing it gives it back. False when another node was first.
+    fn take_lent(&self, store: &mut StoreHandle, kv: &Kv, row: &NodeRecord) -> Result<bool> {
+        let Ok(lent) = serde_json::from_slice::<AddressRecord>(&kv.value) else { return Ok(false) };
+        let Ok(mut record) = serde_json::from_str::<AddressRecord>(&row.value) else { return Ok(false) };
+        record.lender = lent.node;
+        let row = NodeRecord { value: to_text(&record), state: RecordState::Writing, ..row.clone() };
+        // Written down before etcd has it: a kill after the etcd write leaves
+        // a row that DEL and GC release.
+        store.write(|tx| tx.put_node_record(&row))?;
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+            success: vec![Op::Put { key: kv.key.clone(), value: row.value.clone().into_bytes(), lease: 0 }],
+            failure: Vec::new(),
+        };
+        match self.etcd.txn(&txn) {
+            Ok(answer) if answer.succeeded => {
+                store.write(|tx| tx.set_node_record_state(&row.key, RecordState::Held))?;
+                Ok(true)
+            }
+            Ok(_) => {
+                store.write(|tx| tx.drop_node_record(&row.key))?;
+                Ok(false)
+            }
+            Err(e) => {
+                store.write(|tx| tx.drop_node_record(&row.key))?;
+                Err(etcd_error(e))
+            }
+        }
     }
 
     /// Deletes these records from etcd (each only while it is still ours)
@@ -934,12 +956,13 @@ impl<'s> Node<'s> {
     }
 }
 
-/// What releasing a record does in etcd: a borrowed address goes back to
-/// its lender as lent (the lender still holds it); anything else is deleted.
+/// What releasing a record does in etcd: a lent address (borrowed, or
+/// reserved by name) goes back to its lender as lent, since the lender
+/// still holds it; anything else is deleted.
 fn release_op(r: &NodeRecord) -> Op {
     let back = serde_json::from_str::<AddressRecord>(&r.value)
         .ok()
-        .filter(|a| a.kind == Kind::Borrowed && !a.lender.is_empty())
+        .filter(|a| !a.lender.is_empty())
         .map(|a| AddressRecord { kind: Kind::Lent, node: a.lender, ..AddressRecord::default() });
     match back {
         Some(lent) => Op::Put { key: r.key.clone().into_bytes(), value: to_bytes(&lent), lease: 0 },
