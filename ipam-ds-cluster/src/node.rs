@@ -136,9 +136,10 @@ impl<'s> Node<'s> {
                 None
             }
             Err(etcd::Error::Unavailable(why)) => {
-                let oldest = unix_now() - self.settings.offline_grace.as_secs() as i64;
+                let grace = self.settings.offline_grace.as_secs() as i64;
+                let oldest = unix_now() - grace;
                 for pool_blocks in &mut blocks {
-                    pool_blocks.retain(|b| b.confirmed >= oldest);
+                    pool_blocks.retain(|b| grace > 0 && b.confirmed >= oldest);
                 }
                 tracing::warn!(
                     "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
@@ -169,25 +170,36 @@ impl<'s> Node<'s> {
         for family in needed_families(pools, prev, requests, &held) {
             let mut needs_etcd = false;
             let mut found = false;
-            for i in (0..pools.len()).filter(|&i| pools[i].family() == family) {
+            // Room in any pool of the family first (no etcd request), so
+            // that a node with room never claims or asks on ADD; then a new
+            // block, then a lent address, each in pool order.
+            let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
+            for &i in &of_family {
                 if let Some(v) = view(i, &blocks, &borrowed) {
                     if has_room(store, &self.network, &v)? {
                         found = true;
                         break;
                     }
                 }
-                if offline.is_some() {
-                    needs_etcd = true;
-                    continue;
+            }
+            if !found && offline.is_some() {
+                needs_etcd = true;
+            }
+            if !found && offline.is_none() {
+                for &i in &of_family {
+                    if self.claim(store, &geometries[i], &mut blocks[i])? {
+                        found = true;
+                        break;
+                    }
                 }
-                if self.claim(store, &geometries[i], &mut blocks[i])? {
-                    found = true;
-                    break;
-                }
-                if let Some(address) = self.borrow(store, &geometries[i], &blocks[i], who)? {
-                    borrowed.push((pools[i].name.clone(), address));
-                    found = true;
-                    break;
+            }
+            if !found && offline.is_none() {
+                for &i in &of_family {
+                    if let Some(address) = self.borrow(store, &geometries[i], &blocks[i], who)? {
+                        borrowed.push((pools[i].name.clone(), address));
+                        found = true;
+                        break;
+                    }
                 }
             }
             if !found {
@@ -205,7 +217,7 @@ impl<'s> Node<'s> {
                         format!(
                             "no free {family} address in the cluster pools ({names}): this node's blocks are full, \
                              no block is left to claim and no node has an address lent out; nodes with room lend \
-                             some at their next call"
+                             some at their next ADD"
                         ),
                     ),
                 });
@@ -565,7 +577,7 @@ impl<'s> Node<'s> {
         let answer = match self.etcd.txn(&txn) {
             Ok(answer) => answer,
             Err(e) => {
-                store.write(|tx| tx.drop_node_record(&key))?;
+                forget_unsure(store, &key)?;
                 return Err(etcd_error(e));
             }
         };
@@ -801,7 +813,7 @@ impl<'s> Node<'s> {
                 Ok(false)
             }
             Err(e) => {
-                store.write(|tx| tx.drop_node_record(&row.key))?;
+                forget_unsure(store, &row.key)?;
                 Err(etcd_error(e))
             }
         }
@@ -954,6 +966,14 @@ impl<'s> Node<'s> {
         let probe = RangeRequest { limit: 1, ..RangeRequest::prefix(format!("{}/", self.settings.prefix)).keys_only() };
         self.etcd.range(&probe).map(drop)
     }
+}
+
+/// After a write whose outcome etcd did not tell (a timeout may come after
+/// the commit): the row stays, to be released, so that a record etcd did
+/// take is not left without its row. Releasing compares the value, so a
+/// write that did not happen costs one request later.
+fn forget_unsure(store: &mut StoreHandle, key: &str) -> Result<()> {
+    store.write(|tx| tx.set_node_record_state(key, RecordState::Releasing))
 }
 
 /// What releasing a record does in etcd: a lent address (borrowed, or

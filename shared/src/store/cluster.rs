@@ -16,8 +16,6 @@ use crate::error::Result;
 /// Where a block of this node stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockState {
-    /// The claim is being sent: whether etcd recorded it is known at the next read.
-    Claiming,
     /// Ours in etcd, at `revision`.
     Owned,
     /// Empty and no longer handed to the allocators; given back once no call
@@ -94,7 +92,7 @@ macro_rules! text_enum {
     };
 }
 
-text_enum!(BlockState { Claiming = "claiming", Owned = "owned", Releasing = "releasing" });
+text_enum!(BlockState { Owned = "owned", Releasing = "releasing" });
 text_enum!(RecordKind { Static = "static", Borrowed = "borrowed", Lent = "lent" });
 text_enum!(RecordState { Writing = "writing", Held = "held", Releasing = "releasing" });
 

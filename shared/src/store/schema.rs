@@ -82,16 +82,17 @@ CREATE INDEX pool_subnets_by_pool ON pool_subnets (network, name);
 ";
 
 const V3: &str = "
--- Cluster mode (ipam-ds-cluster): what this node holds in etcd. A row is
--- written before the etcd write it names and removed only after the etcd
--- delete, so a process killed between the two leaves a row that a later call
--- resolves: nothing in etcd is this node's without a row here.
+-- Cluster mode (ipam-ds-cluster): what this node holds in etcd. An address
+-- record's row is written before the etcd write it names, and every row is
+-- removed only after the etcd delete, so a process killed between the two
+-- leaves a row that a later call resolves (a block claimed just before a kill
+-- is found again in etcd at the node's next claim).
 CREATE TABLE cluster_blocks (
     network   TEXT NOT NULL,
     pool      TEXT NOT NULL,
     block     TEXT NOT NULL,             -- CIDR
-    state     TEXT NOT NULL,             -- claiming, owned or releasing
-    revision  INTEGER NOT NULL,          -- create_revision of our block key in etcd (0 while claiming)
+    state     TEXT NOT NULL,             -- owned, or releasing (empty, being given back)
+    revision  INTEGER NOT NULL,          -- create_revision of our block key in etcd
     confirmed INTEGER NOT NULL,          -- unix seconds: the last etcd read that showed it ours
     taken     TEXT NOT NULL,             -- its addresses held elsewhere in the cluster, as last read
     since     INTEGER NOT NULL,          -- unix seconds: when it entered its state
