@@ -207,6 +207,9 @@ fn expected_addresses(stem: &str) -> &'static [&'static str] {
         "per-namespace" => &["10.24.0.2/24"],
         "static" => &["10.60.0.7/24", "fd00:60::2/64"],
         "ip-ranges" => &["10.70.0.50/24"],
+        // The blocks node-a claims first in an empty etcd (their place is
+        // hashed from the node's name).
+        "cluster" => &["10.80.212.192/16", "fd00:80::a5c7:3088:1e32:d4c0/64"],
         other => panic!("tests/walkthrough.rs has no expected addresses for examples/{other}.conflist"),
     }
 }
@@ -451,11 +454,17 @@ impl Rewrite {
             })
             .collect();
         let mut command = words.join(" ");
-        if command.starts_with("ip link ") {
+        if command.starts_with("ip link ") || command.contains("/ipam-delegated cluster ") {
             command.insert_str(0, "__host ");
         } else if let Some(at) = command.find("scripts/cni ") {
             command.insert_str(at, "__host ");
         }
+        // etcd (examples/cluster.conflist's) runs where the plugins run, in
+        // the namespace that plays the host: `ip netns exec` becomes etcd,
+        // so that `$!` is its pid.
+        let command = command
+            .replace("etcd --", "ip netns exec \"$__HOSTNS\" etcd --")
+            .replace("etcdctl ", "ip netns exec \"$__HOSTNS\" etcdctl ");
         Some(command)
     }
 }
@@ -588,6 +597,10 @@ fn the_readme_walk_through_as_written() {
 /// examples/README.md's set-up, the block of `stem`, and its clean-up.
 fn example(stem: &str) {
     leaving_the_machine_as_found(|host| {
+        if conflist(stem)["plugins"][0]["ipam"].get("cluster").is_some() {
+            // Its etcd listens on the host namespace's loopback.
+            ip_ok(&["-n", &host.name, "link", "set", "lo", "up"]);
+        }
         if conflist(stem)["plugins"][0]["type"] == "macvlan" {
             // The example's master, eth0, as a veth pair inside the host namespace.
             let master = conflist(stem)["plugins"][0]["master"].as_str().expect("master").to_string();
@@ -650,4 +663,10 @@ fn example_static() {
 #[ignore = "needs root, network namespaces and Debian's containernetworking-plugins (bash scripts/test runs them)"]
 fn example_ip_ranges() {
     example("ip-ranges");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces, Debian's containernetworking-plugins and etcd-server (bash scripts/test runs them)"]
+fn example_cluster() {
+    example("cluster");
 }
