@@ -21,7 +21,7 @@ const ABOUT: About = About {
 };
 
 const OPERATOR_HINT: &str = "Operator commands (list, pools, metrics, release, forget-pool, check) over the \
-     allocation database: ipam-delegated --help";
+     allocation database, and cluster (blocks, release-node) over etcd: ipam-delegated --help";
 
 struct Orchestrator;
 

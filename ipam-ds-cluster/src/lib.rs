@@ -28,7 +28,7 @@ pub const ABOUT: About = About {
 
 /// ipam-delegated's default per-delegate timeout: an ADD that saw a block
 /// as this node's can still be allocating in it for about three of them.
-const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct ClusterSelector;
 

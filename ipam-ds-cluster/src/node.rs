@@ -52,6 +52,9 @@ struct Confirmed {
     lost: Vec<(NodeBlock, String)>,
     /// The mod_revision of the pool's `wanted` key: a node found no room.
     wanted: i64,
+    /// Lent records in our blocks that name another node: lent by a former
+    /// owner (given back by a borrower after the block changed hands).
+    stale: Vec<Kv>,
 }
 
 /// Most addresses an owner lends at once.
@@ -117,16 +120,28 @@ impl<'s> Node<'s> {
         for &address in requests {
             self.reserve_static(store, &geometries, address, who)?;
         }
-        let (mut blocks, records, held) = store.read(|tx| {
-            let blocks = pools.iter().map(|p| tx.node_blocks(&self.network, &p.name)).collect::<Result<Vec<_>>>()?;
-            Ok((blocks, tx.node_records_of(who)?, tx.leases_of(who)?))
+        // Only blocks with room are handed to the allocators, and so
+        // confirmed: a full block needs no confirming, and the confirming
+        // read stays one request however many blocks the node has.
+        let (owned, mut blocks, records, held) = store.read(|tx| {
+            let mut owned = Vec::with_capacity(pools.len());
+            let mut with_room = Vec::with_capacity(pools.len());
+            for g in &geometries {
+                let all: Vec<NodeBlock> = tx
+                    .node_blocks(&self.network, &g.pool.name)?
+                    .into_iter()
+                    .filter(|b| b.state == BlockState::Owned)
+                    .collect();
+                with_room.push(blocks_with_room(tx, g, &all)?);
+                owned.push(all);
+            }
+            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?))
         })?;
-        for pool_blocks in &mut blocks {
-            pool_blocks.retain(|b| b.state == BlockState::Owned);
-        }
         let offline = match self.confirm(&geometries, &blocks) {
             Ok(confirmed) => {
                 let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
+                let stale: Vec<Kv> = confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
+                self.drop_stale_lent(&stale);
                 self.record_confirmed(store, &mut blocks, confirmed)?;
                 for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
                     if let Err(e) = self.lend(store, &geometries[i], &blocks[i], revision) {
@@ -174,12 +189,25 @@ impl<'s> Node<'s> {
             // that a node with room never claims or asks on ADD; then a new
             // block, then a lent address, each in pool order.
             let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
+            let mut running_low = None;
             for &i in &of_family {
                 if let Some(v) = view(i, &blocks, &borrowed) {
-                    if has_room(store, &self.network, &v)? {
+                    let headroom = headroom(&geometries[i]);
+                    let free = store.read(|tx| free_addresses(tx, &v, headroom + 1))?.len();
+                    if free > 0 {
                         found = true;
+                        running_low = (free <= headroom).then_some(i);
                         break;
                     }
+                }
+            }
+            // Nearly full: claim the next block now. The allocators take
+            // their address after this call, so concurrent ADDs of this node
+            // that all saw its last free address would otherwise all but
+            // one fail with 100 while blocks are left.
+            if let (Some(i), None) = (running_low, &offline) {
+                if let Err(e) = self.claim(store, &geometries[i], &owned[i], &mut blocks[i]) {
+                    tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name);
                 }
             }
             if !found && offline.is_some() {
@@ -187,7 +215,7 @@ impl<'s> Node<'s> {
             }
             if !found && offline.is_none() {
                 for &i in &of_family {
-                    if self.claim(store, &geometries[i], &mut blocks[i])? {
+                    if self.claim(store, &geometries[i], &owned[i], &mut blocks[i])? {
                         found = true;
                         break;
                     }
@@ -195,7 +223,7 @@ impl<'s> Node<'s> {
             }
             if !found && offline.is_none() {
                 for &i in &of_family {
-                    if let Some(address) = self.borrow(store, &geometries[i], &blocks[i], who)? {
+                    if let Some(address) = self.borrow(store, &geometries[i], &owned[i], who)? {
                         borrowed.push((pools[i].name.clone(), address));
                         found = true;
                         break;
@@ -248,7 +276,7 @@ impl<'s> Node<'s> {
             if txn.success.is_empty() { Vec::new().into_iter() } else { self.etcd.txn(&txn)?.responses.into_iter() };
         let mut confirmed = Vec::with_capacity(blocks.len());
         for pool_blocks in blocks {
-            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0 };
+            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0, stale: Vec::new() };
             if !pool_blocks.is_empty() {
                 let Some(OpResponse::Range(wanted)) = responses.next() else {
                     return Err(etcd::Error::Protocol("a txn of ranges answered with other responses".into()));
@@ -264,6 +292,7 @@ impl<'s> Node<'s> {
                 match self.ours(record.kvs.first(), b.revision) {
                     Ok(revision) => {
                         let taken = self.taken(&addresses.kvs);
+                        c.stale.extend(addresses.kvs.iter().filter(|kv| self.stale_lent(kv)).cloned());
                         c.ours.push(NodeBlock { revision, taken, ..b.clone() });
                     }
                     Err(why) => c.lost.push((b.clone(), why)),
@@ -286,6 +315,31 @@ impl<'s> Node<'s> {
             }
             Ok(_) => Ok(kv.create_revision),
             Err(e) => Err(format!("its record does not read ({e})")),
+        }
+    }
+
+    /// Whether `kv`, an address record of one of our blocks, is a lent
+    /// record of another node: its lender no longer owns the block.
+    fn stale_lent(&self, kv: &Kv) -> bool {
+        serde_json::from_slice::<AddressRecord>(&kv.value)
+            .is_ok_and(|r| r.kind == Kind::Lent && r.node != self.settings.node)
+    }
+
+    /// Deletes lent records left by a block's former owner, so that their
+    /// addresses are free again in the block (from the next call on).
+    fn drop_stale_lent(&self, stale: &[Kv]) {
+        for kv in stale {
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+                failure: Vec::new(),
+            };
+            match self.etcd.txn(&txn) {
+                Ok(_) => {
+                    tracing::info!("dropped {}: lent by a former owner of the block", String::from_utf8_lossy(&kv.key))
+                }
+                Err(e) => tracing::warn!("{} stays for now: {e}", String::from_utf8_lossy(&kv.key)),
+            }
         }
     }
 
@@ -315,13 +369,15 @@ impl<'s> Node<'s> {
         let mut changes: Vec<NodeBlock> = Vec::new();
         let mut lost: Vec<NodeBlock> = Vec::new();
         for (pool_blocks, c) in blocks.iter_mut().zip(confirmed) {
-            for (before, mut now_block) in pool_blocks.iter().zip(c.ours.clone()) {
-                if now - before.confirmed >= refresh
-                    || before.taken != now_block.taken
-                    || before.revision != now_block.revision
-                {
-                    now_block.confirmed = now;
-                    changes.push(now_block);
+            let mut ours = c.ours;
+            for b in &mut ours {
+                let before = pool_blocks.iter().find(|p| p.block == b.block);
+                let changed = before
+                    .is_none_or(|p| now - p.confirmed >= refresh || p.taken != b.taken || p.revision != b.revision);
+                // Confirmed now; written down only when it has aged (or changed).
+                b.confirmed = now;
+                if changed {
+                    changes.push(b.clone());
                 }
             }
             for (b, why) in &c.lost {
@@ -332,7 +388,7 @@ impl<'s> Node<'s> {
                 );
                 lost.push(b.clone());
             }
-            *pool_blocks = c.ours;
+            *pool_blocks = ours;
         }
         if changes.is_empty() && lost.is_empty() {
             return Ok(());
@@ -352,20 +408,28 @@ impl<'s> Node<'s> {
     /// this node has just done so: claims are made holding the node
     /// database's lock, so concurrent ADDs of one node claim one block, not
     /// one each. True when the node has a block with room afterwards.
-    fn claim(&self, store: &mut StoreHandle, g: &Geometry, mine: &mut Vec<NodeBlock>) -> Result<bool> {
+    fn claim(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        known: &[NodeBlock],
+        mine: &mut Vec<NodeBlock>,
+    ) -> Result<bool> {
         let keys = self.keys(&g.pool.name);
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
         let network = self.network.clone();
         let claimed = store.write(|tx| {
             let now_mine: Vec<NodeBlock> =
                 tx.node_blocks(&network, &g.pool.name)?.into_iter().filter(|b| b.state == BlockState::Owned).collect();
-            if now_mine.iter().any(|b| !mine.iter().any(|m| m.block == b.block)) {
-                let blocks: Vec<IpNet> = now_mine.iter().map(|b| b.block).collect();
-                let taken: Vec<IpAddr> = now_mine.iter().flat_map(|b| b.taken.iter().copied()).collect();
+            let new: Vec<NodeBlock> =
+                now_mine.iter().filter(|b| !known.iter().any(|k| k.block == b.block)).cloned().collect();
+            if !new.is_empty() {
+                let blocks: Vec<IpNet> = new.iter().map(|b| b.block).collect();
+                let taken: Vec<IpAddr> = new.iter().flat_map(|b| b.taken.iter().copied()).collect();
                 if let Some(view) = g.node_view(&blocks, &[], &taken) {
                     if has_room_in(tx, &network, &view)? {
                         tracing::debug!("another call of this node claimed a block of pool {} meanwhile", g.pool.name);
-                        return Ok(Some(now_mine));
+                        return Ok(Some(new));
                     }
                 }
             }
@@ -389,7 +453,7 @@ impl<'s> Node<'s> {
                     let taken = self.block_addresses(&keys, &block)?;
                     let b = self.owned_block(g, block, revision, taken);
                     tx.put_node_block(&b)?;
-                    return Ok(Some(now_mine.into_iter().chain([b]).collect()));
+                    return Ok(Some(vec![b]));
                 }
                 let free: Vec<IpNet> = g
                     .claim_order(&self.settings.node)
@@ -403,7 +467,7 @@ impl<'s> Node<'s> {
                     if let Some(b) = self.claim_one(&keys, g, block, &definition, definition_kv.as_ref())? {
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
-                        return Ok(Some(now_mine.into_iter().chain([b]).collect()));
+                        return Ok(Some(vec![b]));
                     }
                     tracing::debug!("block {block} of pool {} was claimed by another node first", g.pool.name);
                 }
@@ -417,8 +481,14 @@ impl<'s> Node<'s> {
             ))
         })?;
         match claimed {
-            Some(now_mine) => {
-                *mine = now_mine;
+            Some(new) => {
+                // The new ones (claimed by this call, or by another call of
+                // this node just now): confirmed at their claim.
+                for b in new {
+                    if !mine.iter().any(|m| m.block == b.block) {
+                        mine.push(b);
+                    }
+                }
                 Ok(true)
             }
             None => Ok(false),
@@ -535,6 +605,31 @@ impl<'s> Node<'s> {
         let keys = self.keys(&g.pool.name);
         let block = g.block_of(address);
         let key = keys.address(&block, address);
+        // Reserved by an earlier ADD of this attachment: nothing to do (and
+        // its row keeps that ADD's id, so a failed repeat ADD's rollback
+        // leaves it).
+        match store.read(|tx| tx.node_record(&key))? {
+            Some(r) if r.owner == *who && r.state == RecordState::Held => {
+                tracing::debug!("{address} is already reserved for this attachment");
+                return Ok(());
+            }
+            // Another attachment of this node holds it (or is releasing it):
+            // its row is not to be touched.
+            Some(r) if r.owner != *who => {
+                return Err(CniError::new(
+                    Code::AddressInUse,
+                    format!(
+                        "requested address {address} is in use: on this node ({}) by container {} interface {}{}",
+                        self.settings.node,
+                        r.owner.container_id,
+                        r.owner.ifname,
+                        if r.state == RecordState::Releasing { ", being released" } else { "" }
+                    ),
+                )
+                .with_details(format!("network {:?}, pool {}", self.network, g.pool.name)))
+            }
+            _ => {}
+        }
         let value = to_text(&AddressRecord {
             kind: Kind::Static,
             node: self.settings.node.clone(),
@@ -792,6 +887,11 @@ impl<'s> Node<'s> {
     /// to whom releasing it gives it back. False when another node was first.
     fn take_lent(&self, store: &mut StoreHandle, kv: &Kv, row: &NodeRecord) -> Result<bool> {
         let Ok(lent) = serde_json::from_slice::<AddressRecord>(&kv.value) else { return Ok(false) };
+        // A row of another attachment of this node at this key is not ours
+        // to replace (its write may have reached etcd meanwhile).
+        if store.read(|tx| tx.node_record(&row.key))?.is_some_and(|r| r.owner != row.owner) {
+            return Ok(false);
+        }
         let Ok(mut record) = serde_json::from_str::<AddressRecord>(&row.value) else { return Ok(false) };
         record.lender = lent.node;
         let row = NodeRecord { value: to_text(&record), state: RecordState::Writing, ..row.clone() };
@@ -820,14 +920,26 @@ impl<'s> Node<'s> {
     }
 
     /// Deletes these records from etcd (each only while it is still ours)
-    /// and then from the node database. They are marked `releasing` first:
-    /// when etcd cannot be reached they stay so, and a later call finishes.
-    /// Never fails on etcd: a DEL must succeed.
+    /// and then from the node database. In one local transaction first, each
+    /// is marked `releasing` and its attachment's lease on the address is
+    /// released: ipam-da-static, after this delegate in the stack, would
+    /// release it too, but a DEL killed in between would leave the address
+    /// free in the cluster and still held here. When etcd cannot be reached
+    /// the records stay `releasing`, and a later call finishes. Never fails
+    /// on etcd: a DEL must succeed.
     pub fn release(&self, store: &mut StoreHandle, records: &[NodeRecord]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
-        store.write(|tx| records.iter().try_for_each(|r| tx.set_node_record_state(&r.key, RecordState::Releasing)))?;
+        store.write(|tx| {
+            for r in records {
+                tx.set_node_record_state(&r.key, RecordState::Releasing)?;
+                if tx.release_address(r.address, &r.owner)? {
+                    tracing::info!("released {} of pool {}", r.address, r.pool);
+                }
+            }
+            Ok(())
+        })?;
         let all = Txn {
             compare: records.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
             success: records.iter().map(release_op).collect(),
@@ -1033,8 +1145,31 @@ fn free_addresses(tx: &Tx, view: &Pool, limit: usize) -> Result<Vec<IpAddr>> {
     Ok(free)
 }
 
-fn has_room(store: &mut StoreHandle, network: &str, view: &Pool) -> Result<bool> {
-    store.read(|tx| has_room_in(tx, network, view))
+/// Most blocks of one pool handed to the allocators in one call: the
+/// confirming read of two operations per block stays well inside etcd's
+/// default limit of 128 operations per transaction.
+const MAX_IN_VIEW: usize = 32;
+
+/// The blocks among `blocks` that have a free address, at most [`MAX_IN_VIEW`].
+fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
+    let mut with_room = Vec::new();
+    for b in blocks {
+        if with_room.len() == MAX_IN_VIEW {
+            break;
+        }
+        if let Some(view) = g.node_view(&[b.block], &[], &b.taken) {
+            if !free_addresses(tx, &view, 1)?.is_empty() {
+                with_room.push(b.clone());
+            }
+        }
+    }
+    Ok(with_room)
+}
+
+/// How few free addresses in a node's blocks of a pool make it claim the
+/// next block ahead of need: a quarter of a block, at most 8.
+fn headroom(g: &Geometry) -> usize {
+    usize::try_from((g.block_len() / 4).min(8)).unwrap_or(8)
 }
 
 fn has_room_in(tx: &Tx, network: &str, view: &Pool) -> Result<bool> {

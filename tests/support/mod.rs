@@ -136,6 +136,10 @@ fn build() -> PathBuf {
                 .args(["build", "--quiet", "--workspace", "--bins", "--manifest-path"])
                 .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
                 .env("CARGO_TARGET_DIR", target_dir())
+                // Inherited, it differs from the outer build's: ring's build
+                // script watches it, and the two builds would keep rebuilding
+                // ring and all above it for each other.
+                .env_remove("CARGO_MANIFEST_DIR")
                 .stdin(Stdio::null());
             if !cfg!(debug_assertions) {
                 build.arg("--release");

@@ -19,6 +19,11 @@ pub fn run(dir: &Path) -> Result<Report, Failure> {
     let mut written = vec![page(&root, dir)?];
     for command in root.get_subcommands().filter(|c| !c.is_hide_set()) {
         written.push(page(command, dir)?);
+        // `cluster blocks`, `cluster release-node`: pages of their own, which
+        // the `cluster` page names.
+        for sub in command.get_subcommands().filter(|c| !c.is_hide_set() && c.get_name() != "help") {
+            written.push(page(sub, dir)?);
+        }
     }
     Ok(Report::fine(written.iter().map(|path| format!("{}\n", path.display())).collect()))
 }
@@ -57,6 +62,9 @@ mod tests {
                 "ipam-delegated-release.1",
                 "ipam-delegated-forget-pool.1",
                 "ipam-delegated-check.1",
+                "ipam-delegated-cluster.1",
+                "ipam-delegated-cluster-blocks.1",
+                "ipam-delegated-cluster-release-node.1",
                 "ipam-delegated-completions.1",
                 "ipam-delegated-man.1",
             ]

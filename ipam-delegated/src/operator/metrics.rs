@@ -1,8 +1,12 @@
 //! `metrics`: the figures of `pools` in Prometheus' text exposition format,
 //! for node_exporter's textfile collector (or any scraper of a file).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+
+use ipam_ds_cluster::node::lent_network;
+use shared::store::{AllocationStore, BlockState, LeaseFilter, RecordKind};
 
 use super::survey::{survey, PoolSurvey};
 use super::{atomic_file, open_for_reading, Failure, Report};
@@ -17,8 +21,8 @@ struct Family {
     value: fn(&PoolSurvey) -> Option<u128>,
 }
 
-// Cluster mode's per-block families (blocks owned, blocks borrowed) will be a
-// second list like this one, over its own survey, rendered by `family`.
+// Cluster mode's families are a second list, over the node database's
+// cluster rows (see `ClusterSurvey`), rendered by `render_cluster`.
 const POOL_FAMILIES: &[Family] = &[
     Family {
         name: "ipam_delegated_pool_size_addresses",
@@ -42,6 +46,93 @@ const POOL_FAMILIES: &[Family] = &[
     },
 ];
 
+/// Cluster mode (ipam-ds-cluster), from this node's database only (no etcd):
+/// per network and pool, the blocks it holds by state, and the address
+/// records it wrote in etcd by kind.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClusterSurvey {
+    /// (network, pool) → count per state, in [`BLOCK_STATES`] order.
+    blocks: BTreeMap<(String, String), [u64; 2]>,
+    /// (network, pool) → count per kind, in [`RECORD_KINDS`] order.
+    records: BTreeMap<(String, String), [u64; 3]>,
+}
+
+const BLOCK_STATES: [BlockState; 2] = [BlockState::Owned, BlockState::Releasing];
+const RECORD_KINDS: [RecordKind; 3] = [RecordKind::Static, RecordKind::Borrowed, RecordKind::Lent];
+
+const CLUSTER_BLOCKS: &str = "ipam_delegated_cluster_blocks";
+const CLUSTER_BLOCKS_HELP: &str = "Blocks of a cluster pool this node holds (its database's view), by state: owned \
+     (handed to the allocators) or releasing (empty, being given back).";
+const CLUSTER_RECORDS: &str = "ipam_delegated_cluster_address_records";
+const CLUSTER_RECORDS_HELP: &str = "Address records this node holds in etcd (its database's view), by kind: static \
+     (asked for by name), borrowed (from another node's block) or lent (of its block, to another node).";
+
+/// The networks are those of the registered pools and of the blocks: an
+/// address record's network has a registered pool (its allocator's view).
+/// Static and borrowed records are rows of their attachments; addresses lent
+/// out are leases this node holds under the network's lent network.
+fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<ClusterSurvey, Failure> {
+    Ok(store.read(|tx| {
+        let mut survey = ClusterSurvey::default();
+        let blocks = tx.all_node_blocks()?;
+        // A lent network holds a real network's lent addresses.
+        let lent_suffix = lent_network("");
+        let mut networks: Vec<&str> = pools
+            .iter()
+            .map(|p| p.network.as_str())
+            .chain(blocks.iter().map(|b| b.network.as_str()))
+            .filter(|n| !n.ends_with(&lent_suffix))
+            .collect();
+        networks.sort_unstable();
+        networks.dedup();
+        for b in &blocks {
+            let counts = survey.blocks.entry((b.network.clone(), b.pool.clone())).or_default();
+            counts[match b.state {
+                BlockState::Owned => 0,
+                BlockState::Releasing => 1,
+            }] += 1;
+        }
+        for network in networks {
+            for r in tx.node_records(network)? {
+                let counts = survey.records.entry((r.owner.network.clone(), r.pool.clone())).or_default();
+                counts[match r.kind {
+                    RecordKind::Static => 0,
+                    RecordKind::Borrowed => 1,
+                    RecordKind::Lent => 2,
+                }] += 1;
+            }
+            let lent = LeaseFilter { network: Some(lent_network(network)), pool: None, container_id: None };
+            for lease in tx.leases(&lent)? {
+                survey.records.entry((network.to_string(), lease.pool)).or_default()[2] += 1;
+            }
+        }
+        Ok(survey)
+    })?)
+}
+
+/// Every state for a pool with blocks, every kind for a pool with records.
+fn render_cluster(out: &mut String, survey: &ClusterSurvey) {
+    let labels = |(network, pool): &(String, String)| {
+        format!("network=\"{}\",pool=\"{}\"", label_value(network), label_value(pool))
+    };
+    if !survey.blocks.is_empty() {
+        family_header(out, CLUSTER_BLOCKS, CLUSTER_BLOCKS_HELP);
+        for (key, counts) in &survey.blocks {
+            for (state, n) in BLOCK_STATES.iter().zip(counts) {
+                let _ = writeln!(out, "{CLUSTER_BLOCKS}{{{},state=\"{}\"}} {n}", labels(key), state.as_str());
+            }
+        }
+    }
+    if !survey.records.is_empty() {
+        family_header(out, CLUSTER_RECORDS, CLUSTER_RECORDS_HELP);
+        for (key, counts) in &survey.records {
+            for (kind, n) in RECORD_KINDS.iter().zip(counts) {
+                let _ = writeln!(out, "{CLUSTER_RECORDS}{{{},kind=\"{}\"}} {n}", labels(key), kind.as_str());
+            }
+        }
+    }
+}
+
 const DATABASE_OK: &str = "ipam_delegated_database_ok";
 const DATABASE_OK_HELP: &str =
     "1 if the allocation database could be read, 0 if not (no integrity check: see ipam-delegated check).";
@@ -51,8 +142,15 @@ const DATABASE_OK_HELP: &str =
 /// a file a collector serves says so instead of going stale; the exit status
 /// is 1 all the same.
 pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
-    let surveyed = open_for_reading(database).and_then(|mut store| survey(&mut store));
-    let text = exposition(surveyed.as_deref().ok());
+    let surveyed = open_for_reading(database).and_then(|mut store| {
+        let pools = survey(&mut store)?;
+        let cluster = cluster_survey(&mut store, &pools)?;
+        Ok((pools, cluster))
+    });
+    let mut text = exposition(surveyed.as_ref().ok().map(|(pools, _)| pools.as_slice()));
+    if let Ok((_, cluster)) = &surveyed {
+        render_cluster(&mut text, cluster);
+    }
     let problem = surveyed.err().map(|Failure(problem)| problem);
     let Some(output) = output else {
         return Ok(Report { stdout: text, failure: problem });
@@ -157,6 +255,68 @@ mod tests {
             ]
         );
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" gauge")).count(), 5);
+    }
+
+    #[test]
+    fn cluster_rows_are_counted_per_pool_by_state_and_kind() {
+        use shared::store::{NodeBlock, NodeRecord, RecordState, DEFAULT_LOCK_TIMEOUT};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = AllocationStore::open(&dir.path().join("db.sqlite"), DEFAULT_LOCK_TIMEOUT).expect("store");
+        let block = |text: &str, state| NodeBlock {
+            network: "blue-net".into(),
+            pool: "blue".into(),
+            block: text.parse().unwrap(),
+            state,
+            revision: 1,
+            confirmed: 0,
+            taken: vec![],
+            since: 0,
+        };
+        let record = |address: &str, kind| NodeRecord {
+            key: format!("/k/{address}"),
+            value: "{}".into(),
+            pool: "blue".into(),
+            address: address.parse().unwrap(),
+            kind,
+            owner: shared::Attachment { network: "blue-net".into(), container_id: "c".into(), ifname: "eth0".into() },
+            added_by: None,
+            state: RecordState::Held,
+        };
+        store
+            .write(|tx| {
+                tx.put_node_block(&block("10.40.0.0/29", BlockState::Owned))?;
+                tx.put_node_block(&block("10.40.0.8/29", BlockState::Owned))?;
+                tx.put_node_block(&block("10.40.0.16/29", BlockState::Releasing))?;
+                tx.put_node_record(&record("10.40.0.30", RecordKind::Static))?;
+                tx.put_node_record(&record("10.40.0.31", RecordKind::Borrowed))?;
+                // Lent out: held by this node under the network's lent network.
+                let lender = shared::Attachment {
+                    network: lent_network("blue-net"),
+                    container_id: "cluster".into(),
+                    ifname: "lent".into(),
+                };
+                tx.insert_lease("10.40.0.6".parse().unwrap(), "blue", &lender)?;
+                tx.insert_lease("10.40.0.7".parse().unwrap(), "blue", &lender)
+            })
+            .expect("cluster rows");
+        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let mut text = String::new();
+        render_cluster(&mut text, &survey);
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples,
+            [
+                "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"owned\"} 2",
+                "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"releasing\"} 1",
+                "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"static\"} 1",
+                "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"borrowed\"} 1",
+                "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"lent\"} 2",
+            ]
+        );
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" gauge")).count(), 2);
+        let mut nothing = String::new();
+        render_cluster(&mut nothing, &ClusterSurvey::default());
+        assert_eq!(nothing, "", "a node without cluster rows has no cluster family");
     }
 
     #[test]

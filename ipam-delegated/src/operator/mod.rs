@@ -8,6 +8,7 @@
 mod atomic_file;
 mod check;
 mod cli;
+mod cluster;
 mod completions;
 mod forget_pool;
 mod list;
@@ -82,6 +83,9 @@ pub fn main(args: &[OsString]) -> ExitCode {
     match invocation {
         Invocation::Completions(shell) => print(&completions::script(shell)),
         Invocation::Man(dir) => finish(man::run(&dir)),
+        // Logging is the configuration's (ipam.logFile): a node released by
+        // hand is on record beside the plugins' own lines.
+        Invocation::Cluster { conf, command } => finish(cluster::run(&conf, command)),
         Invocation::Database { database, command } => {
             // Where the plugins log (stderr for warnings; the verbose build's
             // file), so that a release by hand is on record beside theirs.

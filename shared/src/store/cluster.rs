@@ -198,6 +198,11 @@ impl Tx<'_> {
         stmt.query_map(values, record_from_row).and_then(Iterator::collect).in_db(self.path)
     }
 
+    /// The address record this node wrote at etcd key `key`, if any.
+    pub fn node_record(&self, key: &str) -> Result<Option<NodeRecord>> {
+        Ok(self.records_where("key = ?1", [key])?.into_iter().next())
+    }
+
     /// The address records this node wrote for `owner`.
     pub fn node_records_of(&self, owner: &Attachment) -> Result<Vec<NodeRecord>> {
         self.records_where(

@@ -22,6 +22,8 @@ use notes::{
     POOLS_NOTES, RELEASE_NOTES,
 };
 
+use super::cluster::notes::{BLOCKS_NOTES, CLUSTER_NOTES, RELEASE_NODE_NOTES};
+
 /// What the command line asks for, once clap has accepted it.
 #[derive(Debug, PartialEq)]
 pub enum Invocation {
@@ -32,6 +34,12 @@ pub enum Invocation {
     },
     Completions(Shell),
     Man(PathBuf),
+    /// A cluster command over the network configuration at `conf` (its
+    /// etcd, its pools and this node's database).
+    Cluster {
+        conf: PathBuf,
+        command: ClusterCommand,
+    },
 }
 
 #[derive(Debug, PartialEq)]
@@ -42,6 +50,12 @@ pub enum Command {
     Release { owner: Attachment, lock_timeout: Duration },
     ForgetPool { network: String, pool: String, lock_timeout: Duration },
     Check,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum ClusterCommand {
+    Blocks { json: bool },
+    ReleaseNode { node: String, json: bool },
 }
 
 /// The shells whose completion scripts are generated and tested.
@@ -59,6 +73,7 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
     let argv = std::iter::once(OsString::from(super::NAME)).chain(args.iter().cloned());
     let cli = Cli::try_parse_from(argv)?;
     let top = cli.database.database;
+    let top_given = top.is_some();
     let database = |given: DatabaseArg| match (top, given.database) {
         (Some(_), Some(_)) => Err(Cli::command()
             .error(ErrorKind::ArgumentConflict, "the argument '--database <PATH>' cannot be used multiple times")),
@@ -82,8 +97,36 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
         Sub::Check(a) => (a.database, Command::Check),
         Sub::Completions { shell } => return Ok(Invocation::Completions(shell)),
         Sub::Man { dir } => return Ok(Invocation::Man(dir)),
+        Sub::Cluster(a) => return cluster(top_given, a),
     };
     Ok(Invocation::Database { database: database(given)?, command })
+}
+
+/// `cluster`: the database is the configuration's, and `--conf` is
+/// required (clap cannot require an argument given before or after the
+/// command, so this does).
+fn cluster(top_database: bool, a: ClusterArgs) -> Result<Invocation, clap::Error> {
+    if top_database {
+        return Err(Cli::command().error(
+            ErrorKind::ArgumentConflict,
+            "the argument '--database <PATH>' cannot be used with 'cluster': its database is the configuration's \
+             ipam.database",
+        ));
+    }
+    let Some(conf) = a.conf else {
+        let mut root = Cli::command();
+        root.build();
+        let mut command = root.find_subcommand("cluster").cloned().unwrap_or_default();
+        return Err(command.error(
+            ErrorKind::MissingRequiredArgument,
+            "the following required arguments were not provided:\n  --conf <CONFLIST>",
+        ));
+    };
+    let command = match a.command {
+        ClusterSub::Blocks { json } => ClusterCommand::Blocks { json },
+        ClusterSub::ReleaseNode { node, json } => ClusterCommand::ReleaseNode { node, json },
+    };
+    Ok(Invocation::Cluster { conf, command })
 }
 
 /// The clap definition itself, for the completions and the man pages.
@@ -133,6 +176,9 @@ enum Sub {
     /// Check the database's integrity
     #[command(after_help = CHECK_NOTES)]
     Check(CheckArgs),
+    /// Cluster mode (ipam-ds-cluster): the blocks of a network's cluster pools in etcd
+    #[command(after_help = CLUSTER_NOTES, subcommand_required = true)]
+    Cluster(ClusterArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = COMPLETIONS_NOTES)]
     Completions {
@@ -220,6 +266,44 @@ struct ForgetPoolArgs {
 struct CheckArgs {
     #[command(flatten)]
     database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// The network configuration: a .conflist, or one plugin's .conf [required]
+    #[arg(long, value_name = "CONFLIST", global = true)]
+    conf: Option<PathBuf>,
+    #[command(subcommand)]
+    command: ClusterSub,
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterSub {
+    /// Per cluster pool: the blocks, their owner nodes and, for this node, their usage
+    #[command(after_help = BLOCKS_NOTES)]
+    Blocks {
+        /// Print JSON for scripts instead of tables
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hand a dead node's blocks and records back to the cluster
+    #[command(after_help = RELEASE_NODE_NOTES)]
+    ReleaseNode {
+        /// The node, as its ipam.cluster.node (or nodeFile, or host name) names it
+        #[arg(value_name = "NODE", value_parser = node_name)]
+        node: String,
+        /// Print JSON for scripts instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn node_name(text: &str) -> Result<String, String> {
+    if ipam_ds_cluster::settings::is_node_name(text) {
+        Ok(text.to_string())
+    } else {
+        Err("not a node name: letters, digits, '.', '_' and '-', at most 253 characters".to_string())
+    }
 }
 
 #[derive(Args, Debug)]

@@ -87,7 +87,7 @@ fn usage_errors_name_the_culprit() {
     let cases: &[(&[&str], ErrorKind, &str)] = &[
         (&["--database", "/x"], ErrorKind::MissingSubcommand, "requires a subcommand"),
         (&["frobnicate"], ErrorKind::InvalidSubcommand, "unrecognized subcommand 'frobnicate'"),
-        (&["lst"], ErrorKind::InvalidSubcommand, "a similar subcommand exists: 'list'"),
+        (&["lis"], ErrorKind::InvalidSubcommand, "a similar subcommand exists: 'list'"),
         (&["--bogus", "list"], ErrorKind::UnknownArgument, "unexpected argument '--bogus'"),
         (&["list", "--bogus"], ErrorKind::UnknownArgument, "Usage: ipam-delegated list"),
         (&["list", "--network"], ErrorKind::InvalidValue, "a value is required for '--network <NAME>'"),

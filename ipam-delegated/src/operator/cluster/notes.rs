@@ -1,0 +1,61 @@
+//! The longer texts of `cluster`'s `--help` and man page, in the contract's
+//! words (docs/contract.md, "Cluster mode").
+
+pub const CLUSTER_NOTES: &str = "\
+For networks in cluster mode (ipam-ds-cluster), whose addresses are unique
+across nodes: pools are cut into blocks that nodes claim in etcd.
+
+--conf names the network configuration: a .conflist, or one plugin's .conf.
+Its first plugin whose ipam is of type ipam-delegated and has ipam.cluster is
+read as the plugins read it: the network is the configuration's name, etcd and
+this node are ipam.cluster's, the pools ipam.pools, and this node's database
+ipam.database.
+
+blocks shows per pool the blocks, their owner nodes and, for this node, their
+usage; release-node NODE hands a dead node's blocks and records back to the
+cluster. Their own --help says more.
+
+etcd that cannot be reached is an error naming the endpoints (exit status 1).";
+
+pub const BLOCKS_NOTES: &str = "\
+Per pool, its blocks in address order: the block, its owner node, its state
+and since when (UTC), and the address records in it. A block is owned, or
+released: given back by release-node, and claimable again once its etcd lease
+ends. A block that holds address records but has no owner is unclaimed.
+Address records keep single addresses apart from their block's owner: static
+(asked for by name), borrowed (taken by another node) and lent (offered by the
+owner). For this node's owned blocks, used counts the leases inside the block
+in this node's database and size the block's allocatable addresses (its part
+of the pool's ranges minus excluded addresses and the gateway); for other
+nodes' blocks they are -. Each pool ends with how many of its blocks are
+claimed and how many this node owns. etcd's definition of a pool that differs
+from the configuration's is warned about.
+
+With --json: one object with the keys network, node (this node) and pools, an
+array of objects with the keys name, block_size, blocks_total, blocks_claimed
+(released ones included), blocks_released, blocks_of_node and blocks; each
+block has the keys block, node (null when unclaimed), state, since, used and
+size (null but for this node's owned blocks) and records (an object with the
+keys static, borrowed and lent). The database is read only when this node
+owns a block; when it cannot be read, used is unknown (? or null) and the
+exit status is 1.";
+
+pub const RELEASE_NODE_NOTES: &str = "\
+For a node that is gone. Each block NODE owns in the network's pools is
+replaced by a released record put under an etcd lease of offlineGrace + 3 x
+ipam.timeout seconds (ipam.timeout is 30 when not set): that is how long NODE,
+if it is in fact alive but cut off from etcd, may still allocate in its
+blocks. When the lease ends, etcd deletes the record and the block can be
+claimed again; NODE itself never uses a released block again. NODE's address
+records (static, borrowed, lent) are deleted at once, but for one of an
+address another node lent it, which goes back to that lender as lent (as
+NODE's own DEL would do). Each change is made only if the record is unchanged
+since it was read; one that changed is read again.
+
+Prints each block released and each record deleted, then a summary. A node
+that holds nothing is not an error. Logged as the plugins log (ipam.logFile).
+
+With --json: one object with the keys network, node, blocks (pool, block,
+claimed), records (pool, address, kind, container, ifname, returned_to: the
+lender it went back to, or null when deleted),
+claimable_in_seconds and claimable_at (null when no block was released).";

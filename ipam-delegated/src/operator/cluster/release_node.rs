@@ -1,0 +1,243 @@
+//! `cluster release-node NODE`: hands a dead node's blocks and address
+//! records back to the cluster.
+//!
+//! A block cannot be free at once: NODE, if it is in fact alive but cut off
+//! from etcd, may still allocate in a block it confirmed within offlineGrace,
+//! and an ADD that confirmed it may still be allocating for about three
+//! ipam.timeouts. So each block record becomes a `released` one (NODE's
+//! plugins stop using the block at their next etcd read) put under an etcd
+//! lease that lasts that long; when the lease ends etcd deletes it, and the
+//! block can be claimed. Address records are deleted at once: they only keep
+//! an address from others; one of an address another node lent (borrowed,
+//! or reserved by name) goes back to its lender as lent, as NODE's own DEL
+//! would have done, since the lender still holds it.
+
+use std::time::Duration;
+
+use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
+use ipam_ds_cluster::layout::{to_bytes, AddressRecord, BlockRecord, Kind, PoolKeys};
+use serde::Serialize;
+use shared::store::unix_now;
+
+use super::super::{to_json, utc, Failure, Report};
+use super::conf::ClusterConf;
+use super::{count, etcd_failure, read_pool, seconds};
+
+/// How many times a pool is read again when records changed under the
+/// changes (each change compares the record's mod_revision).
+const ROUNDS: usize = 3;
+
+#[derive(Serialize)]
+struct Document<'a> {
+    network: &'a str,
+    node: &'a str,
+    blocks: Vec<ReleasedBlock>,
+    records: Vec<DeletedRecord>,
+    /// How long the released blocks stay unclaimable: offlineGrace + 3 ×
+    /// ipam.timeout, rounded up to whole seconds.
+    claimable_in_seconds: Option<i64>,
+    /// When, UTC (null when no block was released).
+    claimable_at: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ReleasedBlock {
+    pool: String,
+    block: String,
+    /// When NODE claimed it, UTC.
+    claimed: String,
+}
+
+#[derive(Serialize)]
+struct DeletedRecord {
+    pool: String,
+    address: String,
+    kind: &'static str,
+    container: String,
+    ifname: String,
+    /// The node that lent the address, to which it went back as lent; null
+    /// when the record was deleted.
+    returned_to: Option<String>,
+}
+
+pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) -> Result<Report, Failure> {
+    let window = conf.settings.offline_grace + conf.call_timeout * 3;
+    let ttl = (window.as_secs_f64().ceil() as i64).max(1);
+    let mut done = Document {
+        network: &conf.network,
+        node,
+        blocks: Vec::new(),
+        records: Vec::new(),
+        claimable_in_seconds: None,
+        claimable_at: None,
+    };
+    let mut lease: Option<i64> = None;
+    let mut failure = None;
+    for pool in &conf.pools {
+        if let Err(Failure(problem)) = release_pool(conf, client, pool, node, ttl, &mut lease, &mut done) {
+            failure = Some(problem);
+            break;
+        }
+    }
+    if !done.blocks.is_empty() {
+        done.claimable_in_seconds = Some(ttl);
+        done.claimable_at = Some(utc::iso8601(unix_now() + ttl));
+    }
+    let stdout = if json { to_json(&done)? } else { render(&done, conf, window, ttl) };
+    match (failure, done.blocks.is_empty() && done.records.is_empty()) {
+        // Nothing was done: the failure alone.
+        (Some(problem), true) => Err(Failure(problem)),
+        (failure, _) => Ok(Report { stdout, failure }),
+    }
+}
+
+/// One pool: reads it, then releases NODE's blocks and deletes its records,
+/// each only if unchanged since read; what changed meanwhile is read again.
+fn release_pool(
+    conf: &ClusterConf,
+    client: &etcd::Client,
+    pool: &shared::pool::Pool,
+    node: &str,
+    ttl: i64,
+    lease: &mut Option<i64>,
+    done: &mut Document,
+) -> Result<(), Failure> {
+    let g = Geometry::of(pool);
+    let keys = PoolKeys::new(&conf.settings.prefix, &conf.network, &pool.name);
+    for _ in 0..ROUNDS {
+        let found = read_pool(conf, client, &keys, &g)?;
+        let blocks: Vec<_> = found.owners.iter().filter(|o| o.record.node == node && !o.record.released).collect();
+        let records: Vec<_> = found.addresses.iter().filter(|a| a.record.node == node).collect();
+        if blocks.is_empty() && records.is_empty() {
+            return Ok(());
+        }
+        let lease_id = match (*lease, blocks.is_empty()) {
+            (Some(id), _) => id,
+            (None, true) => 0,
+            (None, false) => {
+                let id = client.lease_grant(ttl).map_err(|e| etcd_failure(conf, e))?;
+                *lease = Some(id);
+                id
+            }
+        };
+        let mut changed = false;
+        for o in blocks {
+            let tombstone = BlockRecord { node: node.to_string(), at: unix_now(), released: true };
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(o.kv.key.clone(), o.kv.mod_revision)],
+                success: vec![Op::Put { key: o.kv.key.clone(), value: to_bytes(&tombstone), lease: lease_id }],
+                failure: Vec::new(),
+            };
+            if !client.txn(&txn).map_err(|e| etcd_failure(conf, e))?.succeeded {
+                changed = true;
+                continue;
+            }
+            tracing::info!(
+                "operator release-node: released block {} of pool {} of network {} (node {node}'s since {}); \
+                 claimable again in {ttl}s",
+                o.block.text,
+                pool.name,
+                conf.network,
+                utc::iso8601(o.record.at)
+            );
+            done.blocks.push(ReleasedBlock {
+                pool: pool.name.clone(),
+                block: o.block.text.clone(),
+                claimed: utc::iso8601(o.record.at),
+            });
+        }
+        for a in records {
+            let lender = Some(&a.record.lender).filter(|lender| !lender.is_empty() && lender.as_str() != node);
+            let op = match lender {
+                Some(lender) => {
+                    let lent = AddressRecord { kind: Kind::Lent, node: lender.clone(), ..AddressRecord::default() };
+                    Op::Put { key: a.kv.key.clone(), value: to_bytes(&lent), lease: 0 }
+                }
+                None => Op::Delete { key: a.kv.key.clone(), range_end: None },
+            };
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(a.kv.key.clone(), a.kv.mod_revision)],
+                success: vec![op],
+                failure: Vec::new(),
+            };
+            if !client.txn(&txn).map_err(|e| etcd_failure(conf, e))?.succeeded {
+                changed = true;
+                continue;
+            }
+            let kind = kind_name(a.record.kind);
+            let what = lender.map_or("deleted".to_string(), |lender| format!("gave back to its lender {lender}"));
+            tracing::info!(
+                "operator release-node: {what} the {kind} record of {} (pool {} of network {}) of node {node}",
+                a.address,
+                pool.name,
+                conf.network
+            );
+            done.records.push(DeletedRecord {
+                pool: pool.name.clone(),
+                address: a.address.to_string(),
+                kind,
+                container: a.record.container.clone(),
+                ifname: a.record.ifname.clone(),
+                returned_to: lender.cloned(),
+            });
+        }
+        if !changed {
+            return Ok(());
+        }
+    }
+    Err(Failure(format!(
+        "records of node {node} in pool {} kept changing while they were released (is the node alive?): run \
+         release-node again",
+        pool.name
+    )))
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Static => "static",
+        Kind::Borrowed => "borrowed",
+        Kind::Lent => "lent",
+    }
+}
+
+fn render(done: &Document, conf: &ClusterConf, window: Duration, ttl: i64) -> String {
+    let (node, network) = (done.node, done.network);
+    if done.blocks.is_empty() && done.records.is_empty() {
+        return format!("node {node} holds no block and no address record in network {network}: nothing released\n");
+    }
+    let mut out = String::new();
+    for b in &done.blocks {
+        out.push_str(&format!("released block {} of pool {} (node {node}'s since {})\n", b.block, b.pool, b.claimed));
+    }
+    for r in &done.records {
+        let holder = match (r.container.as_str(), r.ifname.as_str()) {
+            ("", _) => String::new(),
+            (container, "") => format!(", container {container}"),
+            (container, ifname) => format!(", container {container} interface {ifname}"),
+        };
+        let action = match &r.returned_to {
+            Some(lender) => format!("gave back to its lender {lender}"),
+            None => "deleted".to_string(),
+        };
+        out.push_str(&format!("{action} the {} record of {} (pool {}{holder})\n", r.kind, r.address, r.pool));
+    }
+    if done.blocks.is_empty() {
+        out.push_str(&format!(
+            "released {} of node {node} in network {network} (it owned no block)\n",
+            count(done.records.len(), "address record")
+        ));
+        return out;
+    }
+    let rounded = if Duration::from_secs(ttl as u64) == window { String::new() } else { ", rounded up".to_string() };
+    out.push_str(&format!(
+        "released {} and {} of node {node} in network {network}; its blocks can be claimed again in {ttl} s \
+         (offlineGrace {} s + 3 × timeout {} s{rounded}), the time {node} could still be allocating in them if it is \
+         alive\n",
+        count(done.blocks.len(), "block"),
+        count(done.records.len(), "address record"),
+        seconds(conf.settings.offline_grace),
+        seconds(conf.call_timeout),
+    ));
+    out
+}
