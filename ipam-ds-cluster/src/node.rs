@@ -1167,9 +1167,11 @@ fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<N
 }
 
 /// How few free addresses in a node's blocks of a pool make it claim the
-/// next block ahead of need: a quarter of a block, at most 8.
+/// next block ahead of need: a quarter of a block (16 of a /26), at most 64.
+/// ADDs of one node in flight at once beyond this many can still find its
+/// blocks full for a moment (error 100) while blocks are left.
 fn headroom(g: &Geometry) -> usize {
-    usize::try_from((g.block_len() / 4).min(8)).unwrap_or(8)
+    usize::try_from((g.block_len() / 4).min(64)).unwrap_or(64)
 }
 
 fn has_room_in(tx: &Tx, network: &str, view: &Pool) -> Result<bool> {

@@ -1,18 +1,22 @@
 //! Failover across the endpoints, authentication with a token the caller can
 //! keep between processes, and the counts the benchmark reads.
 
+use std::future::Future;
 use std::net::Ipv6Addr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use super::http::Transport;
+use http::Uri;
+
+use super::grpc::{Conn, Transport};
 use super::{tls, wire, Error, RangeRequest, RangeResponse, RequestCount, Settings, Txn, TxnResponse};
 
 pub struct Client {
     /// Validated, without a trailing slash.
     endpoints: Vec<String>,
     credentials: Option<(String, String)>,
-    transport: Transport,
+    /// Held for a whole request (failing over included): one at a time.
+    transport: Mutex<Transport>,
     /// What requests learn; behind a lock only so that a Client can be shared.
     state: Mutex<State>,
 }
@@ -62,8 +66,14 @@ impl Client {
         if settings.endpoints.is_empty() {
             return Err(Error::settings("endpoints", "no endpoint"));
         }
-        let endpoints =
-            settings.endpoints.iter().enumerate().map(|(i, e)| endpoint(i, e)).collect::<Result<Vec<_>, _>>()?;
+        let (endpoints, uris): (Vec<String>, Vec<Uri>) = settings
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| endpoint(i, e))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         if settings.timeout.is_zero() {
             return Err(Error::settings("timeout", "must be more than 0"));
         }
@@ -74,10 +84,10 @@ impl Client {
             (None, Some(_)) => return Err(Error::settings("username", "a password is set but no username")),
         };
         let tls = match endpoints.iter().any(|e| e.starts_with("https://")) {
-            true => Some(tls::config(&settings.tls)?),
+            true => Some(tls::Material::read(&settings.tls)?),
             false => None,
         };
-        let transport = Transport::new(settings.timeout, tls);
+        let transport = Mutex::new(Transport::new(uris, settings.timeout, tls));
         Ok(Client { endpoints, credentials, transport, state: Mutex::default() })
     }
 
@@ -94,19 +104,27 @@ impl Client {
     }
 
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse, Error> {
-        let answer = self.call(Kind::Range, "/v3/kv/range", &wire::range_request(req)?)?;
-        wire::range_response(&answer)
+        let options = wire::get_options(req);
+        let answer = self.call(Kind::Range, |mut c: Conn| {
+            let (key, options) = (req.key.clone(), options.clone());
+            async move { c.kv.get(key, Some(options)).await }
+        })?;
+        Ok(wire::range_response(answer.0))
     }
 
     pub fn txn(&self, txn: &Txn) -> Result<TxnResponse, Error> {
-        let answer = self.call(Kind::Txn { writes: txn.writes() }, "/v3/kv/txn", &wire::txn_request(txn)?)?;
-        wire::txn_response(&answer, txn)
+        let request = wire::txn_request(txn);
+        let answer = self.call(Kind::Txn { writes: txn.writes() }, |mut c: Conn| {
+            let request = request.clone();
+            async move { c.kv.txn(request).await }
+        })?;
+        wire::txn_response(answer, txn)
     }
 
     /// The lease id.
     pub fn lease_grant(&self, ttl_seconds: i64) -> Result<i64, Error> {
         let answer =
-            self.call(Kind::Other("lease grant"), "/v3/lease/grant", &wire::lease_grant_request(ttl_seconds)?)?;
+            self.call(Kind::Other("lease grant"), |mut c: Conn| async move { c.lease.grant(ttl_seconds, None).await })?;
         wire::lease_grant_response(&answer)
     }
 
@@ -119,44 +137,39 @@ impl Client {
         self.state().in_use.map(|i| self.endpoints[i].clone())
     }
 
-    /// A GET on the endpoint in use (or the first), for the test harness's metrics.
-    #[cfg(any(test, feature = "testing"))]
-    pub(crate) fn get(&self, path: &str) -> Result<Vec<u8>, Error> {
-        let i = self.state().in_use.unwrap_or(0);
-        self.transport.get(&self.endpoints[i], path)
-    }
-
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn call(&self, kind: Kind, path: &str, body: &[u8]) -> Result<Vec<u8>, Error> {
+    fn call<T, F, Fut>(&self, kind: Kind, op: F) -> Result<T, Error>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
         let Some((user, password)) = &self.credentials else {
-            return self.send(kind, path, self.token().as_deref(), body);
+            return self.send(kind, self.token().as_deref(), &op);
         };
         let (token, fresh) = match self.token() {
             Some(token) => (token, false),
             None => (self.authenticate(user, password)?, true),
         };
-        match self.send(kind, path, Some(&token), body) {
+        match self.send(kind, Some(&token), &op) {
             // A cached token expires (etcd's --auth-token-ttl) or is lost with
             // a restart: worth one new one, not more.
             Err(e) if !fresh && stale_token(&e) => {
                 tracing::debug!("etcd token no longer valid ({e}): authenticating again");
                 let token = self.authenticate(user, password)?;
-                self.send(kind, path, Some(&token), body)
+                self.send(kind, Some(&token), &op)
             }
             result => result,
         }
     }
 
     fn authenticate(&self, user: &str, password: &str) -> Result<String, Error> {
-        let answer = self.send(
-            Kind::Other("authenticate"),
-            "/v3/auth/authenticate",
-            None,
-            &wire::auth_request(user, password)?,
-        )?;
+        let answer = self.send(Kind::Other("authenticate"), None, &|mut c: Conn| {
+            let (user, password) = (user.to_string(), password.to_string());
+            async move { c.auth.authenticate(user, password).await }
+        })?;
         let token = wire::auth_response(&answer)?;
         self.state().token = Some(token.clone());
         Ok(token)
@@ -164,14 +177,19 @@ impl Client {
 
     /// One request, tried on each endpoint in turn from the one that answered
     /// last, until one answers with anything but "unavailable".
-    fn send(&self, kind: Kind, path: &str, token: Option<&str>, body: &[u8]) -> Result<Vec<u8>, Error> {
+    fn send<T, F, Fut>(&self, kind: Kind, token: Option<&str>, op: &F) -> Result<T, Error>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut transport = self.transport.lock().unwrap_or_else(PoisonError::into_inner);
         let first = self.state().in_use.unwrap_or(0);
         let n = self.endpoints.len();
         let mut failures = Vec::new();
         for i in (0..n).map(|k| (first + k) % n) {
             let endpoint = &self.endpoints[i];
             let start = Instant::now();
-            let result = self.transport.post(endpoint, path, token, body);
+            let result = transport.attempt(i, token, op);
             let elapsed_ms = start.elapsed().as_secs_f64() * 1000.0;
             match result {
                 Err(Error::Unavailable(why)) => {
@@ -198,8 +216,9 @@ fn stale_token(e: &Error) -> bool {
     matches!(e, Error::Refused { message, .. } if STALE.iter().any(|s| message.contains(s)))
 }
 
-/// `http[s]://host[:port]` with no path: the API paths are appended to it.
-fn endpoint(i: usize, raw: &str) -> Result<String, Error> {
+/// `http[s]://host[:port]` with no path; as written (less a trailing slash)
+/// for messages, and as the URI to connect to.
+fn endpoint(i: usize, raw: &str) -> Result<(String, Uri), Error> {
     let bad = |why: &str| Error::settings(format!("endpoints[{i}]"), format!("{raw:?}: {why}"));
     let (scheme, rest) = ["http://", "https://"]
         .into_iter()
@@ -231,7 +250,9 @@ fn endpoint(i: usize, raw: &str) -> Result<String, Error> {
             return Err(bad("invalid port"));
         }
     }
-    Ok(format!("{scheme}{authority}"))
+    let endpoint = format!("{scheme}{authority}");
+    let uri = endpoint.parse::<Uri>().map_err(|e| bad(&e.to_string()))?;
+    Ok((endpoint, uri))
 }
 
 #[cfg(test)]
@@ -241,7 +262,9 @@ mod tests {
     #[test]
     fn endpoints_are_validated() {
         for ok in ["http://127.0.0.1:2379", "https://etcd.example:2379/", "http://[::1]:2379", "http://etcd"] {
-            assert_eq!(endpoint(0, ok).unwrap(), ok.trim_end_matches('/'), "{ok}");
+            let (endpoint, uri) = endpoint(0, ok).unwrap();
+            assert_eq!(endpoint, ok.trim_end_matches('/'), "{ok}");
+            assert_eq!(format!("{}://{}", uri.scheme_str().unwrap(), uri.authority().unwrap()), endpoint);
         }
         for bad in [
             "127.0.0.1:2379",

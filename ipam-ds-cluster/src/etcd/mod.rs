@@ -1,14 +1,15 @@
-//! A small blocking client of etcd's v3 API through its JSON gateway.
+//! A small blocking client of etcd's v3 gRPC API (etcd-client, over tonic).
 //!
-//! One CNI call is one short process making a few etcd requests, so this is
-//! plain blocking HTTP/1.1 on one kept-alive connection: no async runtime, no
-//! threads, no gRPC, and nothing costly before the first request. Every request
+//! One CNI call is one short process making a few etcd requests: the client is
+//! blocking, its async part runs on a current-thread runtime made at the first
+//! request (no threads, and nothing costly before that request), and each
+//! endpoint's HTTP/2 connection is kept for the next requests. Every request
 //! is bounded by the configured timeout on each endpoint, so an etcd that
 //! accepts connections but never answers (stopped, partitioned) costs at most
 //! `timeout` per endpoint, never a hang.
 
 mod client;
-mod http;
+mod grpc;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 #[cfg(test)]
@@ -23,7 +24,7 @@ use std::time::Duration;
 pub use client::Client;
 
 /// What a client needs, as read from the `cluster.etcd` settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// `http://host:port` or `https://host:port`, tried in order.
     pub endpoints: Vec<String>,
@@ -33,6 +34,19 @@ pub struct Settings {
     pub password: Option<String>,
     /// Read only when some endpoint is https.
     pub tls: TlsFiles,
+}
+
+/// The password stays out of logs and panic messages.
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("endpoints", &self.endpoints)
+            .field("timeout", &self.timeout)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// PEM files; without `ca`, https endpoints are checked against the system bundle.

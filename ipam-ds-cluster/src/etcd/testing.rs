@@ -4,15 +4,17 @@
 //! skipping it, so a machine without etcd cannot pass by testing nothing.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::Write as _;
-use std::net::TcpListener;
+use std::fs::OpenOptions;
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod certs;
 
 use super::{Client, Error, RangeRequest, Settings, TlsFiles};
 
@@ -27,12 +29,13 @@ pub struct TestEtcd {
     etcd: PathBuf,
     dir: tempfile::TempDir,
     child: Option<Child>,
-    pid: u32,
     client_port: u16,
     peer_port: u16,
+    /// Plain HTTP whatever the client URLs, for `metrics`.
+    metrics_port: u16,
     tls: bool,
     paused: AtomicBool,
-    /// Root's credentials once `enable_auth` ran, for `dump`.
+    /// Root's credentials once `enable_auth` ran, for `client` and `dump`.
     root: Mutex<Option<(String, String)>>,
 }
 
@@ -52,15 +55,15 @@ impl TestEtcd {
             find_in_path("etcd").unwrap_or_else(|| panic!("etcd not found in PATH: install Debian's etcd-server"));
         let dir = tempfile::Builder::new().prefix("test-etcd-").tempdir().expect("temporary directory for etcd");
         if tls {
-            make_certificates(dir.path());
+            certs::make(dir.path());
         }
         let mut t = TestEtcd {
             etcd,
             dir,
             child: None,
-            pid: 0,
             client_port: free_port(),
             peer_port: free_port(),
+            metrics_port: free_port(),
             tls,
             paused: AtomicBool::new(false),
             root: Mutex::new(None),
@@ -76,6 +79,7 @@ impl TestEtcd {
                     eprintln!("test etcd: {why}; trying other ports");
                     t.client_port = free_port();
                     t.peer_port = free_port();
+                    t.metrics_port = free_port();
                     let _ = std::fs::remove_dir_all(t.data_dir());
                 }
                 Err(why) => t.fail(&why),
@@ -157,9 +161,10 @@ impl TestEtcd {
         *self.root.lock().unwrap_or_else(|e| e.into_inner()) = Some(("root".into(), root_password.into()));
     }
 
+    /// etcd's Prometheus metrics, from the plain-HTTP metrics URL it is
+    /// started with (the client one speaks gRPC to the client under test).
     pub fn metrics(&self) -> String {
-        let body = self.client().get("/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"));
-        String::from_utf8(body).expect("metrics are text")
+        http_get(self.metrics_port, "/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"))
     }
 
     /// etcd's own count of requests per gRPC method, whatever their outcome.
@@ -195,6 +200,7 @@ impl TestEtcd {
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=t={peer}"))
+            .arg(format!("--listen-metrics-urls=http://127.0.0.1:{}", self.metrics_port))
             .args(["--logger=zap", "--log-outputs=stderr", "--log-level=error"]);
         if self.tls {
             let path = |name: &str| self.dir.path().join(name).display().to_string();
@@ -215,7 +221,6 @@ impl TestEtcd {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.etcd.display()));
-        self.pid = child.id();
         self.child = Some(child);
         self.paused.store(false, Ordering::SeqCst);
     }
@@ -254,19 +259,14 @@ impl TestEtcd {
     }
 
     fn signal(&self, signal: libc::c_int) {
-        assert!(self.child.is_some(), "test etcd is not running");
-        let pid = libc::pid_t::try_from(self.pid).expect("pid fits pid_t");
-        // SAFETY: kill(2) on our own child, which has not been waited for
-        // (child is Some), so the pid cannot have been reused.
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill({pid}, {signal}): {}", std::io::Error::last_os_error());
+        let child = self.child.as_ref().expect("test etcd is not running");
+        send_signal(child, signal);
     }
 
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             if self.paused.swap(false, Ordering::SeqCst) {
-                // SAFETY: as in `signal`: our child, not yet waited for.
-                unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGCONT) };
+                send_signal(&child, libc::SIGCONT);
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -305,6 +305,29 @@ impl Drop for TestEtcd {
     }
 }
 
+fn send_signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid fits pid_t");
+    // SAFETY: kill(2) has no memory effects; the pid is our child's, not yet
+    // waited for (`Child::wait` takes it out of TestEtcd first), so not reused.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(rc, 0, "kill({pid}, {signal}): {}", std::io::Error::last_os_error());
+}
+
+/// The body of a 200 answer to a GET on the loopback, over HTTP/1.0 (so the
+/// server closes the connection after the body, which is not chunked).
+fn http_get(port: u16, path: &str) -> Result<String, String> {
+    let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(|e| e.to_string())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(|| format!("not HTTP: {answer:.200}"))?;
+    match head.lines().next() {
+        Some(status) if status.split(' ').nth(1) == Some("200") => Ok(body.to_string()),
+        status => Err(format!("answered {status:?}")),
+    }
+}
+
 /// Sums `grpc_server_handled_total` over the codes, per method of interest.
 fn handled(metrics: &str) -> BTreeMap<String, u64> {
     let mut sums: BTreeMap<String, u64> = HANDLED_METHODS.iter().map(|m| (m.to_string(), 0)).collect();
@@ -334,74 +357,11 @@ fn free_port() -> u16 {
     }
 }
 
-fn find_in_path(name: &str) -> Option<PathBuf> {
+pub(super) fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
         .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate. The
-/// server's may also act as a client: etcd 3.4's gateway presents it when it
-/// calls etcd's own gRPC server, which requires client certificates here.
-fn make_certificates(dir: &Path) {
-    let openssl =
-        find_in_path("openssl").unwrap_or_else(|| panic!("openssl not found in PATH: install Debian's openssl"));
-    let write = |name: &str, text: &str| {
-        File::create(dir.join(name)).and_then(|mut f| f.write_all(text.as_bytes())).expect("write openssl config")
-    };
-    write(
-        "openssl.cnf",
-        "[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = ipam test CA\n\
-         [ca]\nbasicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign\n\
-         subjectKeyIdentifier = hash\n\
-         [server]\nbasicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature\n\
-         extendedKeyUsage = serverAuth,clientAuth\nsubjectAltName = IP:127.0.0.1,DNS:localhost\n\
-         [client]\nbasicConstraints = critical,CA:FALSE\nkeyUsage = critical,digitalSignature\n\
-         extendedKeyUsage = clientAuth\n",
-    );
-    let run = |args: &[&str]| {
-        let out =
-            Command::new(&openssl).current_dir(dir).args(args).stdin(Stdio::null()).output().expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    let new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    run(&[
-        &["req", "-x509", "-config", "openssl.cnf", "-extensions", "ca", "-days", "7"][..],
-        &new_key,
-        &["-keyout", "ca.key", "-out", "ca.crt"],
-    ]
-    .concat());
-    for (name, serial) in [("server", "2"), ("client", "3")] {
-        let (key, csr, crt) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"));
-        let subject = format!("/CN=ipam test {name}");
-        run(&[
-            &["req", "-new", "-config", "openssl.cnf", "-subj", &subject][..],
-            &new_key,
-            &["-keyout", &key, "-out", &csr],
-        ]
-        .concat());
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-set_serial",
-            serial,
-            "-days",
-            "7",
-            "-extfile",
-            "openssl.cnf",
-            "-extensions",
-            name,
-            "-out",
-            &crt,
-        ]);
-    }
 }
 
 #[cfg(test)]

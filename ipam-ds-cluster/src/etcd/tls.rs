@@ -1,60 +1,71 @@
 //! The TLS settings, read from PEM files once per client, and only when an
-//! endpoint is https: a plain-http cluster never touches the files.
+//! endpoint is https: a plain-http cluster never touches the files. They are
+//! checked in `Client::new`, so that a bad file is reported as a setting; the
+//! rustls configuration is made from them only at the first connection.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+use rustls_pki_types::pem::{PemObject as _, SectionKind};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::{Error, TlsFiles};
 
 /// Debian's (and most distributions') bundle of the system's trusted CAs.
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-pub(super) fn config(files: &TlsFiles) -> Result<TlsConfig, Error> {
-    let ca = files.ca.as_deref().unwrap_or(Path::new(SYSTEM_CA_BUNDLE));
-    let roots = certificates("tls.ca", ca)?;
-    let client = match (&files.cert, &files.key) {
-        (None, None) => None,
-        (Some(cert), Some(key)) => {
-            Some(ClientCert::new_with_certs(&certificates("tls.cert", cert)?, private_key(key)?))
-        }
-        (Some(_), None) => return Err(Error::settings("tls.key", "tls.cert is set but tls.key is not")),
-        (None, Some(_)) => return Err(Error::settings("tls.cert", "tls.key is set but tls.cert is not")),
-    };
-    Ok(TlsConfig::builder()
-        .provider(TlsProvider::Rustls)
-        .root_certs(RootCerts::Specific(Arc::new(roots)))
-        .client_cert(client)
-        .build())
+/// The PEM files' contents, each known to hold what it must.
+#[derive(Clone)]
+pub(super) struct Material {
+    ca: Vec<u8>,
+    /// Certificate chain and private key.
+    client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
-fn pem_items(field: &str, path: &Path) -> Result<Vec<PemItem<'static>>, Error> {
-    let bad = |m: String| Error::settings(field, format!("{}: {m}", path.display()));
-    let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-    ureq::tls::parse_pem(&pem).collect::<Result<_, _>>().map_err(|e| bad(format!("invalid PEM: {e}")))
-}
-
-fn certificates(field: &str, path: &Path) -> Result<Vec<Certificate<'static>>, Error> {
-    let certs: Vec<_> = pem_items(field, path)?
-        .into_iter()
-        .filter_map(|item| match item {
-            PemItem::Certificate(c) => Some(c),
-            _ => None,
-        })
-        .collect();
-    if certs.is_empty() {
-        return Err(Error::settings(field, format!("{}: no PEM certificate in it", path.display())));
+impl Material {
+    pub(super) fn read(files: &TlsFiles) -> Result<Material, Error> {
+        let ca = files.ca.as_deref().unwrap_or(Path::new(SYSTEM_CA_BUNDLE));
+        let ca = pem_file("tls.ca", ca, &[SectionKind::Certificate], "certificate")?;
+        let client = match (&files.cert, &files.key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((
+                pem_file("tls.cert", cert, &[SectionKind::Certificate], "certificate")?,
+                pem_file(
+                    "tls.key",
+                    key,
+                    &[SectionKind::PrivateKey, SectionKind::RsaPrivateKey, SectionKind::EcPrivateKey],
+                    "private key",
+                )?,
+            )),
+            (Some(_), None) => return Err(Error::settings("tls.key", "tls.cert is set but tls.key is not")),
+            (None, Some(_)) => return Err(Error::settings("tls.cert", "tls.key is set but tls.cert is not")),
+        };
+        Ok(Material { ca, client })
     }
-    Ok(certs)
+
+    /// What tonic makes its rustls client configuration from (with ring,
+    /// HTTP/2 by ALPN, the server name from the endpoint's host).
+    pub(super) fn config(&self) -> ClientTlsConfig {
+        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca));
+        match &self.client {
+            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
 }
 
-fn private_key(path: &Path) -> Result<PrivateKey<'static>, Error> {
-    pem_items("tls.key", path)?
-        .into_iter()
-        .find_map(|item| match item {
-            PemItem::PrivateKey(k) => Some(k),
-            _ => None,
-        })
-        .ok_or_else(|| Error::settings("tls.key", format!("{}: no PEM private key in it", path.display())))
+/// The file's bytes, once it is known to be PEM with a section of one of `kinds`.
+fn pem_file(field: &str, path: &Path, kinds: &[SectionKind], what: &str) -> Result<Vec<u8>, Error> {
+    let bad = |m: String| Error::settings(field, format!("{}: {m}", path.display()));
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let mut found = false;
+    for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(&bytes) {
+        match section {
+            Ok((kind, _)) => found |= kinds.contains(&kind),
+            Err(e) => return Err(bad(format!("invalid PEM: {e}"))),
+        }
+    }
+    if !found {
+        return Err(bad(format!("no PEM {what} in it")));
+    }
+    Ok(bytes)
 }
