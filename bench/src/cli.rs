@@ -60,11 +60,19 @@ database / dataDir per scenario, their calls interleaved. In order:
   lock-wait    how long calls wait for the database's lock, {lock_workers} full-stack
                ADDs in flight at once ({lock_wait} ADDs, read from each call's
                debug log), and whether the waiting is fair (suite only)
+  cluster      cluster mode (ipam-ds-cluster, a real etcd from PATH, nodes
+               simulated as node names with databases of their own) against
+               local mode: steady-state ADD/DEL latency ({latency} each), etcd
+               requests per steady-state ADD and DEL ({cluster_steady} each, counted by
+               etcd), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in flight per node
+               (throughput both ways, etcd requests per ADD), and one etcd
+               request's latency from the client
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
-replacing them. A full run takes about 2 minutes on an idle 2-core machine,
-plus the release build; BENCH_QUICK=1 takes under a minute.
+replacing them. A full run takes about 2 minutes on an idle 2-core machine
+(the cluster scenario about half a minute of it), plus the release build;
+BENCH_QUICK=1 takes under a minute.
 
 Options:
   -h, --help         print this help and exit
@@ -85,8 +93,9 @@ Environment:
   BENCH_STDERR=1     show the plugins' stderr
   CARGO_TARGET_DIR   honoured by the build and by scripts/install
 
-Needs /usr/lib/cni/host-local (apt-get install containernetworking-plugins)
-and, for the durability figures, strace.
+Needs /usr/lib/cni/host-local (apt-get install containernetworking-plugins),
+for the durability figures strace, and for the cluster figures etcd
+(apt-get install etcd-server; without it they are reported as not measured).
 ",
         fsync_probes = c.fsync_probes,
         latency = c.latency,
@@ -96,6 +105,10 @@ and, for the durability figures, strace.
         big_fill = c.big_fill,
         lock_workers = c.lock_workers,
         lock_wait = c.lock_wait,
+        cluster_steady = c.cluster_steady,
+        cluster_adds = c.cluster_adds,
+        nodes = crate::scenarios::cluster::NODES,
+        workers_per_node = crate::scenarios::cluster::WORKERS_PER_NODE,
     )
 }
 

@@ -189,6 +189,18 @@ pub fn stats(samples: &[Duration]) -> Stats {
     Stats { median_ms: median, p99_ms: p99, max_ms: ms[n - 1], n }
 }
 
+/// The `q` quantile (0 < q ≤ 1) of the samples in ms, by the rule of
+/// [`stats`]' p99: the smallest sample with at least q of them at or below it.
+pub fn percentile(samples: &[Duration], q: f64) -> f64 {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let n = ms.len();
+    if n == 0 {
+        return 0.0;
+    }
+    ms[((n as f64 * q).ceil() as usize).clamp(1, n) - 1]
+}
+
 pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))

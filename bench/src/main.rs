@@ -36,7 +36,7 @@ type Scenario = fn(&Ctx, &mut Figures);
 
 /// The scenarios, in the order they run (after the durability probe, which
 /// always runs); `BENCH_ONLY=latency,memory` picks some by name.
-const SCENARIOS: [(&str, Scenario); 8] = [
+const SCENARIOS: [(&str, Scenario); 9] = [
     ("latency", scenarios::latency::run),
     ("first-add", scenarios::first_add::run),
     ("throughput", scenarios::throughput::run),
@@ -45,6 +45,7 @@ const SCENARIOS: [(&str, Scenario); 8] = [
     ("fill-curve", scenarios::fill_curve::run),
     ("memory", scenarios::memory::run),
     ("lock-wait", scenarios::lock_wait::run),
+    ("cluster", scenarios::cluster::run),
 ];
 
 fn main() {
@@ -117,6 +118,7 @@ fn main() {
     let elapsed = total.elapsed();
     let table = report::table(&fig);
     println!("{table}");
+    println!("Cluster mode (ipam-ds-cluster on etcd):\n\n{}", report::cluster_table(&fig));
     println!("measured: {}\n", fig.layout);
     println!("{}", report::bounds(&fig));
     println!("whole run: {elapsed:.1?}; load averages: {}", report::loads(&fig));

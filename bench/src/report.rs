@@ -1,11 +1,15 @@
 //! The table, BENCHMARKS.md, and what is recorded about the machine.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use ipam_ds_cluster::etcd::RequestCount;
+
 use crate::harness::{stats, Stats};
+use crate::scenarios::cluster::{NODES, WORKERS_PER_NODE};
 use crate::scenarios::fill_curve::FILL_LEVELS;
 use crate::setup::{Counts, HOST_LOCAL};
 
@@ -37,6 +41,132 @@ pub struct Figures {
     pub loads: Vec<(String, String)>,
     pub counts: Option<Counts>,
     pub lock_wait: Option<LockWait>,
+    /// Cluster mode (ipam-ds-cluster on etcd) against local mode.
+    pub cluster: Option<ClusterFigures>,
+    /// Why cluster mode was not measured.
+    pub cluster_note: Option<String>,
+}
+
+/// Call latencies with their 90th percentile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Latency {
+    pub stats: Stats,
+    pub p90_ms: f64,
+}
+
+/// The etcd requests of some calls of one command: etcd's own count per
+/// gRPC method, and the client's count that ipam-ds-cluster logged per call.
+#[derive(Clone, Debug, Default)]
+pub struct StepCount {
+    pub calls: usize,
+    /// etcd's `grpc_server_handled_total` per method, after less before.
+    pub etcd: BTreeMap<String, u64>,
+    /// The sum of the calls' "etcd requests: …" log lines.
+    pub client: RequestCount,
+    /// How many calls logged such a line.
+    pub logged: usize,
+}
+
+impl StepCount {
+    fn method(&self, name: &str) -> u64 {
+        self.etcd.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.etcd.values().sum()
+    }
+
+    /// Whether every call logged the client's count, which alone tells a
+    /// writing txn from a read-only one.
+    pub fn split(&self) -> bool {
+        self.calls > 0 && self.logged == self.calls
+    }
+
+    /// The txns that wrote, per the client (without its count, none: txns
+    /// are then taken as reads).
+    fn txn_writes(&self) -> u64 {
+        if self.split() {
+            self.client.writing_txns.min(self.method("Txn"))
+        } else {
+            0
+        }
+    }
+
+    /// Put + DeleteRange + the txns that wrote.
+    pub fn writes(&self) -> u64 {
+        self.method("Put") + self.method("DeleteRange") + self.txn_writes()
+    }
+
+    /// Range + the txns that did not write.
+    pub fn reads(&self) -> u64 {
+        self.method("Range") + self.method("Txn") - self.txn_writes()
+    }
+
+    pub fn per_call(&self, n: u64) -> f64 {
+        n as f64 / self.calls.max(1) as f64
+    }
+}
+
+/// The cluster-mode figures: [`crate::scenarios::cluster`].
+pub struct ClusterFigures {
+    /// `etcd --version`'s first line.
+    pub etcd: String,
+    /// Steady state, ADD then DEL of one container, cluster and local interleaved.
+    pub add_cluster: Latency,
+    pub add_local: Latency,
+    pub del_cluster: Latency,
+    pub del_local: Latency,
+    /// Local mode with ipam-da-static too: the cluster stack less the cluster.
+    pub add_local_static: Latency,
+    pub del_local_static: Latency,
+    pub steady_add: StepCount,
+    pub steady_del: StepCount,
+    pub fill: ClusterFill,
+    /// One etcd request from the client in-process: a range on a kept-alive
+    /// connection, the confirming read's txn on a fresh one, a put.
+    pub floor_range: Stats,
+    pub floor_fresh_txn: Stats,
+    pub floor_put: Stats,
+}
+
+/// ADDs by the simulated nodes from empty, concurrently, in both modes.
+pub struct ClusterFill {
+    /// ADDs started in each mode.
+    pub adds: usize,
+    pub cluster_ok: usize,
+    pub cluster_failures: Vec<u64>,
+    /// The first message of each distinct error code of the failed ADDs.
+    pub failure_messages: Vec<(u64, String)>,
+    pub cluster_time: Duration,
+    pub local_ok: usize,
+    pub local_failures: Vec<u64>,
+    pub local_time: Duration,
+    /// etcd's count per method over the cluster-mode ADDs.
+    pub etcd: BTreeMap<String, u64>,
+    /// Blocks in etcd afterwards: the claims that succeeded.
+    pub blocks: usize,
+    /// Addresses answered to more than one successful ADD across the nodes.
+    pub duplicates: usize,
+    /// Successful ADDs whose answer held no address.
+    pub without_address: usize,
+}
+
+impl ClusterFill {
+    pub fn rate(ok: usize, time: Duration) -> f64 {
+        if time.is_zero() {
+            0.0
+        } else {
+            ok as f64 / time.as_secs_f64()
+        }
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.etcd.values().sum()
+    }
+
+    pub fn per_add(&self) -> f64 {
+        self.requests() as f64 / self.cluster_ok.max(1) as f64
+    }
 }
 
 /// fsync-family system calls of one call, from strace.
@@ -449,10 +579,258 @@ pub fn bounds(fig: &Figures) -> String {
         }
         s.push('\n');
     }
+    if let Some(c) = &fig.cluster {
+        let _ = writeln!(s, "{}", cluster_bound(c));
+    }
     if let Some(floor) = fig.rss.iter().find(|(n, _)| n.starts_with("(floor")) {
         let _ = writeln!(s, "- **Memory.** The launcher that measures peak RSS reports {:.2} MiB running /bin/true: no figure can be below it.", floor.1 as f64 / MIB);
     }
     s
+}
+
+/// What bounds the cluster-mode figures: one etcd request, seen from the client.
+fn cluster_bound(c: &ClusterFigures) -> String {
+    let (range, fresh, put) = (c.floor_range.median_ms, c.floor_fresh_txn.median_ms, c.floor_put.median_ms);
+    let local = c.add_local.stats.median_ms;
+    let least = local + fresh;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!(
+        "- **etcd (cluster mode).** One request through the plugins' own etcd client, in-process (median of {n}): a \
+         range on a kept-alive connection {range:.2} ms; the read-only txn of an ADD's confirming read on a fresh \
+         connection, as every CNI process makes it (each call connects anew), {fresh:.2} ms; a put, which etcd syncs \
+         to its WAL before it answers, {put:.2} ms. A steady-state ADD in cluster mode is a local ADD plus that one \
+         read, so it cannot take less than about {local:.2} + {fresh:.2} = {least:.2} ms, {} the local ADD's median \
+         (measured: {:.2} ms, {}); an ADD that claims a block adds a read of the pool and a writing txn (at least \
+         {put:.2} ms more). The etcd is one member on this machine, on the same {cores} cores as the plugins: under \
+         the concurrent load its CPU is taken from theirs.",
+        ratio(least, local),
+        c.add_cluster.stats.median_ms,
+        ratio(c.add_cluster.stats.median_ms, local),
+        n = c.floor_range.n,
+    )
+}
+
+/// The cluster-mode summary (Markdown, also printed): cluster mode against
+/// local mode, with the targets.
+pub fn cluster_table(fig: &Figures) -> String {
+    let mut t = String::new();
+    t.push_str("| measurement | cluster mode | local mode | cluster / local | target | met |\n");
+    t.push_str("|---|---:|---:|---:|---|---|\n");
+    let mut line = |what: &str, cluster: String, local: String, r: String, target: &str, met: Option<bool>| {
+        let _ = writeln!(t, "| {what} | {cluster} | {local} | {r} | {target} | {} |", met.map_or("", yes));
+    };
+    let Some(c) = &fig.cluster else {
+        let why = fig.cluster_note.as_deref().unwrap_or("the cluster scenario did not run");
+        line("cluster mode", format!("not measured: {why}"), "—".into(), "—".into(), "", None);
+        return t;
+    };
+    let ms = |v: f64| format!("{v:.2} ms");
+    let (ca, la) = (c.add_cluster, c.add_local);
+    line(
+        &format!("ADD median, full stack, steady state (n={}; the node owns a block with room)", ca.stats.n),
+        ms(ca.stats.median_ms),
+        ms(la.stats.median_ms),
+        ratio(ca.stats.median_ms, la.stats.median_ms),
+        "≤ 1.2×",
+        Some(la.stats.median_ms > 0.0 && ca.stats.median_ms <= 1.2 * la.stats.median_ms),
+    );
+    line("ADD p90, full stack, steady state", ms(ca.p90_ms), ms(la.p90_ms), ratio(ca.p90_ms, la.p90_ms), "", None);
+    let ls = c.add_local_static.stats.median_ms;
+    line(
+        "ADD median against local mode with ipam-da-static too (the cluster stack less ipam-ds-cluster)",
+        ms(ca.stats.median_ms),
+        ms(ls),
+        ratio(ca.stats.median_ms, ls),
+        "(comparison)",
+        None,
+    );
+    let (cd, ld) = (c.del_cluster, c.del_local);
+    line(
+        "DEL median, full stack, steady state",
+        ms(cd.stats.median_ms),
+        ms(ld.stats.median_ms),
+        ratio(cd.stats.median_ms, ld.stats.median_ms),
+        "(comparison)",
+        None,
+    );
+    let a = &c.steady_add;
+    let txn_note = if a.split() { "read-only Txn per the calls' logs" } else { "every Txn counted as a read" };
+    line(
+        &format!("etcd reads per ADD, steady state (etcd's count over {} ADDs: Range + {txn_note})", a.calls),
+        format!("{:.2}", a.per_call(a.reads())),
+        "0".into(),
+        "—".into(),
+        "≤ 1",
+        Some(a.calls > 0 && a.reads() <= a.calls as u64),
+    );
+    line(
+        "etcd writes per ADD, steady state (Put, DeleteRange, writing Txn)",
+        format!("{:.2}", a.per_call(a.writes())),
+        "0".into(),
+        "—".into(),
+        "0",
+        Some(a.split() && a.writes() == 0),
+    );
+    let d = &c.steady_del;
+    line(
+        &format!("etcd requests per DEL, steady state (etcd's count over {} DELs)", d.calls),
+        format!("{:.2}", d.per_call(d.total())),
+        "0".into(),
+        "—".into(),
+        "(counted)",
+        None,
+    );
+    let f = &c.fill;
+    line(
+        &format!(
+            "etcd requests per ADD, {NODES} nodes from empty (etcd's count over {} ADDs, {} blocks claimed; per \
+             ADD that succeeded, {})",
+            f.adds, f.blocks, f.cluster_ok
+        ),
+        format!("{:.3}", f.per_add()),
+        "0".into(),
+        "—".into(),
+        "≤ 1.1",
+        Some(f.cluster_ok > 0 && f.per_add() <= 1.1),
+    );
+    let failed = |list: &[u64]| if list.is_empty() { String::new() } else { format!(", {} failed", list.len()) };
+    let (cr, lr) = (ClusterFill::rate(f.cluster_ok, f.cluster_time), ClusterFill::rate(f.local_ok, f.local_time));
+    line(
+        &format!(
+            "{NODES} nodes × {WORKERS_PER_NODE}-way concurrent ADD throughput ({} ADDs each way{}{})",
+            f.adds,
+            failed(&f.cluster_failures),
+            if f.local_failures.is_empty() {
+                String::new()
+            } else {
+                format!(", {} failed in local mode", f.local_failures.len())
+            }
+        ),
+        format!("{cr:.1} ADD/s"),
+        format!("{lr:.1} ADD/s"),
+        ratio(cr, lr),
+        "(comparison)",
+        None,
+    );
+    line(
+        &format!("addresses handed out twice across the {NODES} nodes"),
+        format!("{}", f.duplicates),
+        "—".into(),
+        "—".into(),
+        "0",
+        Some(f.duplicates == 0 && f.without_address == 0),
+    );
+    line(
+        &format!("ADDs that failed, {NODES} nodes from empty (a /16 pool: room for every one)"),
+        format!("{}", f.cluster_failures.len()),
+        format!("{}", f.local_failures.len()),
+        "—".into(),
+        "0",
+        Some(f.cluster_failures.is_empty()),
+    );
+    t
+}
+
+/// The cluster-mode section of BENCHMARKS.md.
+fn cluster_section(s: &mut String, fig: &Figures) {
+    let _ = writeln!(s, "## Cluster mode: `ipam-ds-cluster` on etcd\n");
+    let Some(c) = &fig.cluster else {
+        let _ = writeln!(s, "{}", cluster_table(fig));
+        return;
+    };
+    let _ = writeln!(s, "The full stack in cluster mode is `ipam-delegated` with delegates `[\"ipam-ds-pool\", \"ipam-ds-cluster\", \"ipam-da-static\", \"ipam-da-sequential\"]` and `ipam.cluster = {{\"etcd\": {{\"endpoints\": [E]}}, \"node\": N}}`; local mode is the benchmark's full stack (`[\"ipam-ds-pool\", \"ipam-da-sequential\"]`, no cluster) on a database of its own. Pool `bench`, 10.30.0.0/16, default blockSize (/26 blocks). One real etcd ({}, a single member on loopback ports, its data in a temporary directory of the system temp dir) serves every simulated node; a node is a node name with a database of its own. Every call is a real process, as above.\n", c.etcd);
+    let _ = writeln!(s, "{}", cluster_table(fig));
+    let _ = writeln!(s, "### Latency, steady state\n\nOne node (`node-a`) that already owns a block with room (5 warm-up ADDs, not counted, claimed it), and a local-mode database on the same pool: ADD then DEL of one container, cluster and local interleaved (the order rotating), {} times. A third database, in local mode with the cluster stack's other delegates (`[\"ipam-ds-pool\", \"ipam-da-static\", \"ipam-da-sequential\"]`), is interleaved likewise for comparison: the difference between it and cluster mode is ipam-ds-cluster's own cost.\n", c.add_cluster.stats.n);
+    let _ = writeln!(s, "| command, mode | n | median ms | p90 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|---:|");
+    for (name, l) in [
+        ("ADD, cluster mode", c.add_cluster),
+        ("ADD, local mode", c.add_local),
+        ("DEL, cluster mode", c.del_cluster),
+        ("DEL, local mode", c.del_local),
+        ("ADD, local mode with ipam-da-static", c.add_local_static),
+        ("DEL, local mode with ipam-da-static", c.del_local_static),
+    ] {
+        let st = l.stats;
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            st.n, st.median_ms, l.p90_ms, st.p99_ms, st.max_ms
+        );
+    }
+    let _ = writeln!(s, "\n### etcd requests per call\n\nCounted by etcd itself: `grpc_server_handled_total` per method from its `/metrics`, read before and after each batch (reading the metrics is no gRPC request). The steady-state node was first given room for the counted ADDs ({n} ADDs and {n} DELs, not counted: it keeps the blocks it claimed), then made {n} ADDs and {n} DELs, each batch logging at debug level (`ipam.logFile`, `ipam.logLevel`), where ipam-ds-cluster logs its client's count per call (`etcd requests: N range, N txn (N writing), N other`): etcd does not say whether a txn wrote, the client does. The {NODES} nodes from empty are the concurrent run below (a key prefix of their own in etcd, so the pool starts with no block claimed), not logged: their writes are the block claims (blocks in etcd afterwards), plus claims that lost a race.\n", n = c.steady_add.calls);
+    let _ = writeln!(s, "| calls | n | Range | Txn | Put | DeleteRange | LeaseGrant | Authenticate | per call | the client's count (logs) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let methods = ["Range", "Txn", "Put", "DeleteRange", "LeaseGrant", "Authenticate"];
+    let count_row = |s: &mut String, name: &str, n: usize, etcd: &BTreeMap<String, u64>, client: String| {
+        let _ = write!(s, "| {name} | {n} |");
+        for m in methods {
+            let _ = write!(s, " {} |", etcd.get(m).copied().unwrap_or(0));
+        }
+        let total: u64 = etcd.values().sum();
+        let _ = writeln!(s, " {:.3} | {client} |", total as f64 / n.max(1) as f64);
+    };
+    for (name, step) in [("ADD, steady state", &c.steady_add), ("DEL, steady state", &c.steady_del)] {
+        let k = step.client;
+        let client = format!(
+            "{} range, {} txn ({} writing), {} other; {} of {} calls logged",
+            k.ranges, k.txns, k.writing_txns, k.other, step.logged, step.calls
+        );
+        count_row(s, name, step.calls, &step.etcd, client);
+    }
+    let f = &c.fill;
+    count_row(
+        s,
+        &format!("ADD, {NODES} nodes from empty"),
+        f.cluster_ok,
+        &f.etcd,
+        format!("not logged; {} blocks claimed", f.blocks),
+    );
+    let (cr, lr) = (ClusterFill::rate(f.cluster_ok, f.cluster_time), ClusterFill::rate(f.local_ok, f.local_time));
+    let _ = writeln!(s, "\n### {NODES} nodes, concurrent ADDs from empty\n\n{NODES} nodes, each with {WORKERS_PER_NODE} worker threads that each start ADD processes one after the other ({} in flight at once), from empty: in cluster mode {NODES} fresh node databases sharing the etcd, in local mode {NODES} fresh databases and no cluster; {} ADDs each way, run in two interleaved halves (cluster, local, cluster, local). Rates count the ADDs that succeeded.\n", NODES * WORKERS_PER_NODE, f.adds);
+    let _ = writeln!(s, "| mode | ADDs | succeeded | failed (codes) | time | ADD/s |\n|---|---:|---:|---|---:|---:|");
+    let codes = |list: &[u64]| {
+        let mut by_code: BTreeMap<u64, usize> = BTreeMap::new();
+        for &c in list {
+            *by_code.entry(c).or_default() += 1;
+        }
+        let each: Vec<String> = by_code.iter().map(|(c, n)| format!("code {c} × {n}")).collect();
+        if list.is_empty() {
+            "0".to_string()
+        } else {
+            format!("{} ({})", list.len(), each.join(", "))
+        }
+    };
+    let _ = writeln!(
+        s,
+        "| cluster mode | {} | {} | {} | {:.2} s | {cr:.1} |",
+        f.adds,
+        f.cluster_ok,
+        codes(&f.cluster_failures),
+        f.cluster_time.as_secs_f64()
+    );
+    let _ = writeln!(
+        s,
+        "| local mode | {} | {} | {} | {:.2} s | {lr:.1} |",
+        f.adds,
+        f.local_ok,
+        codes(&f.local_failures),
+        f.local_time.as_secs_f64()
+    );
+    let _ = writeln!(s, "\nAcross the nodes in cluster mode, {} address(es) were answered to more than one ADD, and {} successful ADD(s) answered no address.\n", f.duplicates, f.without_address);
+    for (code, msg) in &f.failure_messages {
+        let _ = writeln!(s, "A cluster-mode ADD that failed with code {code} said: \"{msg}\"\n");
+    }
+    let _ = writeln!(s, "### One etcd request, from the client\n\nThrough the plugins' own client (`ipam_ds_cluster::etcd::Client`), in the benchmark's process, requests one after the other:\n");
+    let _ = writeln!(s, "| request | n | median ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|");
+    s.push_str(&stats_row("range of one key, kept-alive connection", &c.floor_range));
+    s.push_str(&stats_row(
+        "read-only txn of 3 ranges (an ADD's confirming read), fresh connection",
+        &c.floor_fresh_txn,
+    ));
+    s.push_str(&stats_row("txn with one put (etcd syncs its WAL), kept-alive connection", &c.floor_put));
+    let _ = writeln!(
+        s,
+        "\nWhat these times put under the cluster figures: the etcd item of \"What bounds the figures\" above."
+    );
 }
 
 pub fn loads(fig: &Figures) -> String {
@@ -557,7 +935,8 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
     let _ = writeln!(s, "| load average (1, 5, 15 min) | {} |\n", loads(fig));
     let _ = writeln!(s, "## Summary\n\n{table}");
     let _ = writeln!(s, "### What bounds the figures\n\nWhat the benchmark can measure of the limits below the figures, on this machine:\n\n{}", bounds(fig));
-    let _ = writeln!(s, "## Latency ({} calls per variant and command)\n", c.latency);
+    cluster_section(&mut s, fig);
+    let _ = writeln!(s, "\n## Latency ({} calls per variant and command)\n", c.latency);
     let _ = writeln!(s, "The full stack is `ipam-delegated` with delegates `[\"ipam-ds-pool\", \"ipam-da-sequential\"]`, in the measured layout and in the copies layout (on a database of its own); `ipam-da-sequential` alone is started as its name in the measured layout and fed the configuration with the `prevResult` that `ipam-ds-pool` printed for it (with `pools`). Subnet 10.20.0.0/16. CPU is user + system time from wait4's rusage (the process and the children it reaped).\n");
     let _ = writeln!(
         s,
@@ -787,6 +1166,99 @@ mod tests {
         assert!(md.contains("| ADD, host-local | 40 | 3.00 | 4.50 | 6.00 | 3.20 |"), "{md}");
         assert!(md.contains(&format!("| {stack} | ADD, steady state | 4 | 1.50 (1 to 3) | 1 | 5 | 0 |")), "{md}");
         assert!(md.contains("### What bounds the figures"), "{md}");
+        if std::env::var_os("BENCH_SHOW").is_some() {
+            println!("{md}");
+        }
+    }
+
+    fn cluster_figures() -> ClusterFigures {
+        let lat = |median_ms, p90_ms, n| Latency {
+            stats: Stats { median_ms, p99_ms: p90_ms * 1.5, max_ms: p90_ms * 2.0, n },
+            p90_ms,
+        };
+        let methods = |range, txn, put| {
+            [("Range", range), ("Txn", txn), ("Put", put), ("DeleteRange", 0), ("LeaseGrant", 0), ("Authenticate", 0)]
+                .into_iter()
+                .map(|(m, n)| (m.to_string(), n))
+                .collect::<BTreeMap<String, u64>>()
+        };
+        let floor = |median_ms| Stats { median_ms, p99_ms: median_ms * 2.0, max_ms: median_ms * 3.0, n: 200 };
+        ClusterFigures {
+            etcd: "etcd Version: 3.4.23".into(),
+            add_cluster: lat(3.0, 4.0, 300),
+            add_local: lat(2.0, 3.0, 300),
+            del_cluster: lat(2.2, 3.0, 300),
+            del_local: lat(2.0, 2.5, 300),
+            add_local_static: lat(2.1, 3.1, 300),
+            del_local_static: lat(2.0, 2.5, 300),
+            steady_add: StepCount {
+                calls: 200,
+                etcd: methods(0, 200, 0),
+                client: RequestCount { ranges: 0, txns: 200, writing_txns: 0, other: 0 },
+                logged: 200,
+            },
+            steady_del: StepCount { calls: 200, etcd: methods(0, 0, 0), client: RequestCount::default(), logged: 200 },
+            fill: ClusterFill {
+                adds: 2000,
+                cluster_ok: 2000,
+                cluster_failures: vec![],
+                failure_messages: vec![],
+                cluster_time: Duration::from_secs(5),
+                local_ok: 2000,
+                local_failures: vec![],
+                local_time: Duration::from_secs(4),
+                etcd: methods(0, 2060, 0),
+                blocks: 40,
+                duplicates: 0,
+                without_address: 0,
+            },
+            floor_range: floor(0.4),
+            floor_fresh_txn: floor(0.7),
+            floor_put: floor(0.8),
+        }
+    }
+
+    #[test]
+    fn the_cluster_figures_have_their_targets_and_a_section() {
+        let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
+        let t = cluster_table(&fig);
+        for row in [
+            "| ADD median, full stack, steady state (n=300; the node owns a block with room) | 3.00 ms | 2.00 ms | 1.50× | ≤ 1.2× | **NO** |",
+            "| ADD p90, full stack, steady state | 4.00 ms | 3.00 ms | 1.33× |  |  |",
+            "| etcd reads per ADD, steady state (etcd's count over 200 ADDs: Range + read-only Txn per the calls' logs) | 1.00 | 0 | — | ≤ 1 | yes |",
+            "| etcd writes per ADD, steady state (Put, DeleteRange, writing Txn) | 0.00 | 0 | — | 0 | yes |",
+            "| etcd requests per ADD, 8 nodes from empty (etcd's count over 2000 ADDs, 40 blocks claimed; per ADD that succeeded, 2000) | 1.030 | 0 | — | ≤ 1.1 | yes |",
+            "| 8 nodes × 16-way concurrent ADD throughput (2000 ADDs each way) | 400.0 ADD/s | 500.0 ADD/s | 0.80× | (comparison) |  |",
+            "| addresses handed out twice across the 8 nodes | 0 | — | — | 0 | yes |",
+            "| ADDs that failed, 8 nodes from empty (a /16 pool: room for every one) | 0 | 0 | — | 0 | yes |",
+        ] {
+            assert!(t.contains(row), "{row} missing from\n{t}");
+        }
+        // A writing txn in the steady state is a write, once the logs say so.
+        let mut c = cluster_figures();
+        c.steady_add.client.writing_txns = 2;
+        assert_eq!((c.steady_add.reads(), c.steady_add.writes()), (198, 2));
+        c.steady_add.logged = 199;
+        assert_eq!((c.steady_add.reads(), c.steady_add.writes()), (200, 0));
+        let fig_split = Figures { cluster: Some(c), ..Default::default() };
+        assert!(cluster_table(&fig_split).contains("| 0 | — | 0 | **NO** |"), "{}", cluster_table(&fig_split));
+        let b = bounds(&fig);
+        assert!(b.contains("2.00 + 0.70 = 2.70 ms, 1.35× the local ADD's median"), "{b}");
+        let md = markdown(&fig, &machine(), &table(&fig), Duration::from_secs(1));
+        assert!(md.contains("## Cluster mode: `ipam-ds-cluster` on etcd"), "{md}");
+        assert!(md.contains("| ADD, steady state | 200 | 0 | 200 | 0 | 0 | 0 | 0 | 1.000 | 0 range, 200 txn (0 writing), 0 other; 200 of 200 calls logged |"), "{md}");
+        assert!(md.contains("| cluster mode | 2000 | 2000 | 0 | 5.00 s | 400.0 |"), "{md}");
+        let mut c = cluster_figures();
+        c.fill.cluster_ok = 1997;
+        c.fill.cluster_failures = vec![100, 11, 100];
+        c.fill.failure_messages = vec![(100, "no free IPv4 address".into()), (11, "try again".into())];
+        let failing = Figures { counts: Some(crate::setup::QUICK), cluster: Some(c), ..Default::default() };
+        let md = markdown(&failing, &machine(), &table(&failing), Duration::from_secs(1));
+        assert!(md.contains("| cluster mode | 2000 | 1997 | 3 (code 11 × 1, code 100 × 2) |"), "{md}");
+        assert!(md.contains("A cluster-mode ADD that failed with code 100 said: \"no free IPv4 address\""), "{md}");
+        assert!(cluster_table(&failing).contains("(a /16 pool: room for every one) | 3 | 0 | — | 0 | **NO** |"));
+        let missing = Figures { cluster_note: Some("etcd not found in PATH".into()), ..Default::default() };
+        assert!(cluster_table(&missing).contains("not measured: etcd not found in PATH"));
         if std::env::var_os("BENCH_SHOW").is_some() {
             println!("{md}");
         }

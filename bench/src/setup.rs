@@ -43,6 +43,12 @@ pub struct Counts {
     /// Steady-state ADDs (and as many DELs) the durability probe counts
     /// fsyncs of, per variant.
     pub fsync_probes: usize,
+    /// Cluster mode: steady-state ADDs (and as many DELs) whose etcd
+    /// requests are counted.
+    pub cluster_steady: usize,
+    /// Cluster mode: ADDs by the simulated nodes from empty (and as many in
+    /// local mode), concurrently.
+    pub cluster_adds: usize,
 }
 
 pub const FULL: Counts = Counts {
@@ -56,6 +62,8 @@ pub const FULL: Counts = Counts {
     lock_wait: 1280,
     lock_workers: 64,
     fsync_probes: 24,
+    cluster_steady: 200,
+    cluster_adds: 2000,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
@@ -68,6 +76,8 @@ pub const QUICK: Counts = Counts {
     lock_wait: 320,
     lock_workers: 64,
     fsync_probes: 6,
+    cluster_steady: 50,
+    cluster_adds: 400,
 };
 
 /// Builds ipam-delegated in release mode as it is installed, into this

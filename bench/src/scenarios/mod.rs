@@ -6,6 +6,7 @@
 //! [`Figures`]: crate::report::Figures
 
 pub mod big_pools;
+pub mod cluster;
 pub mod durability;
 pub mod fill_curve;
 pub mod first_add;

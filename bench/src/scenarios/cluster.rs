@@ -1,0 +1,378 @@
+//! Cluster mode: the full stack with `ipam-ds-cluster` (delegates
+//! `["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static",
+//! "ipam-da-sequential"]`, `ipam.cluster` naming a real etcd and a node)
+//! against the same stack in local mode, on one machine.
+//!
+//! One etcd (`TestEtcd`: Debian's etcd from PATH, on loopback ports, its data
+//! in a temporary directory) serves every simulated node; a node is a node
+//! name with a database of its own. Pool `bench`, 10.30.0.0/16, default
+//! blockSize (/26 blocks). In order:
+//!
+//! 1. **The floor**: etcd requests made in-process through the plugins' own
+//!    client (`TestEtcd::client`): a range on a kept-alive connection; a
+//!    read-only txn of three ranges (the shape of an ADD's confirming read) on
+//!    a fresh connection, as every CNI process makes it; a put (a write etcd
+//!    commits to its WAL) on a kept-alive connection.
+//! 2. **Latency, steady state**: one node that owns a block with room, and a
+//!    local-mode database, on the same pool; ADD then DEL of one container,
+//!    cluster and local interleaved (the order rotating), as many times as
+//!    the latency scenario runs. For comparison, a third database in local
+//!    mode with the cluster stack's other delegates (`ipam-da-static` too).
+//! 3. **etcd requests per call, steady state**: the same node is first given
+//!    room for the ADDs counted (as many ADDs and DELs, not counted: it keeps
+//!    its blocks), then ADDs, then as many DELs, each batch between two reads
+//!    of etcd's own `grpc_server_handled_total` per method. Those calls log at
+//!    debug level to a file per batch, where `ipam-ds-cluster` logs its
+//!    client's count per call ("etcd requests: N range, N txn (N writing), N
+//!    other"): etcd counts a txn without saying whether it wrote, the client
+//!    does.
+//! 4. **8 nodes from empty, concurrently**: fresh node databases and a fresh
+//!    key prefix in etcd; 16 workers per node each starting ADD processes one
+//!    after the other (128 in flight), against the same load in local mode
+//!    (8 databases, no cluster), in two interleaved halves: ADDs/s both ways,
+//!    and etcd's count over every cluster ADD (block claims included), the
+//!    blocks claimed (read from etcd afterwards) and whether any address was
+//!    handed out twice across the nodes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ipam_ds_cluster::etcd::testing::TestEtcd;
+use ipam_ds_cluster::etcd::{Op, RangeRequest, RequestCount, Txn};
+use ipam_ds_cluster::layout::PoolKeys;
+use serde_json::{json, Value};
+
+use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
+use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, StepCount};
+use crate::setup::{bytes, Ctx};
+
+const SUBNET: &str = "10.30.0.0/16";
+/// The network and pool names of the stack's configuration (setup.rs).
+const NETWORK: &str = "bench";
+const POOL: &str = "bench";
+/// The key prefix of the from-empty run: nothing of the earlier steps.
+const FILL_PREFIX: &str = "/ipam-bench-fill";
+pub const NODES: usize = 8;
+pub const WORKERS_PER_NODE: usize = 16;
+/// Requests of each kind the floor is measured with.
+const FLOOR_REQUESTS: usize = 200;
+
+pub fn run(ctx: &Ctx, fig: &mut Figures) {
+    if find_in_path("etcd").is_none() {
+        fig.cluster_note = Some("etcd not found in PATH (apt-get install etcd-server)".into());
+        eprintln!("    cluster mode not measured: {}", fig.cluster_note.as_deref().unwrap_or_default());
+        return;
+    }
+    let scratch = ctx.scenario_dir("cluster");
+    let dir = scratch.path();
+    let started = phase("cluster mode: starting etcd; the floor of one etcd request");
+    let etcd = TestEtcd::start();
+    let endpoint = etcd.endpoint();
+    let (floor_range, floor_fresh_txn, floor_put) = floor(&etcd);
+
+    let (n, steady) = (ctx.counts.latency, ctx.counts.cluster_steady);
+    phase(&format!("cluster mode: steady-state ADD and DEL latency, {n} of each, cluster and local interleaved"));
+    let cluster_db = dir.join("node-a.sqlite");
+    let cluster_conf = cluster_config(ctx, &cluster_db, &endpoint, "node-a", None);
+    let local_conf = ctx.stack_config(&dir.join("local.sqlite"), SUBNET);
+    // For comparison: local mode with the cluster stack's other delegates
+    // (ipam-da-static too), so that the cluster delegate's own cost shows.
+    let mut static_conf = ctx.stack_config(&dir.join("local-static.sqlite"), SUBNET);
+    static_conf["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"]);
+    let variants = [plugin(ctx, &cluster_conf), plugin(ctx, &local_conf), plugin(ctx, &static_conf)];
+    // Warm-up, not counted: the node claims its first block, the local
+    // databases are created; all keep these leases.
+    for p in &variants {
+        for i in 0..5 {
+            p.run("ADD", &format!("warm-{i}")).expect_ok("cluster-mode warm-up ADD");
+        }
+    }
+    let k = variants.len();
+    let mut add = vec![Vec::with_capacity(n); k];
+    let mut del = vec![Vec::with_capacity(n); k];
+    for i in 0..n {
+        // Each variant first, last and between in turn.
+        let order: Vec<usize> = (0..k).map(|j| (i + j) % k).collect();
+        let container = format!("lat-{i}");
+        for &v in &order {
+            add[v].push(variants[v].run("ADD", &container).expect_ok("cluster-mode latency ADD").wall);
+        }
+        for &v in &order {
+            del[v].push(variants[v].run("DEL", &container).expect_ok("cluster-mode latency DEL").wall);
+        }
+    }
+    let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
+
+    phase(&format!("cluster mode: etcd requests per call, {steady} steady-state ADDs and DELs (logged at debug)"));
+    // Room for the ADDs counted: the node claims what they need now.
+    for i in 0..steady {
+        variants[0].run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
+    }
+    for i in 0..steady {
+        variants[0].run("DEL", &format!("room-{i}")).expect_ok("cluster-mode DEL (making room)");
+    }
+    let mut steps = Vec::new();
+    for command in ["ADD", "DEL"] {
+        let log = dir.join(format!("steady-{command}.log"));
+        let logged = cluster_config(ctx, &cluster_db, &endpoint, "node-a", Some(&log));
+        let p = plugin(ctx, &logged);
+        let before = etcd.handled();
+        for i in 0..steady {
+            p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
+        }
+        let after = etcd.handled();
+        let (client, lines) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
+        steps.push(StepCount { calls: steady, etcd: difference(&before, &after), client, logged: lines });
+    }
+    let steady_del = steps.pop().expect("DEL counts");
+    let steady_add = steps.pop().expect("ADD counts");
+
+    let fill = from_empty(ctx, &etcd, dir);
+    fig.cluster = Some(ClusterFigures {
+        etcd: etcd_version(),
+        add_cluster: latency(&add[0]),
+        add_local: latency(&add[1]),
+        del_cluster: latency(&del[0]),
+        del_local: latency(&del[1]),
+        add_local_static: latency(&add[2]),
+        del_local_static: latency(&del[2]),
+        steady_add,
+        steady_del,
+        fill,
+        floor_range,
+        floor_fresh_txn,
+        floor_put,
+    });
+    drop(etcd);
+    eprintln!("    took {:.1?}", started.elapsed());
+    fig.loads.push(("cluster".into(), loadavg()));
+}
+
+/// The stack's configuration in cluster mode, for `node` on its own database;
+/// `log`: every delegate logs at debug level to that file.
+fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
+    let mut config = ctx.stack_config(db, SUBNET);
+    config["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"]);
+    config["ipam"]["cluster"] = json!({ "etcd": { "endpoints": [endpoint] }, "node": node });
+    if let Some(log) = log {
+        config["ipam"]["logFile"] = json!(log);
+        config["ipam"]["logLevel"] = json!("debug");
+    }
+    config
+}
+
+fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
+    Plugin { exe: ctx.exe("ipam-delegated"), cni_path: ctx.bins.clone(), config: bytes(config) }
+}
+
+/// The requests of some calls, as etcd counted them per method.
+fn difference(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(method, n)| (method.clone(), n.saturating_sub(before.get(method).copied().unwrap_or(0))))
+        .collect()
+}
+
+/// The sum of the "etcd requests: N range, N txn (N writing), N other" lines
+/// of a log, and how many there were (one per call of ipam-ds-cluster).
+pub fn client_counts(log: &str) -> (RequestCount, usize) {
+    let mut sum = RequestCount::default();
+    let mut lines = 0;
+    for line in log.lines() {
+        let Some(rest) = line.split("etcd requests: ").nth(1) else { continue };
+        let numbers: Vec<u64> = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| s.parse().ok())
+            .take(4)
+            .collect();
+        if let [ranges, txns, writing_txns, other] = numbers[..] {
+            sum.ranges += ranges;
+            sum.txns += txns;
+            sum.writing_txns += writing_txns;
+            sum.other += other;
+            lines += 1;
+        }
+    }
+    (sum, lines)
+}
+
+/// One etcd request from the plugins' client, in-process: a range on a
+/// kept-alive connection, a read-only txn of three ranges on a fresh
+/// connection (what a CNI process pays for an ADD's confirming read), and a
+/// put on a kept-alive connection.
+fn floor(etcd: &TestEtcd) -> (crate::harness::Stats, crate::harness::Stats, crate::harness::Stats) {
+    let key = |k: &str| format!("/ipam-bench-floor/{k}").into_bytes();
+    let client = etcd.client();
+    let put = |client: &ipam_ds_cluster::etcd::Client, i: usize| {
+        let txn = Txn {
+            success: vec![Op::Put { key: key("put"), value: format!("{i}").into_bytes(), lease: 0 }],
+            ..Txn::default()
+        };
+        client.txn(&txn).unwrap_or_else(|e| panic!("etcd put: {e}"));
+    };
+    put(&client, 0);
+    let confirm = Txn {
+        success: vec![
+            Op::Range(RangeRequest::key(key("wanted")).keys_only()),
+            Op::Range(RangeRequest::key(key("put"))),
+            Op::Range(RangeRequest::prefix(key("addrs/"))),
+        ],
+        ..Txn::default()
+    };
+    let time = |f: &mut dyn FnMut()| {
+        let t0 = Instant::now();
+        f();
+        t0.elapsed()
+    };
+    let (mut range, mut fresh, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..FLOOR_REQUESTS {
+        range.push(time(&mut || {
+            client.range(&RangeRequest::key(key("put"))).unwrap_or_else(|e| panic!("etcd range: {e}"));
+        }));
+        fresh.push(time(&mut || {
+            etcd.client().txn(&confirm).unwrap_or_else(|e| panic!("etcd txn: {e}"));
+        }));
+        puts.push(time(&mut || put(&client, i)));
+    }
+    (stats(&range), stats(&fresh), stats(&puts))
+}
+
+/// Step 4: `cluster_adds` ADDs by [`NODES`] nodes from empty, each node
+/// [`WORKERS_PER_NODE`]-way concurrent, and the same in local mode, in two
+/// interleaved halves.
+fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
+    let per_node = ctx.counts.cluster_adds / NODES;
+    let total = per_node * NODES;
+    phase(&format!(
+        "cluster mode: {total} ADDs by {NODES} nodes from empty, {WORKERS_PER_NODE} processes in flight per node, \
+         against as many in local mode ({NODES} databases), in two interleaved halves"
+    ));
+    let endpoint = etcd.endpoint();
+    let node_dir = |mode: &str| {
+        let d = dir.join(mode);
+        fs::create_dir_all(&d).expect("node dir");
+        d
+    };
+    let (cluster_dir, local_dir) = (node_dir("cluster-nodes"), node_dir("local-nodes"));
+    let nodes: Vec<[Plugin; 2]> = (0..NODES)
+        .map(|k| {
+            let name = format!("node-{k}");
+            let mut cluster = cluster_config(ctx, &cluster_dir.join(format!("{name}.sqlite")), &endpoint, &name, None);
+            cluster["ipam"]["cluster"]["etcd"]["prefix"] = json!(FILL_PREFIX);
+            let local = ctx.stack_config(&local_dir.join(format!("{name}.sqlite")), SUBNET);
+            [plugin(ctx, &cluster), plugin(ctx, &local)]
+        })
+        .collect();
+    let mut spent = [Duration::ZERO; 2];
+    let mut outcomes: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
+    let mut etcd_count: BTreeMap<String, u64> = BTreeMap::new();
+    for half in 0..2 {
+        let count = per_node / 2 + if half == 0 { per_node % 2 } else { 0 };
+        for v in 0..2 {
+            let before = (v == 0).then(|| etcd.handled());
+            let done = Mutex::new(Vec::with_capacity(count * NODES));
+            let t0 = Instant::now();
+            thread::scope(|s| {
+                for node in &nodes {
+                    let next = std::sync::Arc::new(AtomicUsize::new(0));
+                    for _ in 0..WORKERS_PER_NODE {
+                        let (next, done, p) = (next.clone(), &done, &node[v]);
+                        s.spawn(move || loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= count {
+                                break;
+                            }
+                            let run = p.run("ADD", &format!("fill-{half}-{i}"));
+                            done.lock().unwrap_or_else(|e| e.into_inner()).push(run);
+                        });
+                    }
+                }
+            });
+            spent[v] += t0.elapsed();
+            outcomes[v].extend(done.into_inner().unwrap_or_else(|e| e.into_inner()));
+            if let Some(before) = before {
+                for (method, n) in difference(&before, &etcd.handled()) {
+                    *etcd_count.entry(method).or_default() += n;
+                }
+            }
+        }
+    }
+    let keys = PoolKeys::new(FILL_PREFIX, NETWORK, POOL);
+    let blocks = etcd.dump(&keys.blocks()).iter().filter(|(key, _)| keys.parse_block(key.as_bytes()).is_some()).count();
+    let failures = |v: usize| -> Vec<u64> {
+        outcomes[v].iter().filter(|r| !r.success).map(|r| r.json()["code"].as_u64().unwrap_or(0)).collect()
+    };
+    // Across the nodes, in cluster mode, no address may be handed out twice.
+    let mut holders: HashMap<IpAddr, usize> = HashMap::new();
+    for run in outcomes[0].iter().filter(|r| r.success) {
+        if let Some(address) = run.first_address() {
+            *holders.entry(address).or_default() += 1;
+        }
+    }
+    let ok = |v: usize| outcomes[v].iter().filter(|r| r.success).count();
+    let mut failure_messages: Vec<(u64, String)> = Vec::new();
+    for run in outcomes[0].iter().filter(|r| !r.success) {
+        let answer = run.json();
+        let code = answer["code"].as_u64().unwrap_or(0);
+        if !failure_messages.iter().any(|(c, _)| *c == code) {
+            let msg = answer["msg"].as_str().unwrap_or_default();
+            let details = answer["details"].as_str().map(|d| format!(" ({d})")).unwrap_or_default();
+            eprintln!("    a cluster-mode ADD failed with code {code}: {msg}{details}");
+            failure_messages.push((code, format!("{msg}{details}")));
+        }
+    }
+    ClusterFill {
+        adds: total,
+        cluster_ok: ok(0),
+        cluster_failures: failures(0),
+        failure_messages,
+        cluster_time: spent[0],
+        local_ok: ok(1),
+        local_failures: failures(1),
+        local_time: spent[1],
+        etcd: etcd_count,
+        blocks,
+        duplicates: holders.values().filter(|&&n| n > 1).count(),
+        without_address: ok(0) - holders.values().sum::<usize>(),
+    }
+}
+
+fn etcd_version() -> String {
+    Command::new("etcd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(|l| l.trim().to_string()))
+        .unwrap_or_else(|| "etcd (version unknown)".into())
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clients_counts_are_read_from_the_log() {
+        let log = "2025-01-01T00:00:00Z DEBUG ipam-ds-cluster ADD c1: etcd requests: 0 range, 1 txn (0 writing), 0 other\n\
+                   2025-01-01T00:00:00Z DEBUG ipam-da-sequential ADD c1: allocated 10.30.0.2\n\
+                   2025-01-01T00:00:01Z DEBUG ipam-ds-cluster ADD c2: etcd requests: 1 range, 3 txn (1 writing), 2 other\n";
+        let (count, lines) = client_counts(log);
+        assert_eq!(lines, 2);
+        assert_eq!(count, RequestCount { ranges: 1, txns: 4, writing_txns: 1, other: 2 });
+    }
+}
