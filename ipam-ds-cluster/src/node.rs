@@ -264,12 +264,18 @@ impl<'s> Node<'s> {
         let mut txn = Txn::default();
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
+            // Serializable reads: the member answers without a quorum round
+            // trip, at most a moment behind. That is safe here: a block
+            // taken from this node stays released (a tombstone) for longer
+            // than offlineGrace, within which the node may allocate in it
+            // unconfirmed anyway; nobody else writes records in its blocks
+            // but by compare-and-swap on records it lent (and holds).
             if !pool_blocks.is_empty() {
-                txn.success.push(Op::Range(RangeRequest::key(keys.wanted()).keys_only()));
+                txn.success.push(Op::Range(RangeRequest::key(keys.wanted()).keys_only().serializable()));
             }
             for b in pool_blocks {
-                txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block))));
-                txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))));
+                txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block)).serializable()));
+                txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block)).serializable()));
             }
         }
         let mut responses =
