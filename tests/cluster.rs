@@ -36,7 +36,7 @@ use ipam_ds_cluster::etcd::testing::TestEtcd;
 use ipam_ds_cluster::etcd::{Op, Txn};
 use serde_json::{json, Value};
 use stack::{ipv4_of, LeaseRow};
-use support::{bin_dir, run_args, run_env, suite_bin, Outcome, Rng};
+use support::{bin_dir, parallel, run_args, run_env, suite_bin, Outcome, Rng};
 
 const NETWORK: &str = "cnet";
 /// The etcd keys of pool `blue` of network `cnet` (the default prefix).
@@ -304,26 +304,6 @@ impl Drop for Took {
     fn drop(&mut self) {
         eprintln!("{} took {:.2?}", self.0, self.1.elapsed());
     }
-}
-
-/// `f(0..n)` on `workers` threads, each taking the next index when done
-/// with the last; the results in index order.
-fn parallel<T: Send>(n: usize, workers: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
-    thread::scope(|s| {
-        for _ in 0..workers.min(n) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let r = f(i);
-                results.lock().unwrap()[i] = Some(r);
-            });
-        }
-    });
-    results.into_inner().unwrap().into_iter().map(|r| r.expect("every index ran")).collect()
 }
 
 /// The code and message of a failed run (asserting the error object).

@@ -23,7 +23,6 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -31,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use stack::{address_range, addresses, leases, LeaseRow};
 use support::Rng;
-use support::{Outcome, Sandbox};
+use support::{parallel, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 const VERSION: &str = "1.1.0";
@@ -127,26 +126,6 @@ impl Retries {
             .collect();
         format!("retries on code 11: {}", if parts.is_empty() { "no calls".into() } else { parts.join("; ") })
     }
-}
-
-/// `f(0..n)` on `workers` threads, each taking the next index when it is
-/// done with the last; the results in index order.
-fn parallel<T: Send>(n: usize, workers: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
-    thread::scope(|s| {
-        for _ in 0..workers.min(n) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let value = f(i);
-                results.lock().unwrap()[i] = Some(value);
-            });
-        }
-    });
-    results.into_inner().unwrap().into_iter().map(|v| v.expect("every index ran")).collect()
 }
 
 /// Asserts that every outcome is a successful ADD (once its retries were

@@ -12,9 +12,9 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
+use ipam_ds_cluster::etcd::testing::TestEtcd;
 use netns::{leaving_the_host_as_found, prerequisites, unique, veth_master_in, Netns, PLUGINS};
 use serde_json::{json, Value};
-use ipam_ds_cluster::etcd::testing::TestEtcd;
 use support::{bin_dir, list_leases as leases, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";

@@ -12,7 +12,8 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
@@ -555,4 +556,24 @@ pub fn list_leases(db: &Path) -> Value {
         .expect("running ipam-delegated list");
     assert!(out.status.success(), "ipam-delegated list on {}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("ipam-delegated list --json prints JSON")
+}
+
+/// `f(0..n)` on `workers` threads, each taking the next index when it is
+/// done with the last; the results in index order.
+pub fn parallel<T: Send>(n: usize, workers: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<T>>> = Mutex::new((0..n).map(|_| None).collect());
+    thread::scope(|s| {
+        for _ in 0..workers.min(n) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let value = f(i);
+                results.lock().unwrap()[i] = Some(value);
+            });
+        }
+    });
+    results.into_inner().unwrap().into_iter().map(|v| v.expect("every index ran")).collect()
 }

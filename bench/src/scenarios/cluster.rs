@@ -37,14 +37,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ipam_ds_cluster::etcd::testing::TestEtcd;
+use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
 use ipam_ds_cluster::etcd::{Op, RangeRequest, RequestCount, Txn};
 use ipam_ds_cluster::layout::PoolKeys;
 use serde_json::{json, Value};
@@ -352,14 +352,6 @@ fn etcd_version() -> String {
         .ok()
         .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(|l| l.trim().to_string()))
         .unwrap_or_else(|| "etcd (version unknown)".into())
-}
-
-fn find_in_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 #[cfg(test)]

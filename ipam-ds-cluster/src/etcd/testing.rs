@@ -357,7 +357,8 @@ fn free_port() -> u16 {
     }
 }
 
-pub(super) fn find_in_path(name: &str) -> Option<PathBuf> {
+/// The executable `name` in PATH, if any.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))

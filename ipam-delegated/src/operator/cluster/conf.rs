@@ -12,7 +12,6 @@ use shared::{CniError, NetConf};
 
 use super::super::Failure;
 
-
 pub struct ClusterConf {
     /// As given on the command line, for messages.
     pub path: PathBuf,
