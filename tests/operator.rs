@@ -500,7 +500,20 @@ fn man_writes_a_page_for_the_tool_and_each_command() {
     // Relative, as packaging runs it (`ipam-delegated man target/man`); created if missing.
     let out = run(&["man", "target/man"], &[], None, Some(dir.path()));
     assert_success(&out);
-    let pages = ["", "-list", "-pools", "-metrics", "-release", "-forget-pool", "-check", "-completions", "-man"];
+    let pages = [
+        "",
+        "-list",
+        "-pools",
+        "-metrics",
+        "-release",
+        "-forget-pool",
+        "-check",
+        "-cluster",
+        "-cluster-blocks",
+        "-cluster-release-node",
+        "-completions",
+        "-man",
+    ];
     let expected: String = pages.iter().map(|p| format!("target/man/ipam-delegated{p}.1\n")).collect();
     assert_eq!(out.stdout, expected);
     for page in pages {
