@@ -15,8 +15,6 @@ use shared::{Builtin, CniError, Code, Command, IpamResult, Request, Result};
 
 use crate::builtin;
 
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// How many orchestrators may run one inside another. A stack that runs
 /// itself, directly or through a wrapper, would fork until the pids limit.
 const MAX_DEPTH: u32 = 4;
@@ -82,7 +80,7 @@ impl<'a> Stack<'a> {
         }
         let ipam = req.config.ipam()?;
         let names = delegate_names(ipam.delegates.as_deref())?;
-        let timeout = ipam.timeout.map_or(DEFAULT_TIMEOUT, |s| s.0);
+        let timeout = ipam.delegate_timeout();
         let lock_timeout = req.config.lock_timeout()?;
         if req.env.path.is_empty() {
             return Err(CniError::env(

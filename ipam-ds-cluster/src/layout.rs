@@ -15,7 +15,8 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use shared::pool::Pool;
-use shared::store::RecordKind;
+/// An address record's kind: the node database's own.
+pub use shared::store::RecordKind as Kind;
 
 pub const VERSION: &str = "v1";
 
@@ -110,25 +111,6 @@ pub struct AddressRecord {
     /// Of a borrowed address: the node that lent it, to which DEL gives it back.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lender: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    #[default]
-    Static,
-    Borrowed,
-    Lent,
-}
-
-impl From<Kind> for RecordKind {
-    fn from(kind: Kind) -> RecordKind {
-        match kind {
-            Kind::Static => RecordKind::Static,
-            Kind::Borrowed => RecordKind::Borrowed,
-            Kind::Lent => RecordKind::Lent,
-        }
-    }
 }
 
 /// The value of a record; records are plain structs, which always serialize.

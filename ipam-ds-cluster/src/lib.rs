@@ -26,10 +26,6 @@ pub const ABOUT: About = About {
     summary: "IPAM selection delegate: this node's blocks of cluster-wide pools, claimed on etcd",
 };
 
-/// ipam-delegated's default per-delegate timeout: an ADD that saw a block
-/// as this node's can still be allocating in it for about three of them.
-pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub struct ClusterSelector;
 
 impl Plugin for ClusterSelector {
@@ -140,19 +136,13 @@ impl Plugin for ClusterSelector {
         let oldest = shared::store::unix_now() - settings.offline_grace.as_secs() as i64;
         let room = store.read(|tx| {
             for p in &pools {
-                let g = blocks::Geometry::of(p);
-                let owned: Vec<_> = tx
+                let confirmed: Vec<_> = tx
                     .node_blocks(network, &p.name)?
                     .into_iter()
                     .filter(|b| b.state == shared::store::BlockState::Owned && b.confirmed >= oldest)
                     .collect();
-                let nets: Vec<_> = owned.iter().map(|b| b.block).collect();
-                let taken: Vec<_> = owned.iter().flat_map(|b| b.taken.iter().copied()).collect();
-                if let Some(view) = g.node_view(&nets, &[], &taken) {
-                    let cursor = tx.registered_pool(network, &view.name)?.and_then(|r| r.cursor);
-                    if view.find_free(cursor, tx)?.is_some() {
-                        return Ok(true);
-                    }
+                if !node::blocks_with_room(tx, &blocks::Geometry::of(p), &confirmed)?.is_empty() {
+                    return Ok(true);
                 }
             }
             Ok(false)
@@ -175,7 +165,7 @@ impl Plugin for ClusterSelector {
 /// How long a block being given back waits: while it does, an ADD that saw
 /// it as this node's may still be allocating in it.
 fn settle_time(req: &Request) -> Duration {
-    let timeout = req.config.ipam().ok().and_then(|ipam| ipam.timeout).map_or(DEFAULT_CALL_TIMEOUT, |s| s.0);
+    let timeout = req.config.ipam().map_or(shared::config::DEFAULT_DELEGATE_TIMEOUT, |ipam| ipam.delegate_timeout());
     timeout * 3
 }
 

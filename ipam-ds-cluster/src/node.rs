@@ -176,11 +176,8 @@ impl<'s> Node<'s> {
             singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
             singles
         };
-        let view = |i: usize, blocks: &[Vec<NodeBlock>], borrowed: &[(String, IpAddr)]| -> Option<Pool> {
-            let g = &geometries[i];
-            let own: Vec<IpNet> = blocks[i].iter().map(|b| b.block).collect();
-            let taken: Vec<IpAddr> = blocks[i].iter().flat_map(|b| b.taken.iter().copied()).collect();
-            g.node_view(&own, &singles(g.pool, borrowed), &taken)
+        let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], borrowed: &[(String, IpAddr)]| -> Option<Pool> {
+            view(&geometries[i], &blocks[i], &singles(geometries[i].pool, borrowed))
         };
         for family in needed_families(pools, prev, requests, &held) {
             let mut needs_etcd = false;
@@ -191,7 +188,7 @@ impl<'s> Node<'s> {
             let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
             let mut running_low = None;
             for &i in &of_family {
-                if let Some(v) = view(i, &blocks, &borrowed) {
+                if let Some(v) = pool_view(i, &blocks, &borrowed) {
                     let headroom = headroom(&geometries[i]);
                     let free = store.read(|tx| free_addresses(tx, &v, headroom + 1))?.len();
                     if free > 0 {
@@ -251,7 +248,7 @@ impl<'s> Node<'s> {
                 });
             }
         }
-        Ok((0..pools.len()).filter_map(|i| view(i, &blocks, &borrowed)).collect())
+        Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &borrowed)).collect())
     }
 
     /// One etcd read for every block this node uses: its record (still
@@ -281,11 +278,12 @@ impl<'s> Node<'s> {
         let mut responses =
             if txn.success.is_empty() { Vec::new().into_iter() } else { self.etcd.txn(&txn)?.responses.into_iter() };
         let mut confirmed = Vec::with_capacity(blocks.len());
-        for pool_blocks in blocks {
+        for (g, pool_blocks) in geometries.iter().zip(blocks) {
+            let keys = self.keys(&g.pool.name);
             let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0, stale: Vec::new() };
             if !pool_blocks.is_empty() {
                 let Some(OpResponse::Range(wanted)) = responses.next() else {
-                    return Err(etcd::Error::Protocol("a txn of ranges answered with other responses".into()));
+                    return Err(not_ranges());
                 };
                 c.wanted = wanted.kvs.first().map_or(0, |kv| kv.mod_revision);
             }
@@ -293,11 +291,11 @@ impl<'s> Node<'s> {
                 let (Some(OpResponse::Range(record)), Some(OpResponse::Range(addresses))) =
                     (responses.next(), responses.next())
                 else {
-                    return Err(etcd::Error::Protocol("a txn of ranges answered with other responses".into()));
+                    return Err(not_ranges());
                 };
                 match self.ours(record.kvs.first(), b.revision) {
                     Ok(revision) => {
-                        let taken = self.taken(&addresses.kvs);
+                        let taken = self.taken(&keys, &addresses.kvs);
                         c.stale.extend(addresses.kvs.iter().filter(|kv| self.stale_lent(kv)).cloned());
                         c.ours.push(NodeBlock { revision, taken, ..b.clone() });
                     }
@@ -351,11 +349,11 @@ impl<'s> Node<'s> {
 
     /// Addresses of a block that other nodes (or other attachments through
     /// records) hold: every address record not written by this node.
-    fn taken(&self, kvs: &[Kv]) -> Vec<IpAddr> {
+    fn taken(&self, keys: &PoolKeys, kvs: &[Kv]) -> Vec<IpAddr> {
         kvs.iter()
             .filter_map(|kv| {
                 let record: AddressRecord = serde_json::from_slice(&kv.value).ok()?;
-                let address = std::str::from_utf8(&kv.key).ok()?.rsplit('/').next()?.parse().ok()?;
+                let (_, address) = keys.parse_address(&kv.key)?;
                 (record.node != self.settings.node).then_some(address)
             })
             .collect()
@@ -433,7 +431,7 @@ impl<'s> Node<'s> {
                 let blocks: Vec<IpNet> = new.iter().map(|b| b.block).collect();
                 let taken: Vec<IpAddr> = new.iter().flat_map(|b| b.taken.iter().copied()).collect();
                 if let Some(view) = g.node_view(&blocks, &[], &taken) {
-                    if has_room_in(tx, &network, &view)? {
+                    if !free_addresses(tx, &view, 1)?.is_empty() {
                         tracing::debug!("another call of this node claimed a block of pool {} meanwhile", g.pool.name);
                         return Ok(Some(new));
                     }
@@ -516,7 +514,7 @@ impl<'s> Node<'s> {
         let mut responses = answer.responses.into_iter();
         let (Some(OpResponse::Range(def)), Some(OpResponse::Range(blocks))) = (responses.next(), responses.next())
         else {
-            return Err(etcd_error(etcd::Error::Protocol("a txn of ranges answered with other responses".into())));
+            return Err(etcd_error(not_ranges()));
         };
         let definition_kv = def.kvs.into_iter().next();
         if let Some(kv) = &definition_kv {
@@ -571,7 +569,7 @@ impl<'s> Node<'s> {
             return Ok(None);
         }
         let taken = match answer.responses.get(1) {
-            Some(OpResponse::Range(addresses)) => self.taken(&addresses.kvs),
+            Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
             _ => Vec::new(),
         };
         Ok(Some(self.owned_block(g, block, answer.revision, taken)))
@@ -593,7 +591,7 @@ impl<'s> Node<'s> {
 
     fn block_addresses(&self, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
         let answer = self.etcd.range(&RangeRequest::prefix(keys.block_addresses(block))).map_err(etcd_error)?;
-        Ok(self.taken(&answer.kvs))
+        Ok(self.taken(keys, &answer.kvs))
     }
 
     /// Reserves `address` cluster-wide for `who`: its record is created in
@@ -654,7 +652,7 @@ impl<'s> Node<'s> {
             value: value.clone(),
             pool: g.pool.name.clone(),
             address,
-            kind: Kind::Static.into(),
+            kind: Kind::Static,
             owner: who.clone(),
             added_by: None,
             state: RecordState::Writing,
@@ -761,8 +759,7 @@ impl<'s> Node<'s> {
         let keys = self.keys(&g.pool.name);
         let holder = lend_holder(&self.network);
         let own: Vec<IpNet> = blocks.iter().map(|b| b.block).collect();
-        let taken: Vec<IpAddr> = blocks.iter().flat_map(|b| b.taken.iter().copied()).collect();
-        let Some(view) = g.node_view(&own, &[], &taken) else { return Ok(()) };
+        let Some(view) = view(g, blocks, &[]) else { return Ok(()) };
         let held = store.write(|tx| {
             if tx.note(&note)?.and_then(|n| n.parse::<i64>().ok()).is_some_and(|seen| seen >= wanted) {
                 return Ok(None);
@@ -868,7 +865,7 @@ impl<'s> Node<'s> {
                 }),
                 pool: g.pool.name.clone(),
                 address: *address,
-                kind: Kind::Borrowed.into(),
+                kind: Kind::Borrowed,
                 owner: who.clone(),
                 added_by: None,
                 state: RecordState::Writing,
@@ -1031,11 +1028,12 @@ impl<'s> Node<'s> {
         let hold = self.settings.empty_block_hold.as_secs() as i64;
         let network = self.network.clone();
         store.write(|tx| {
+            let records = tx.node_records(&network)?;
             for mut b in
                 tx.all_node_blocks()?.into_iter().filter(|b| b.network == network && b.state == BlockState::Owned)
             {
                 let leases = tx.count_leases(b.block.network(), b.block.broadcast())?;
-                if leases > 0 || has_records_in(tx, &network, &b.block)? {
+                if leases > 0 || records.iter().any(|r| b.block.contains(&r.address)) {
                     if now - b.since >= 1 {
                         b.since = now;
                         tx.put_node_block(&b)?;
@@ -1108,11 +1106,6 @@ fn release_op(r: &NodeRecord) -> Op {
     }
 }
 
-/// Whether some record of this node's attachments lies in `block`.
-fn has_records_in(tx: &Tx, network: &str, block: &IpNet) -> Result<bool> {
-    Ok(tx.node_records(network)?.iter().any(|r| block.contains(&r.address)))
-}
-
 /// The families among the pools that the allocators still have to find an
 /// address for: none yet in the result, none asked for by name, none held.
 fn needed_families(
@@ -1151,19 +1144,31 @@ fn free_addresses(tx: &Tx, view: &Pool, limit: usize) -> Result<Vec<IpAddr>> {
     Ok(free)
 }
 
+fn not_ranges() -> etcd::Error {
+    etcd::Error::Protocol("a txn of ranges answered with other responses".into())
+}
+
+/// The pool as the allocators see it with `blocks` (and their addresses
+/// held elsewhere in the cluster) and `singles`.
+pub fn view(g: &Geometry, blocks: &[NodeBlock], singles: &[IpAddr]) -> Option<Pool> {
+    let own: Vec<IpNet> = blocks.iter().map(|b| b.block).collect();
+    let taken: Vec<IpAddr> = blocks.iter().flat_map(|b| b.taken.iter().copied()).collect();
+    g.node_view(&own, singles, &taken)
+}
+
 /// Most blocks of one pool handed to the allocators in one call: the
 /// confirming read of two operations per block stays well inside etcd's
 /// default limit of 128 operations per transaction.
 const MAX_IN_VIEW: usize = 32;
 
 /// The blocks among `blocks` that have a free address, at most [`MAX_IN_VIEW`].
-fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
+pub fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
     let mut with_room = Vec::new();
     for b in blocks {
         if with_room.len() == MAX_IN_VIEW {
             break;
         }
-        if let Some(view) = g.node_view(&[b.block], &[], &b.taken) {
+        if let Some(view) = view(g, std::slice::from_ref(b), &[]) {
             if !free_addresses(tx, &view, 1)?.is_empty() {
                 with_room.push(b.clone());
             }
@@ -1178,11 +1183,6 @@ fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<N
 /// blocks full for a moment (error 100) while blocks are left.
 fn headroom(g: &Geometry) -> usize {
     usize::try_from((g.block_len() / 4).min(64)).unwrap_or(64)
-}
-
-fn has_room_in(tx: &Tx, network: &str, view: &Pool) -> Result<bool> {
-    let cursor = tx.registered_pool(network, &view.name)?.and_then(|r| r.cursor);
-    Ok(view.find_free(cursor, tx)?.is_some())
 }
 
 fn check_definition(kv: &Kv, ours: &[u8], g: &Geometry, key: &str) -> Result<()> {

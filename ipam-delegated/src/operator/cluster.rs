@@ -15,6 +15,8 @@ pub mod notes;
 mod release_node;
 
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -40,8 +42,7 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     }
 }
 
-/// A block, held without the ipnet crate (not a dependency of this one):
-/// its CIDR as text and what the commands need of it.
+/// A block, and what the commands need of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Block {
     text: String,
@@ -54,19 +55,15 @@ struct Block {
     size: u128,
 }
 
-/// A [`Block`] of an `ipnet::IpNet` as ipam-ds-cluster's parsing returns it
-/// (its methods are reachable, its type's name is not), in `g`'s pool.
-macro_rules! block {
-    ($net:expr, $g:expr) => {{
-        let net = $net;
-        Block {
-            text: net.to_string(),
-            order: to_u128(net.network()),
-            first: net.network(),
-            last: net.broadcast(),
-            size: $g.node_view(&[net], &[], &[]).map_or(0, |view| view.capacity()),
-        }
-    }};
+/// The [`Block`] `net` of `g`'s pool.
+fn block(net: IpNet, g: &Geometry) -> Block {
+    Block {
+        text: net.to_string(),
+        order: to_u128(net.network()),
+        first: net.network(),
+        last: net.broadcast(),
+        size: g.node_view(&[net], &[], &[]).map_or(0, |view| view.capacity()),
+    }
 }
 
 /// A block record (`blocks/<block>`) as read, with its etcd revision.
@@ -106,12 +103,12 @@ fn read_pool(conf: &ClusterConf, client: &etcd::Client, keys: &PoolKeys, g: &Geo
             pool.definition = Some(kv);
         } else if let Some(net) = keys.parse_block(&kv.key) {
             match serde_json::from_slice::<BlockRecord>(&kv.value) {
-                Ok(record) => pool.owners.push(OwnerEntry { block: block!(net, g), record, kv }),
+                Ok(record) => pool.owners.push(OwnerEntry { block: block(net, g), record, kv }),
                 Err(_) => pool.unreadable.push(key),
             }
         } else if let Some((net, address)) = keys.parse_address(&kv.key) {
             match serde_json::from_slice::<AddressRecord>(&kv.value) {
-                Ok(record) => pool.addresses.push(AddressEntry { block: block!(net, g), address, record, kv }),
+                Ok(record) => pool.addresses.push(AddressEntry { block: block(net, g), address, record, kv }),
                 Err(_) => pool.unreadable.push(key),
             }
         } else if key != keys.wanted() {

@@ -32,6 +32,17 @@ pub struct IpamConf {
     pub other: Map<String, Value>,
 }
 
+/// `ipam.timeout` when absent: how long ipam-delegated lets a delegate run.
+pub const DEFAULT_DELEGATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl IpamConf {
+    /// `ipam.timeout`, or its default: how long ipam-delegated lets one
+    /// delegate run (and so how long a delegate's call can last).
+    pub fn delegate_timeout(&self) -> Duration {
+        self.timeout.map_or(DEFAULT_DELEGATE_TIMEOUT, |s| s.0)
+    }
+}
+
 /// A positive number of seconds, at most a day.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Seconds(pub Duration);

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use ipam::{AbsolutePath, DatabasePath, IpamConf, LogLevel, Seconds};
+pub use ipam::{AbsolutePath, DatabasePath, IpamConf, LogLevel, Seconds, DEFAULT_DELEGATE_TIMEOUT};
 pub use pool_spec::{PoolSpec, RangeSpec};
 
 use crate::error::{CniError, Result};

@@ -41,10 +41,13 @@ pub struct NodeBlock {
     pub since: i64,
 }
 
-/// What an address record in etcd says about its address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an address record in etcd says about its address (its `kind`, in
+/// the record's JSON as in this table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RecordKind {
     /// Asked for by name, reserved cluster-wide.
+    #[default]
     Static,
     /// Taken from another node's block.
     Borrowed,

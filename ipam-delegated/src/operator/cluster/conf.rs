@@ -44,7 +44,7 @@ impl ClusterConf {
         let settings = Settings::from_value(&cluster).map_err(invalid)?;
         let pools = pool::all_pools(&netconf).map_err(invalid)?;
         let database = netconf.database_path().map_err(invalid)?;
-        let call_timeout = ipam.timeout.map_or(ipam_ds_cluster::DEFAULT_CALL_TIMEOUT, |s| s.0);
+        let call_timeout = ipam.delegate_timeout();
         Ok(ClusterConf { path: path.to_path_buf(), network, netconf, settings, pools, database, call_timeout })
     }
 }

@@ -165,7 +165,7 @@ fn release_pool(
                 changed = true;
                 continue;
             }
-            let kind = kind_name(a.record.kind);
+            let kind = Kind::as_str(a.record.kind);
             let what = lender.map_or("deleted".to_string(), |lender| format!("gave back to its lender {lender}"));
             tracing::info!(
                 "operator release-node: {what} the {kind} record of {} (pool {} of network {}) of node {node}",
@@ -191,14 +191,6 @@ fn release_pool(
          release-node again",
         pool.name
     )))
-}
-
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Static => "static",
-        Kind::Borrowed => "borrowed",
-        Kind::Lent => "lent",
-    }
 }
 
 fn render(done: &Document, conf: &ClusterConf, window: Duration, ttl: i64) -> String {
