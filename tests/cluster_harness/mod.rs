@@ -1,0 +1,411 @@
+//! The cluster under test, shared by the cluster-mode test files: one real
+//! etcd (`TestEtcd`, Debian's etcd from PATH: a missing etcd fails the test,
+//! never skips it), a directory holding each simulated node's database, and
+//! readers of what etcd and the node databases hold. Every call is a real
+//! `ipam-delegated` process of the fast layout (`support::bin_dir()`).
+//!
+//! Used by several test files through `mod cluster_harness;`, so not every
+//! item is used by every one of them.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ipam_ds_cluster::etcd::testing::TestEtcd;
+use serde_json::{json, Value};
+
+use crate::stack::{self, LeaseRow};
+use crate::support::{bin_dir, run_args, run_env, suite_bin, Outcome};
+
+pub const NETWORK: &str = "cnet";
+/// The etcd keys of pool `blue` of network `cnet` (the default prefix).
+pub const POOL_KEYS: &str = "/ipam-delegated/v1/cnet/blue/";
+pub const BLOCKS: &str = "/ipam-delegated/v1/cnet/blue/blocks/";
+pub const ADDRS: &str = "/ipam-delegated/v1/cnet/blue/addrs/";
+pub const NETNS_PATH: &str = "/var/run/netns/x";
+
+// ---------------------------------------------------------------------------
+// The cluster under test
+
+/// One etcd, and a directory holding each node's database.
+pub struct Cluster {
+    pub etcd: TestEtcd,
+    pub dir: tempfile::TempDir,
+    pub pools: Value,
+    pub grace: f64,
+    /// ipam.timeout: seconds per delegate call.
+    pub call_timeout: u64,
+}
+
+impl Cluster {
+    pub fn new(pools: Value, grace: f64) -> Cluster {
+        let etcd = TestEtcd::start();
+        let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
+        // Built before any clock starts.
+        let _ = bin_dir();
+        Cluster { etcd, dir, pools, grace, call_timeout: 5 }
+    }
+
+    /// The /22 of the brief, cut in /27 blocks.
+    pub fn blue(grace: f64) -> Cluster {
+        Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/22"}], "blockSize": 27}]), grace)
+    }
+
+    pub fn db(&self, node: &str) -> PathBuf {
+        self.dir.path().join(node).join("allocations.sqlite")
+    }
+
+    pub fn config(&self, node: &str) -> Value {
+        json!({
+            "cniVersion": "1.0.0",
+            "name": NETWORK,
+            "type": "bridge",
+            "ipam": {
+                "type": "ipam-delegated",
+                "database": self.db(node),
+                "timeout": self.call_timeout,
+                "delegates": ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
+                "pools": self.pools,
+                "cluster": {
+                    "etcd": {"endpoints": [self.etcd.endpoint()], "timeout": 1},
+                    "node": node,
+                    "offlineGrace": self.grace
+                }
+            }
+        })
+    }
+
+    /// `command` through ipam-delegated for `container` (eth0), with
+    /// `config` on stdin and `extra` variables (CNI_ARGS).
+    pub fn run(&self, command: &str, container: &str, config: &Value, extra: &[(&str, &str)]) -> Outcome {
+        let cni_path = bin_dir().display().to_string();
+        let mut env = vec![
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", container),
+            ("CNI_NETNS", NETNS_PATH),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", cni_path.as_str()),
+        ];
+        env.extend_from_slice(extra);
+        run_env(&suite_bin("ipam-delegated"), &env, config.to_string().as_bytes(), Some(self.dir.path()))
+    }
+
+    pub fn add(&self, node: &str, container: &str) -> Outcome {
+        self.run("ADD", container, &self.config(node), &[])
+    }
+
+    /// ADD asking for `ip` by name, through CNI_ARGS as a runtime passes it.
+    pub fn add_static(&self, node: &str, container: &str, ip: IpAddr) -> Outcome {
+        let args = format!("IgnoreUnknown=1;IP={ip}");
+        self.run("ADD", container, &self.config(node), &[("CNI_ARGS", args.as_str())])
+    }
+
+    pub fn del(&self, node: &str, container: &str) -> Outcome {
+        self.run("DEL", container, &self.config(node), &[])
+    }
+
+    /// GC (spec 1.1) keeping the attachments (`containers`, eth0).
+    pub fn gc(&self, node: &str, containers: &[String]) -> Outcome {
+        let valid: Vec<(String, String)> = containers.iter().map(|c| (c.clone(), "eth0".to_string())).collect();
+        let config = stack::gc_config(&self.config(node), &valid);
+        self.run("GC", "gc", &config, &[])
+    }
+
+    /// The leases of `node`'s database; none when it was never created.
+    pub fn leases(&self, node: &str) -> Vec<LeaseRow> {
+        if self.db(node).exists() {
+            stack::leases(&self.db(node))
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Every block record of pool blue in etcd.
+    pub fn blocks(&self) -> Vec<BlockRec> {
+        self.etcd
+            .dump(BLOCKS)
+            .into_iter()
+            .map(|(key, value)| {
+                let segment = key.strip_prefix(BLOCKS).expect("a block key");
+                let v: Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("block {key}: {e}: {value}"));
+                BlockRec {
+                    net: Net4::segment(segment),
+                    node: v["node"].as_str().unwrap_or_else(|| panic!("block {key} has no node: {value}")).to_string(),
+                    released: v["released"].as_bool().unwrap_or(false),
+                    key,
+                }
+            })
+            .collect()
+    }
+
+    /// The blocks etcd shows as `node`'s (not released).
+    pub fn blocks_of(&self, node: &str) -> Vec<Net4> {
+        self.blocks().into_iter().filter(|b| b.node == node && !b.released).map(|b| b.net).collect()
+    }
+
+    /// Every address record of pool blue in etcd.
+    pub fn addrs(&self) -> Vec<AddrRec> {
+        self.etcd
+            .dump(ADDRS)
+            .into_iter()
+            .map(|(key, value)| {
+                let ip =
+                    key.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("address key {key}"));
+                let v: Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("address {key}: {e}: {value}"));
+                let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                AddrRec {
+                    ip,
+                    node: text("node"),
+                    kind: text("kind"),
+                    container: text("container"),
+                    lender: text("lender"),
+                    key,
+                }
+            })
+            .collect()
+    }
+
+    /// Rows of `node`'s cluster table `table` (`cluster_blocks`,
+    /// `cluster_records`), each as text columns, read with rusqlite.
+    pub fn table(&self, node: &str, sql: &str) -> Vec<Vec<String>> {
+        if !self.db(node).exists() {
+            return Vec::new();
+        }
+        let conn = rusqlite::Connection::open(self.db(node)).expect("open a node database");
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        let mut stmt = conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let n = stmt.column_count();
+        let rows = stmt
+            .query_map([], |row| {
+                (0..n)
+                    .map(|i| {
+                        let v: rusqlite::types::Value = row.get(i)?;
+                        Ok(match v {
+                            rusqlite::types::Value::Null => "NULL".into(),
+                            rusqlite::types::Value::Integer(i) => i.to_string(),
+                            rusqlite::types::Value::Real(r) => r.to_string(),
+                            rusqlite::types::Value::Text(t) => t,
+                            rusqlite::types::Value::Blob(b) => format!("{b:?}"),
+                        })
+                    })
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        rows.map(|r| r.expect("a row")).collect()
+    }
+
+    /// The blocks `node`'s database holds (any state), with their state.
+    pub fn node_blocks(&self, node: &str) -> Vec<(Net4, String)> {
+        self.table(node, "SELECT block, state FROM cluster_blocks WHERE network = 'cnet' AND pool = 'blue'")
+            .into_iter()
+            .map(|r| (Net4::cidr(&r[0]), r[1].clone()))
+            .collect()
+    }
+
+    pub fn node_records(&self, node: &str) -> Vec<Vec<String>> {
+        self.table(node, "SELECT key, address, kind, container_id, state FROM cluster_records")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BlockRec {
+    pub key: String,
+    pub net: Net4,
+    pub node: String,
+    pub released: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct AddrRec {
+    pub key: String,
+    pub ip: IpAddr,
+    pub node: String,
+    pub kind: String,
+    pub container: String,
+    /// Of a borrowed address: the node that lent it.
+    pub lender: String,
+}
+
+/// An IPv4 block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Net4 {
+    pub start: u32,
+    pub len: u8,
+}
+
+impl Net4 {
+    /// `10.50.0.32-27`, as the etcd keys spell a block.
+    pub fn segment(s: &str) -> Net4 {
+        Net4::cidr(&s.replace('-', "/"))
+    }
+
+    pub fn cidr(s: &str) -> Net4 {
+        let (addr, len) = s.split_once('/').unwrap_or_else(|| panic!("{s:?} is not a CIDR"));
+        let addr: Ipv4Addr = addr.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"));
+        Net4 { start: u32::from(addr), len: len.parse().unwrap_or_else(|e| panic!("{s:?}: {e}")) }
+    }
+
+    pub fn size(&self) -> u32 {
+        1u32 << (32 - self.len)
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(v4) => (u32::from(v4).wrapping_sub(self.start)) < self.size(),
+            IpAddr::V6(_) => false,
+        }
+    }
+
+    pub fn nth(&self, n: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(self.start + n))
+    }
+}
+
+impl std::fmt::Display for Net4 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", Ipv4Addr::from(self.start), self.len)
+    }
+}
+
+/// Prints how long the test took when it ends (passed or not), not
+/// counting the build of the executables.
+pub struct Took(pub &'static str, pub Instant);
+
+impl Took {
+    /// After the build of the executables under test (once per process).
+    pub fn new(test: &'static str) -> Took {
+        let _ = bin_dir();
+        Took(test, Instant::now())
+    }
+}
+
+impl Drop for Took {
+    fn drop(&mut self) {
+        eprintln!("{} took {:.2?}", self.0, self.1.elapsed());
+    }
+}
+
+/// The code and message of a failed run (asserting the error object).
+pub fn failure(out: &Outcome) -> (u64, String) {
+    let (code, msg, _) = out.error();
+    (code, msg)
+}
+
+/// A short account of a run, for assertion messages.
+pub fn brief(out: &Outcome) -> String {
+    format!("exit {}, stdout {}, stderr {}", out.status, out.stdout.trim(), out.stderr.trim())
+}
+
+/// Every address an attachment holds across `nodes`' databases, asserting
+/// none twice. (Addresses a node lends out are held in its database under
+/// the network `cnet/lent`, by no attachment: see [`lent_holds`].)
+pub fn held_once(c: &Cluster, nodes: &[&str]) -> BTreeMap<IpAddr, (String, String)> {
+    let (held, twice) = held_by(c, nodes);
+    if let Some((ip, (n1, c1), (n2, c2))) = twice.first() {
+        panic!("{ip} is held twice across the cluster: by {n1} (container {c1}) and by {n2} (container {c2})");
+    }
+    held
+}
+
+pub type Holder = (String, String);
+pub type Twice = (IpAddr, Holder, Holder);
+
+/// Every address an attachment holds across `nodes`' databases (node,
+/// container), and the addresses held twice.
+pub fn held_by(c: &Cluster, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Twice>) {
+    let mut held: BTreeMap<IpAddr, Holder> = BTreeMap::new();
+    let mut twice = Vec::new();
+    for node in nodes {
+        for row in c.leases(node).into_iter().filter(|r| r.network == NETWORK) {
+            let holder = (node.to_string(), row.container_id.clone());
+            if let Some(other) = held.insert(row.address, holder.clone()) {
+                twice.push((row.address, other, holder));
+            }
+        }
+    }
+    (held, twice)
+}
+
+/// The addresses each node holds in its database as lent out (network
+/// `cnet/lent`): (address, lender).
+pub fn lent_holds(c: &Cluster, nodes: &[&str]) -> Vec<(IpAddr, String)> {
+    let lent = format!("{NETWORK}/lent");
+    nodes
+        .iter()
+        .flat_map(|n| c.leases(n).into_iter().filter(|r| r.network == lent).map(|r| (r.address, n.to_string())))
+        .collect()
+}
+
+/// Each held address lies in a block etcd shows as its node's, or has an
+/// address record in etcd for its node.
+pub fn assert_covered(c: &Cluster, held: &BTreeMap<IpAddr, (String, String)>) {
+    let problems = uncovered(c, held);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The held addresses [`assert_covered`] refuses, one line each.
+pub fn uncovered(c: &Cluster, held: &BTreeMap<IpAddr, (String, String)>) -> Vec<String> {
+    let blocks = c.blocks();
+    let addrs = c.addrs();
+    let mut problems = Vec::new();
+    for (ip, (node, container)) in held {
+        let in_block = blocks.iter().any(|b| &b.node == node && !b.released && b.net.contains(*ip));
+        let recorded = addrs.iter().any(|a| a.ip == *ip && &a.node == node);
+        if !(in_block || recorded) {
+            problems.push(format!(
+                "{ip} is held by {node} (container {container}) outside every block etcd shows as {node}'s, and \
+                 etcd has no address record of {node} for it; blocks: {:?}; address records: {:?}",
+                blocks.iter().filter(|b| b.net.contains(*ip)).collect::<Vec<_>>(),
+                addrs.iter().filter(|a| a.ip == *ip).collect::<Vec<_>>()
+            ));
+        }
+    }
+    problems
+}
+
+/// Blocks per node in etcd: "few", not one per ADD.
+pub fn assert_few_blocks(c: &Cluster, nodes: &[&str], peak: &HashMap<String, usize>, per_block: usize) {
+    let mut counts = Vec::new();
+    for node in nodes {
+        let owned = c.blocks_of(node).len();
+        let most = peak.get(*node).copied().unwrap_or(0);
+        let bound = most.div_ceil(per_block) + 2;
+        counts.push(format!("{node}: {owned} blocks for at most {most} leases"));
+        assert!(
+            owned <= bound,
+            "{node} owns {owned} blocks in etcd for at most {most} leases at once (bound {bound}): concurrent ADDs of \
+             one node claimed a block each? {counts:?}"
+        );
+    }
+    eprintln!("blocks per node: {}", counts.join("; "));
+}
+
+/// Whether the operator tool answers `cluster --help`.
+pub fn has_cluster_tool() -> bool {
+    let out = run_args(&suite_bin("ipam-delegated"), &["cluster", "--help"], &[], b"", None);
+    out.status == 0
+}
+
+/// Hands `node`'s blocks and records back with the operator's
+/// `cluster release-node`, run with `operator`'s settings.
+pub fn release_node(c: &Cluster, node: &str, operator: &str) -> &'static str {
+    assert!(has_cluster_tool(), "ipam-delegated cluster --help failed: the operator tool is broken");
+    let conflist = c.dir.path().join("cnet.conflist");
+    let mut plugin = c.config(operator);
+    let plugin_obj = plugin.as_object_mut().unwrap();
+    plugin_obj.remove("cniVersion");
+    plugin_obj.remove("name");
+    let list = json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": [plugin]});
+    std::fs::write(&conflist, serde_json::to_vec_pretty(&list).unwrap()).unwrap();
+    let out = run_args(
+        &suite_bin("ipam-delegated"),
+        &["cluster", "--conf", conflist.to_str().unwrap(), "release-node", node],
+        &[],
+        b"",
+        None,
+    );
+    assert_eq!(out.status, 0, "ipam-delegated cluster release-node {node}: {}", brief(&out));
+    "ipam-delegated cluster release-node"
+}
