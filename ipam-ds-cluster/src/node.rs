@@ -668,30 +668,60 @@ impl<'s> Node<'s> {
             },
             None => Compare::absent(keys.block(&block)),
         };
-        let txn = Txn {
-            compare: vec![Compare::absent(key.clone()), block_compare],
-            success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
-            failure: vec![Op::Range(RangeRequest::key(key.clone())), Op::Range(RangeRequest::key(keys.block(&block)))],
-        };
-        let answer = match self.etcd.txn(&txn) {
-            Ok(answer) => answer,
-            Err(e) => {
-                forget_unsure(store, &key)?;
-                return Err(etcd_error(e));
+        // The pool's cut is compared as a claim compares it: an address
+        // reserved under another cut would lie in another node's block as
+        // that node cuts the pool, where it never looks for records. The
+        // pool's first write creates the definition, so a second attempt
+        // when it is absent.
+        let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
+        let mut create_definition = false;
+        let (holder, owner) = loop {
+            let mut txn = Txn {
+                compare: vec![Compare::absent(key.clone()), block_compare.clone()],
+                success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
+                failure: vec![
+                    Op::Range(RangeRequest::key(key.clone())),
+                    Op::Range(RangeRequest::key(keys.block(&block))),
+                    Op::Range(RangeRequest::key(keys.definition())),
+                ],
+            };
+            if create_definition {
+                txn.compare.push(Compare::absent(keys.definition()));
+                txn.success.push(Op::Put { key: keys.definition().into_bytes(), value: definition.clone(), lease: 0 });
+            } else {
+                txn.compare.push(Compare::value_is(keys.definition(), definition.clone()));
             }
-        };
-        if answer.succeeded {
-            tracing::info!("reserved {address} of pool {} cluster-wide", g.pool.name);
-            return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
-        }
-        let mut failure = answer.responses.into_iter();
-        let holder = match failure.next() {
-            Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
-            _ => None,
-        };
-        let owner = match failure.next() {
-            Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
-            _ => None,
+            let answer = match self.etcd.txn(&txn) {
+                Ok(answer) => answer,
+                Err(e) => {
+                    forget_unsure(store, &key)?;
+                    return Err(etcd_error(e));
+                }
+            };
+            if answer.succeeded {
+                tracing::info!("reserved {address} of pool {} cluster-wide", g.pool.name);
+                return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
+            }
+            let mut failure = answer.responses.into_iter().map(|r| match r {
+                OpResponse::Range(r) => r.kvs.into_iter().next(),
+                _ => None,
+            });
+            let (holder, owner, theirs) =
+                (failure.next().flatten(), failure.next().flatten(), failure.next().flatten());
+            match theirs {
+                Some(kv) => {
+                    if let Err(e) = check_definition(&kv, &definition, g, &keys.definition()) {
+                        store.write(|tx| tx.drop_node_record(&key))?;
+                        return Err(e);
+                    }
+                }
+                None if !create_definition => {
+                    create_definition = true;
+                    continue;
+                }
+                None => {}
+            }
+            break (holder, owner);
         };
         if let Some(kv) = &holder {
             if kv.value == value.as_bytes() {
