@@ -54,3 +54,56 @@ fn a_static_address_under_another_cut_of_the_pool_is_refused() {
     assert_eq!(out.status, 0, "n2 with the cluster's cut: {}", brief(&out));
     assert_eq!(ipv4_of(out.result()), "10.97.3.7".parse::<IpAddr>().unwrap());
 }
+
+/// Debian's libfaketime (package faketime): a process that believes the
+/// wall clock reads something else.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+#[test]
+fn a_confirmation_stamped_by_a_clock_ahead_is_no_confirmation() {
+    let _took = Took::new("a_confirmation_stamped_by_a_clock_ahead_is_no_confirmation");
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: apt-get install faketime (the test needs a process whose clock is a day ahead)"
+    );
+    // One block (a /28 cut in one /28), a short grace and timeout: a
+    // released block is claimable again after 2 + 3 × 1 s.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.96.0.0/28"}], "blockSize": 28}]), 2.0);
+    c.call_timeout = 1;
+    let out = c.add("n1", "c1");
+    assert_eq!(out.status, 0, "n1's first ADD: {}", brief(&out));
+    // The same node with its clock a day ahead for one call: that call
+    // confirms the block, as it should; what it must not leave behind is a
+    // confirmation that still counts a day later.
+    let ahead = c.run("ADD", "c2", &c.config("n1"), &[("LD_PRELOAD", LIBFAKETIME), ("FAKETIME", "+1d")]);
+    assert_eq!(ahead.status, 0, "n1's ADD with the clock a day ahead: {}", brief(&ahead));
+    for container in ["c1", "c2"] {
+        let out = c.del("n1", container);
+        assert_eq!(out.status, 0, "n1 DEL {container}: {}", brief(&out));
+    }
+    // The operator declares n1 dead; once the tombstone is gone n2 claims the block.
+    release_node(&c, "n1", "op");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut n2_addresses = Vec::new();
+    while n2_addresses.len() < 3 {
+        let out = c.add("n2", &format!("n2-{}", n2_addresses.len()));
+        if out.status == 0 {
+            n2_addresses.push(ipv4_of(out.result()));
+        } else {
+            assert!(std::time::Instant::now() < deadline, "n2 never got the released block: {}", brief(&out));
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+    // n1, with the right clock again and etcd out of reach, must not
+    // allocate in the block it lost: its last confirmation is not "a day
+    // from now".
+    // (Stopped, so that each ADD learns it at once, well inside ipam.timeout.)
+    c.etcd.kill();
+    let outs: Vec<_> = (0..3).map(|i| c.add("n1", &format!("offline-{i}"))).collect();
+    c.etcd.restart();
+    for (i, out) in outs.iter().enumerate() {
+        let (code, msg) = failure(out);
+        assert_eq!(code, 11, "n1's offline ADD {i} with etcd stopped: {msg}");
+    }
+    held_once(&c, &["n1", "n2"]);
+}

@@ -7,6 +7,7 @@
 //! STATUS says whether ADD can be served.
 
 pub mod blocks;
+pub mod clock;
 pub mod etcd;
 pub mod layout;
 pub mod node;
@@ -133,13 +134,16 @@ impl Plugin for ClusterSelector {
             return Ok(Reply::Nothing);
         };
         let pools = pool::all_pools(&req.config)?;
-        let oldest = shared::store::unix_now() - settings.offline_grace.as_secs() as i64;
         let room = store.read(|tx| {
+            let boot = tx.note(clock::BOOT_NOTE)?;
             for p in &pools {
                 let confirmed: Vec<_> = tx
                     .node_blocks(network, &p.name)?
                     .into_iter()
-                    .filter(|b| b.state == shared::store::BlockState::Owned && b.confirmed >= oldest)
+                    .filter(|b| {
+                        b.state == shared::store::BlockState::Owned
+                            && node.clock.within(boot.as_deref(), b.confirmed, settings.offline_grace)
+                    })
                     .collect();
                 if !node::blocks_with_room(tx, &blocks::Geometry::of(p), &confirmed)?.is_empty() {
                     return Ok(true);

@@ -22,6 +22,7 @@ use shared::store::{unix_now, BlockState, NodeBlock, NodeRecord, RecordState, St
 use shared::{CniError, Code, Result};
 
 use crate::blocks::Geometry;
+use crate::clock::{BootClock, BOOT_NOTE};
 use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
 use crate::layout::{to_bytes, to_text, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
 use crate::settings::Settings;
@@ -39,6 +40,8 @@ pub struct Node<'s> {
     pub etcd: etcd::Client,
     /// The auth token the call started with, to save a new one once.
     cached_token: Option<String>,
+    /// When this call started, on the clock that times confirmations.
+    pub clock: BootClock,
 }
 
 /// Every claimed block of a pool, with its record and key.
@@ -79,7 +82,7 @@ impl<'s> Node<'s> {
             None => None,
         };
         let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(Node { settings, network: network.to_string(), etcd, cached_token })
+        Ok(Node { settings, network: network.to_string(), etcd, cached_token, clock: BootClock::read() })
     }
 
     pub fn keys(&self, pool: &str) -> PoolKeys {
@@ -123,7 +126,7 @@ impl<'s> Node<'s> {
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.
-        let (owned, mut blocks, records, held) = store.read(|tx| {
+        let (owned, mut blocks, records, held, boot) = store.read(|tx| {
             let mut owned = Vec::with_capacity(pools.len());
             let mut with_room = Vec::with_capacity(pools.len());
             for g in &geometries {
@@ -135,14 +138,14 @@ impl<'s> Node<'s> {
                 with_room.push(blocks_with_room(tx, g, &all)?);
                 owned.push(all);
             }
-            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?))
+            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, tx.note(BOOT_NOTE)?))
         })?;
         let offline = match self.confirm(&geometries, &blocks) {
             Ok(confirmed) => {
                 let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
                 let stale: Vec<Kv> = confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
                 self.drop_stale_lent(&stale);
-                self.record_confirmed(store, &mut blocks, confirmed)?;
+                self.record_confirmed(store, &mut blocks, confirmed, boot.as_deref())?;
                 for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
                     if let Err(e) = self.lend(store, &geometries[i], &blocks[i], revision) {
                         tracing::warn!("pool {}: lending to nodes without room failed: {e}", pools[i].name);
@@ -151,10 +154,9 @@ impl<'s> Node<'s> {
                 None
             }
             Err(etcd::Error::Unavailable(why)) => {
-                let grace = self.settings.offline_grace.as_secs() as i64;
-                let oldest = unix_now() - grace;
+                let grace = self.settings.offline_grace;
                 for pool_blocks in &mut blocks {
-                    pool_blocks.retain(|b| grace > 0 && b.confirmed >= oldest);
+                    pool_blocks.retain(|b| self.clock.within(boot.as_deref(), b.confirmed, grace));
                 }
                 tracing::warn!(
                     "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
@@ -367,17 +369,21 @@ impl<'s> Node<'s> {
         store: &mut StoreHandle,
         blocks: &mut [Vec<NodeBlock>],
         confirmed: Vec<Confirmed>,
+        boot: Option<&str>,
     ) -> Result<()> {
-        let now = unix_now();
-        let refresh = (self.settings.offline_grace.as_secs() as i64 / 10).max(1);
+        let now = self.clock.now_ms;
+        let refresh = i64::try_from(self.settings.offline_grace.as_millis() / 10).unwrap_or(i64::MAX).max(1000);
+        let same_boot = boot == Some(self.clock.boot_id.as_str());
         let mut changes: Vec<NodeBlock> = Vec::new();
         let mut lost: Vec<NodeBlock> = Vec::new();
         for (pool_blocks, c) in blocks.iter_mut().zip(confirmed) {
             let mut ours = c.ours;
             for b in &mut ours {
                 let before = pool_blocks.iter().find(|p| p.block == b.block);
-                let changed = before
-                    .is_none_or(|p| now - p.confirmed >= refresh || p.taken != b.taken || p.revision != b.revision);
+                let changed = !same_boot
+                    || before.is_none_or(|p| {
+                        !(0..refresh).contains(&(now - p.confirmed)) || p.taken != b.taken || p.revision != b.revision
+                    });
                 // Confirmed now; written down only when it has aged (or changed).
                 b.confirmed = now;
                 if changed {
@@ -398,6 +404,7 @@ impl<'s> Node<'s> {
             return Ok(());
         }
         store.write(|tx| {
+            self.stamp_boot(tx)?;
             for b in &changes {
                 tx.put_node_block(b)?;
             }
@@ -406,6 +413,16 @@ impl<'s> Node<'s> {
             }
             Ok(())
         })
+    }
+
+    /// Before a confirmation of this boot is written: those of another boot
+    /// (or of a build that stamped them by the wall clock) are voided.
+    fn stamp_boot(&self, tx: &Tx) -> Result<()> {
+        if tx.note(BOOT_NOTE)?.as_deref() != Some(self.clock.boot_id.as_str()) {
+            tx.void_block_confirmations()?;
+            tx.set_note(BOOT_NOTE, &self.clock.boot_id)?;
+        }
+        Ok(())
     }
 
     /// Claims a block of `g`'s pool for this node, unless another process of
@@ -456,6 +473,7 @@ impl<'s> Node<'s> {
                     );
                     let taken = self.block_addresses(&keys, &block)?;
                     let b = self.owned_block(g, block, revision, taken);
+                    self.stamp_boot(tx)?;
                     tx.put_node_block(&b)?;
                     return Ok(Some(vec![b]));
                 }
@@ -469,6 +487,7 @@ impl<'s> Node<'s> {
                 }
                 for block in free {
                     if let Some(b) = self.claim_one(&keys, g, block, &definition, definition_kv.as_ref())? {
+                        self.stamp_boot(tx)?;
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
                         return Ok(Some(vec![b]));
@@ -576,16 +595,15 @@ impl<'s> Node<'s> {
     }
 
     fn owned_block(&self, g: &Geometry, block: IpNet, revision: i64, taken: Vec<IpAddr>) -> NodeBlock {
-        let now = unix_now();
         NodeBlock {
             network: self.network.clone(),
             pool: g.pool.name.clone(),
             block,
             state: BlockState::Owned,
             revision,
-            confirmed: now,
+            confirmed: self.clock.now_ms,
             taken,
-            since: now,
+            since: unix_now(),
         }
     }
 

@@ -33,7 +33,9 @@ pub struct NodeBlock {
     /// The create_revision of our block key in etcd: a block re-claimed by
     /// anyone, us included, is another claim.
     pub revision: i64,
-    /// Unix seconds of the last etcd read that showed the block ours.
+    /// Milliseconds on the boot-time clock of the last etcd read that showed
+    /// the block ours, in the boot the note `confirmed-boot` names (0: none).
+    /// Never the wall clock: see ipam-ds-cluster's `clock`.
     pub confirmed: i64,
     /// Its addresses that other attachments of the cluster hold, as last read.
     pub taken: Vec<IpAddr>,
@@ -185,6 +187,11 @@ impl Tx<'_> {
             })
             .in_db(self.path)
             .map(drop)
+    }
+
+    /// Voids every block's confirmation: they were taken in another boot.
+    pub fn void_block_confirmations(&self) -> Result<()> {
+        self.sql.execute("UPDATE cluster_blocks SET confirmed = 0", []).in_db(self.path).map(drop)
     }
 
     pub fn drop_node_block(&self, network: &str, pool: &str, block: &IpNet) -> Result<()> {
