@@ -107,3 +107,81 @@ fn a_confirmation_stamped_by_a_clock_ahead_is_no_confirmation() {
     }
     held_once(&c, &["n1", "n2"]);
 }
+
+#[test]
+fn two_hosts_under_one_node_name_are_refused() {
+    let _took = Took::new("two_hosts_under_one_node_name_are_refused");
+    let c = Cluster::blue(30.0);
+    // Two hosts, each with a database of its own, both calling themselves "n"
+    // (cloned VMs, or the host-name fallback of one image).
+    let database = |host: &str| c.dir.path().join(host).join("allocations.sqlite");
+    let host = |name: &str| {
+        let mut config = c.config("n");
+        config["ipam"]["database"] = json!(database(name));
+        config
+    };
+    let mut given = Vec::new();
+    for round in 0..10 {
+        let a = c.run("ADD", &format!("a{round}"), &host("host-a"), &[]);
+        assert_eq!(a.status, 0, "round {round}: host-a's ADD: {}", brief(&a));
+        given.push(ipv4_of(a.result()));
+        let b = c.run("ADD", &format!("b{round}"), &host("host-b"), &[]);
+        let (code, msg) = failure(&b);
+        assert_eq!(code, 7, "round {round}: host-b runs under host-a's node name: {}", brief(&b));
+        assert!(
+            msg.contains("\"n\"") && msg.contains("ipam.cluster.node") && msg.contains("release-node"),
+            "the message names the node name, the setting and the way out: {msg}"
+        );
+    }
+    let b_leases = stack::leases(&database("host-b"));
+    assert!(b_leases.is_empty(), "host-b handed out nothing: {b_leases:?}");
+    given.sort();
+    given.dedup();
+    assert_eq!(given.len(), 10, "host-a's addresses are distinct");
+    // The way out the message gives: host-b under a name of its own works.
+    let mut own = host("host-b");
+    own["ipam"]["cluster"]["node"] = json!("n-b");
+    let b = c.run("ADD", "b-own", &own, &[]);
+    assert_eq!(b.status, 0, "host-b under its own name: {}", brief(&b));
+    assert!(!given.contains(&ipv4_of(b.result())));
+}
+
+#[test]
+fn release_node_waits_out_the_nodes_own_grace() {
+    let _took = Took::new("release_node_waits_out_the_nodes_own_grace");
+    // One block; the operator's conflist says offlineGrace 0, the node runs
+    // with 8 s: its block must stay unclaimable for 8 + 3 × 1 s, not 3 s.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.95.0.0/28"}], "blockSize": 28}]), 0.0);
+    c.call_timeout = 1;
+    let mut n1 = c.config("n1");
+    n1["ipam"]["cluster"]["offlineGrace"] = json!(8);
+    let out = c.run("ADD", "c1", &n1, &[]);
+    assert_eq!(out.status, 0, "n1's ADD: {}", brief(&out));
+    let released = std::time::Instant::now();
+    release_node(&c, "n1", "op");
+    // n1, cut off from etcd, could allocate in its block for 8 s: nobody else may.
+    let mut attempts = 0;
+    while released.elapsed() < std::time::Duration::from_secs(7) {
+        let out = c.add("n2", &format!("early-{attempts}"));
+        assert_ne!(
+            out.status,
+            0,
+            "n2 got an address of n1's block {:.1?} after release-node, within n1's offlineGrace: {}",
+            released.elapsed(),
+            brief(&out)
+        );
+        attempts += 1;
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // And after it, the block is claimable again.
+    let deadline = released + std::time::Duration::from_secs(25);
+    loop {
+        let out = c.add("n2", "late");
+        if out.status == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "n2 never got the block: {}", brief(&out));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(released.elapsed() >= std::time::Duration::from_secs(11), "claimed after {:?}", released.elapsed());
+}

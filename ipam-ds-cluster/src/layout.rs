@@ -7,7 +7,9 @@
 //! <prefix>/v1/<network>/<pool>/blocks/<block>        {"node": …, "at": …}: the block is that node's
 //! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent, "node", "container", "ifname"}
 //! <prefix>/v1/<network>/<pool>/wanted                a node found no free address (lenders lend)
+//! <prefix>/v1/<network>/_nodes/<node>                {"db": …, "offlineGrace": …, "timeout": …}: who runs as <node>
 //! ```
+//! Pool names start with a letter or digit, so `_nodes` is never a pool.
 //! `<block>` is the block's CIDR with `-` for `/` (`10.22.0.64-26`).
 
 use std::net::IpAddr;
@@ -78,6 +80,23 @@ impl PoolKeys {
     }
 }
 
+/// The keys of one network that belong to no pool.
+#[derive(Debug, Clone)]
+pub struct NetworkKeys {
+    base: String,
+}
+
+impl NetworkKeys {
+    pub fn new(prefix: &str, network: &str) -> NetworkKeys {
+        NetworkKeys { base: format!("{prefix}/{VERSION}/{network}/") }
+    }
+
+    /// The entry of node `node`: which database runs under that name.
+    pub fn node(&self, node: &str) -> String {
+        format!("{}_nodes/{node}", self.base)
+    }
+}
+
 fn block_segment(block: &IpNet) -> String {
     format!("{}-{}", block.network(), block.prefix_len())
 }
@@ -97,6 +116,25 @@ pub struct BlockRecord {
     pub at: i64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released: bool,
+    /// The node database that claimed it (see [`NodeEntry`]); empty in
+    /// records of builds before it was recorded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub db: String,
+}
+
+/// `_nodes/<node>`: the node database that runs under a node name, and the
+/// settings `release-node` must wait out before that node's blocks are free:
+/// the node's own, not the operator's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeEntry {
+    /// The identity of the node database (a random id made with it): a
+    /// second database under the same node name is a second host.
+    pub db: String,
+    /// Seconds.
+    pub offline_grace: f64,
+    /// `ipam.timeout`, seconds.
+    pub timeout: f64,
 }
 
 /// `addrs/<block>/<ip>`: one address held apart from its block's owner.
@@ -163,7 +201,7 @@ mod tests {
     fn records_are_small_json() {
         let r = AddressRecord { kind: Kind::Lent, node: "n1".into(), ..AddressRecord::default() };
         assert_eq!(String::from_utf8(to_bytes(&r)).unwrap(), r#"{"kind":"lent","node":"n1"}"#);
-        let b = BlockRecord { node: "n1".into(), at: 5, released: false };
+        let b = BlockRecord { node: "n1".into(), at: 5, released: false, db: String::new() };
         assert_eq!(String::from_utf8(to_bytes(&b)).unwrap(), r#"{"node":"n1","at":5}"#);
     }
 }

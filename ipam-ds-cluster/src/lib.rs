@@ -13,8 +13,6 @@ pub mod layout;
 pub mod node;
 pub mod settings;
 
-use std::time::Duration;
-
 use shared::pool::{self, Pool};
 use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
 
@@ -37,7 +35,7 @@ impl Plugin for ClusterSelector {
         let requests = suite_delegate::requested_addresses(req, &pools)?;
         let mut store = suite_delegate::open_store(req)?;
         let node = Node::new(&settings, &attachment.network, &mut store)?;
-        node.settle(&mut store, settle_time(req));
+        node.settle(&mut store);
         let views = node.add(&mut store, &pools, &attachment, &requests, &result);
         node.finish(&mut store);
         let views = views?;
@@ -60,7 +58,7 @@ impl Plugin for ClusterSelector {
             Ok(settings) => {
                 let node = Node::new(&settings, &attachment.network, &mut store)?;
                 node.release(&mut store, &records)?;
-                node.settle(&mut store, settle_time(req));
+                node.settle(&mut store);
                 node.finish(&mut store);
             }
             Err(e) => {
@@ -117,7 +115,7 @@ impl Plugin for ClusterSelector {
             .collect();
         node.release(&mut store, &stale)?;
         node.retire_empty_blocks(&mut store)?;
-        node.settle(&mut store, settle_time(req));
+        node.settle(&mut store);
         node.finish(&mut store);
         Ok(Reply::Nothing)
     }
@@ -164,13 +162,6 @@ impl Plugin for ClusterSelector {
             ),
         ))
     }
-}
-
-/// How long a block being given back waits: while it does, an ADD that saw
-/// it as this node's may still be allocating in it.
-fn settle_time(req: &Request) -> Duration {
-    let timeout = req.config.ipam().map_or(shared::config::DEFAULT_DELEGATE_TIMEOUT, |ipam| ipam.delegate_timeout());
-    timeout * 3
 }
 
 /// This plugin, as the multicall program runs it by name.

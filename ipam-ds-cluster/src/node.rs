@@ -11,7 +11,6 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use ipnet::IpNet;
 use shared::addr::Family;
@@ -24,7 +23,9 @@ use shared::{CniError, Code, Result};
 use crate::blocks::Geometry;
 use crate::clock::{BootClock, BOOT_NOTE};
 use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
-use crate::layout::{to_bytes, to_text, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
+use crate::layout::{
+    to_bytes, to_text, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys, PoolRecord,
+};
 use crate::settings::Settings;
 
 /// How many unclaimed blocks one call tries before reading the pool again.
@@ -32,6 +33,9 @@ const CLAIM_ATTEMPTS: usize = 4;
 /// How many times a call reads the pool's blocks while others claim them.
 const CLAIM_ROUNDS: usize = 3;
 const TOKEN_NOTE: &str = "etcd-token";
+/// The identity of this node database, made with it: what etcd's entry of
+/// the node name and the node's block records carry.
+const DB_NOTE: &str = "node-db";
 
 /// A node of the cluster, for one call on one network.
 pub struct Node<'s> {
@@ -42,6 +46,8 @@ pub struct Node<'s> {
     cached_token: Option<String>,
     /// When this call started, on the clock that times confirmations.
     pub clock: BootClock,
+    /// This node database's identity ([`DB_NOTE`]).
+    pub db: String,
 }
 
 /// Every claimed block of a pool, with its record and key.
@@ -77,12 +83,86 @@ fn lend_holder(network: &str) -> Attachment {
 impl<'s> Node<'s> {
     /// The client, with the auth token an earlier call saved.
     pub fn new(settings: &'s Settings, network: &str, store: &mut StoreHandle) -> Result<Node<'s>> {
-        let cached_token = match &settings.etcd.username {
-            Some(_) => store.read(|tx| tx.note(TOKEN_NOTE))?,
-            None => None,
+        let (cached_token, db) = store.read(|tx| {
+            let token = match &settings.etcd.username {
+                Some(_) => tx.note(TOKEN_NOTE)?,
+                None => None,
+            };
+            Ok((token, tx.note(DB_NOTE)?))
+        })?;
+        let db = match db {
+            Some(db) => db,
+            // Once in the database's life.
+            None => {
+                let made = new_db_id()?;
+                store.write(|tx| match tx.note(DB_NOTE)? {
+                    Some(db) => Ok(db),
+                    None => tx.set_note(DB_NOTE, &made).map(|()| made.clone()),
+                })?
+            }
         };
         let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(Node { settings, network: network.to_string(), etcd, cached_token, clock: BootClock::read() })
+        Ok(Node { settings, network: network.to_string(), etcd, cached_token, clock: BootClock::read(), db })
+    }
+
+    /// What etcd's entry of this node name must say.
+    fn entry(&self) -> NodeEntry {
+        NodeEntry {
+            db: self.db.clone(),
+            offline_grace: self.settings.offline_grace.as_secs_f64(),
+            timeout: self.settings.call_timeout.as_secs_f64(),
+        }
+    }
+
+    /// Makes etcd's entry of this node name this database's, with this
+    /// call's settings (`found`: the entry as just read). Error 7 when
+    /// another node database runs under the name.
+    fn register(&self, mut found: Option<Kv>) -> Result<()> {
+        let key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
+        let entry = self.entry();
+        for _ in 0..CLAIM_ROUNDS {
+            let compare = match &found {
+                Some(kv) => match serde_json::from_slice::<NodeEntry>(&kv.value) {
+                    Ok(theirs) if theirs == entry => return Ok(()),
+                    Ok(theirs) if theirs.db != self.db => return Err(self.another_database(&theirs.db, &key)),
+                    // Our entry with other settings, or one that does not read.
+                    _ => Compare::mod_revision_is(key.clone(), kv.mod_revision),
+                },
+                None => Compare::absent(key.clone()),
+            };
+            let txn = Txn {
+                compare: vec![compare],
+                success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&entry), lease: 0 }],
+                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
+            };
+            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            if answer.succeeded {
+                tracing::info!("node {} is this node database's in etcd ({key})", self.settings.node);
+                return Ok(());
+            }
+            found = match answer.responses.into_iter().next() {
+                Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
+                _ => None,
+            };
+        }
+        Err(CniError::new(Code::TryAgainLater, format!("etcd's entry {key} of this node keeps changing: try again")))
+    }
+
+    /// Two node databases under one node name would share blocks and hand
+    /// out the same addresses: cloned hosts, or a host name every image has.
+    fn another_database(&self, theirs: &str, key: &str) -> CniError {
+        let node = &self.settings.node;
+        CniError::config(
+            "ipam.cluster.node",
+            format!(
+                "node name {node:?} is in use by another node database ({}, etcd key {key}; this one is {}): two \
+                 hosts run under this name, or this host's database was replaced. Give each host a name of its own \
+                 (ipam.cluster.node or nodeFile); if this host's database was replaced, first run \
+                 'ipam-delegated cluster --conf <conflist> release-node {node}'",
+                theirs.chars().take(64).collect::<String>().escape_debug(),
+                self.db
+            ),
+        )
     }
 
     pub fn keys(&self, pool: &str) -> PoolKeys {
@@ -459,7 +539,10 @@ impl<'s> Node<'s> {
                 let adopted: Vec<(IpNet, i64)> = owners
                     .iter()
                     .filter(|(block, (r, _))| {
-                        r.node == self.settings.node && !r.released && !now_mine.iter().any(|b| b.block == **block)
+                        r.node == self.settings.node
+                            && !r.released
+                            && (r.db.is_empty() || r.db == self.db)
+                            && !now_mine.iter().any(|b| b.block == **block)
                     })
                     .map(|(block, (_, kv))| (*block, kv.create_revision))
                     .collect();
@@ -522,19 +605,24 @@ impl<'s> Node<'s> {
     /// nodes cutting a pool differently would hand out overlapping blocks)
     /// and every block with its owner.
     fn read_pool(&self, keys: &PoolKeys, definition: &[u8], g: &Geometry) -> Result<(Option<Kv>, Owners)> {
+        let node_key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
         let txn = Txn {
             success: vec![
                 Op::Range(RangeRequest::key(keys.definition())),
                 Op::Range(RangeRequest::prefix(keys.blocks())),
+                Op::Range(RangeRequest::key(node_key)),
             ],
             ..Txn::default()
         };
         let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
         let mut responses = answer.responses.into_iter();
-        let (Some(OpResponse::Range(def)), Some(OpResponse::Range(blocks))) = (responses.next(), responses.next())
+        let (Some(OpResponse::Range(def)), Some(OpResponse::Range(blocks)), Some(OpResponse::Range(entry))) =
+            (responses.next(), responses.next(), responses.next())
         else {
             return Err(etcd_error(not_ranges()));
         };
+        // Before any claim or adoption: this node name is this database's.
+        self.register(entry.kvs.into_iter().next())?;
         let definition_kv = def.kvs.into_iter().next();
         if let Some(kv) = &definition_kv {
             check_definition(kv, definition, g, &keys.definition())?;
@@ -562,7 +650,8 @@ impl<'s> Node<'s> {
         definition: &[u8],
         known: Option<&Kv>,
     ) -> Result<Option<NodeBlock>> {
-        let record = BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false };
+        let record =
+            BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone() };
         let mut txn = Txn {
             compare: vec![Compare::absent(keys.block(&block))],
             success: vec![
@@ -1036,7 +1125,7 @@ impl<'s> Node<'s> {
     /// Finishes what earlier calls could not: releases that did not reach
     /// etcd, and blocks being given back once no call can still be
     /// allocating in them. Best effort: a failure waits for the next call.
-    pub fn settle(&self, store: &mut StoreHandle, settle_time: Duration) {
+    pub fn settle(&self, store: &mut StoreHandle) {
         let pending = store.read(|tx| {
             let records: Vec<NodeRecord> = tx
                 .unsettled_node_records()?
@@ -1060,7 +1149,9 @@ impl<'s> Node<'s> {
         if let Err(e) = self.release(store, &records) {
             tracing::warn!("releases left for a later call: {e}");
         }
-        let due = unix_now() - settle_time.as_secs() as i64;
+        // While a block being given back waits, an ADD that saw it as this
+        // node's may still be allocating in it.
+        let due = unix_now() - (self.settings.call_timeout * 3).as_secs() as i64;
         for b in blocks.into_iter().filter(|b| b.since <= due) {
             if let Err(e) = self.give_back(store, &b) {
                 tracing::warn!("block {} of pool {} is given back later: {e}", b.block, b.pool);
@@ -1130,6 +1221,16 @@ impl<'s> Node<'s> {
         let probe = RangeRequest { limit: 1, ..RangeRequest::prefix(format!("{}/", self.settings.prefix)).keys_only() };
         self.etcd.range(&probe).map(drop)
     }
+}
+
+/// A node database's identity: 16 random bytes in hex.
+fn new_db_id() -> Result<String> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(|e| {
+        CniError::new(Code::TryAgainLater, format!("cannot read /dev/urandom for the node database's identity: {e}"))
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// After a write whose outcome etcd did not tell (a timeout may come after

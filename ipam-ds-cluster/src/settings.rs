@@ -74,6 +74,9 @@ pub struct Settings {
     pub node: String,
     pub offline_grace: Duration,
     pub empty_block_hold: Duration,
+    /// `ipam.timeout`: the longest one delegate call may still run, which a
+    /// block given back or released waits out three times over.
+    pub call_timeout: Duration,
 }
 
 impl Settings {
@@ -86,7 +89,7 @@ impl Settings {
                 "is required by ipam-ds-cluster (an object with at least etcd.endpoints); see ipam-ds-cluster's README",
             ));
         };
-        Settings::from_value(value)
+        Ok(Settings { call_timeout: ipam.delegate_timeout(), ..Settings::from_value(value)? })
     }
 
     pub fn from_value(value: &Value) -> Result<Settings> {
@@ -111,6 +114,7 @@ impl Settings {
             node: node_name(conf.node, conf.node_file)?,
             offline_grace: conf.offline_grace.map_or(DEFAULT_OFFLINE_GRACE, |g| g.0),
             empty_block_hold: conf.empty_block_hold.map_or(DEFAULT_EMPTY_BLOCK_HOLD, |s| s.0),
+            call_timeout: shared::config::DEFAULT_DELEGATE_TIMEOUT,
         })
     }
 }

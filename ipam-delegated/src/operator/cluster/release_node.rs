@@ -11,12 +11,19 @@
 //! an address from others; one of an address another node lent (borrowed,
 //! or reserved by name) goes back to its lender as lent, as NODE's own DEL
 //! would have done, since the lender still holds it.
+//!
+//! The wait is NODE's: its offlineGrace and ipam.timeout as its plugins
+//! recorded them in etcd (`_nodes/NODE`), when longer than the operator's
+//! conflist says; an operator's conflist with a shorter grace must not free
+//! blocks NODE may still be allocating in. NODE's entry is deleted too, so
+//! that a new database may run under the name.
 
 use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::etcd::RangeRequest;
 use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
-use ipam_ds_cluster::layout::{to_bytes, AddressRecord, BlockRecord, Kind, PoolKeys};
+use ipam_ds_cluster::layout::{to_bytes, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
 use serde::Serialize;
 use shared::store::unix_now;
 
@@ -61,8 +68,35 @@ struct DeletedRecord {
     returned_to: Option<String>,
 }
 
+/// How long NODE may still allocate in a block after its release, and whose
+/// settings say so.
+struct Wait {
+    offline_grace: Duration,
+    call_timeout: Duration,
+    /// Read from NODE's entry in etcd (else the operator's conflist).
+    nodes_own: bool,
+}
+
+impl Wait {
+    fn window(&self) -> Duration {
+        self.offline_grace + self.call_timeout * 3
+    }
+}
+
 pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) -> Result<Report, Failure> {
-    let window = conf.settings.offline_grace + conf.call_timeout * 3;
+    let entry_key = NetworkKeys::new(&conf.settings.prefix, &conf.network).node(node);
+    let entry = client.range(&RangeRequest::key(entry_key.clone())).map_err(|e| etcd_failure(conf, e))?.kvs.pop();
+    let operators =
+        Wait { offline_grace: conf.settings.offline_grace, call_timeout: conf.call_timeout, nodes_own: false };
+    let nodes = entry.as_ref().and_then(|kv| serde_json::from_slice::<NodeEntry>(&kv.value).ok()).and_then(|e| {
+        let seconds = |s: f64| Duration::try_from_secs_f64(s).ok().filter(|d| *d <= Duration::from_secs(86_400 * 2));
+        Some(Wait { offline_grace: seconds(e.offline_grace)?, call_timeout: seconds(e.timeout)?, nodes_own: true })
+    });
+    let wait = match nodes {
+        Some(nodes) if nodes.window() > operators.window() => nodes,
+        _ => operators,
+    };
+    let window = wait.window();
     let ttl = (window.as_secs_f64().ceil() as i64).max(1);
     let mut done = Document {
         network: &conf.network,
@@ -80,11 +114,24 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) ->
             break;
         }
     }
+    if let (None, Some(kv)) = (&failure, &entry) {
+        // Compared: a node that registered again meanwhile is alive and keeps its entry.
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+            success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+            failure: Vec::new(),
+        };
+        match client.txn(&txn) {
+            Ok(answer) if answer.succeeded => tracing::info!("operator release-node: deleted {entry_key}"),
+            Ok(_) => tracing::warn!("operator release-node: {entry_key} changed meanwhile (is {node} alive?): kept"),
+            Err(e) => failure = Some(etcd_failure(conf, e).0),
+        }
+    }
     if !done.blocks.is_empty() {
         done.claimable_in_seconds = Some(ttl);
         done.claimable_at = Some(utc::iso8601(unix_now() + ttl));
     }
-    let stdout = if json { to_json(&done)? } else { render(&done, conf, window, ttl) };
+    let stdout = if json { to_json(&done)? } else { render(&done, &wait, ttl) };
     match (failure, done.blocks.is_empty() && done.records.is_empty()) {
         // Nothing was done: the failure alone.
         (Some(problem), true) => Err(Failure(problem)),
@@ -123,7 +170,8 @@ fn release_pool(
         };
         let mut changed = false;
         for o in blocks {
-            let tombstone = BlockRecord { node: node.to_string(), at: unix_now(), released: true };
+            let tombstone =
+                BlockRecord { node: node.to_string(), at: unix_now(), released: true, db: o.record.db.clone() };
             let txn = Txn {
                 compare: vec![Compare::mod_revision_is(o.kv.key.clone(), o.kv.mod_revision)],
                 success: vec![Op::Put { key: o.kv.key.clone(), value: to_bytes(&tombstone), lease: lease_id }],
@@ -193,7 +241,7 @@ fn release_pool(
     )))
 }
 
-fn render(done: &Document, conf: &ClusterConf, window: Duration, ttl: i64) -> String {
+fn render(done: &Document, wait: &Wait, ttl: i64) -> String {
     let (node, network) = (done.node, done.network);
     if done.blocks.is_empty() && done.records.is_empty() {
         return format!("node {node} holds no block and no address record in network {network}: nothing released\n");
@@ -221,15 +269,17 @@ fn render(done: &Document, conf: &ClusterConf, window: Duration, ttl: i64) -> St
         ));
         return out;
     }
-    let rounded = if Duration::from_secs(ttl as u64) == window { String::new() } else { ", rounded up".to_string() };
+    let rounded =
+        if Duration::from_secs(ttl as u64) == wait.window() { String::new() } else { ", rounded up".to_string() };
+    let whose = if wait.nodes_own { format!("{node}'s own ") } else { String::new() };
     out.push_str(&format!(
         "released {} and {} of node {node} in network {network}; its blocks can be claimed again in {ttl} s \
-         (offlineGrace {} s + 3 × timeout {} s{rounded}), the time {node} could still be allocating in them if it is \
-         alive\n",
+         ({whose}offlineGrace {} s + 3 × timeout {} s{rounded}), the time {node} could still be allocating in them if \
+         it is alive\n",
         count(done.blocks.len(), "block"),
         count(done.records.len(), "address record"),
-        seconds(conf.settings.offline_grace),
-        seconds(conf.call_timeout),
+        seconds(wait.offline_grace),
+        seconds(wait.call_timeout),
     ));
     out
 }
