@@ -52,7 +52,7 @@ fn boot_time_ms() -> i64 {
     if rc != 0 {
         return 0;
     }
-    i64::from(ts.tv_sec).saturating_mul(1000).saturating_add(i64::from(ts.tv_nsec) / 1_000_000)
+    ts.tv_sec.saturating_mul(1000).saturating_add(ts.tv_nsec / 1_000_000)
 }
 
 #[cfg(test)]
