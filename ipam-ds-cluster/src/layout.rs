@@ -8,8 +8,9 @@
 //! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent, "node", "container", "ifname"}
 //! <prefix>/v1/<network>/<pool>/wanted                a node found no free address (lenders lend)
 //! <prefix>/v1/<network>/_nodes/<node>                {"db": …, "offlineGrace": …, "timeout": …}: who runs as <node>
+//! <prefix>/v1/<network>/_pools/<pool>                the pool's geometry again: the network's pools, checked for overlap
 //! ```
-//! Pool names start with a letter or digit, so `_nodes` is never a pool.
+//! Pool names start with a letter or digit, so `_nodes` and `_pools` are never pools.
 //! `<block>` is the block's CIDR with `-` for `/` (`10.22.0.64-26`).
 
 use std::net::IpAddr;
@@ -95,6 +96,22 @@ impl NetworkKeys {
     pub fn node(&self, node: &str) -> String {
         format!("{}_nodes/{node}", self.base)
     }
+
+    /// The index of the network's pools, each with its geometry: a pool is
+    /// defined only when it overlaps none of the others (two names over one
+    /// range would each hand out its addresses).
+    pub fn pools(&self) -> String {
+        format!("{}_pools/", self.base)
+    }
+
+    pub fn pool(&self, pool: &str) -> String {
+        format!("{}{pool}", self.pools())
+    }
+
+    /// The pool a key under [`NetworkKeys::pools`] names.
+    pub fn parse_pool<'k>(&self, key: &'k [u8]) -> Option<&'k str> {
+        std::str::from_utf8(key).ok()?.strip_prefix(self.base.as_str())?.strip_prefix("_pools/")
+    }
 }
 
 fn block_segment(block: &IpNet) -> String {
@@ -173,6 +190,30 @@ impl PoolRecord {
     }
 }
 
+impl PoolRecord {
+    /// The address intervals of its ranges; a range that does not read
+    /// (written by hand) is none.
+    fn intervals(&self) -> Vec<(u128, u128, &str)> {
+        self.ranges
+            .iter()
+            .filter_map(|r| {
+                let (_, span) = r.split_once(' ')?;
+                let (start, end) = span.split_once('-')?;
+                let (start, end) = (start.parse::<IpAddr>().ok()?, end.parse::<IpAddr>().ok()?);
+                Some((shared::addr::to_u128(start), shared::addr::to_u128(end), r.as_str()))
+            })
+            .collect()
+    }
+
+    /// A range of this pool and one of `other` that share addresses, if any.
+    pub fn overlap<'r>(&'r self, other: &'r PoolRecord) -> Option<(&'r str, &'r str)> {
+        let theirs = other.intervals();
+        self.intervals().into_iter().find_map(|(lo, hi, ours)| {
+            theirs.iter().find(|(l, h, _)| lo <= *h && *l <= hi).map(|(_, _, their)| (ours, *their))
+        })
+    }
+}
+
 /// A record's JSON; records are plain structs, which always serialize.
 pub fn to_bytes<T: Serialize>(record: &T) -> Vec<u8> {
     serde_json::to_vec(record).unwrap_or_default()
@@ -195,6 +236,22 @@ mod tests {
         assert_eq!(keys.parse_block(keys.block(&v6).as_bytes()), Some(v6));
         assert!(keys.block_addresses(&block).starts_with(&keys.addresses()));
         assert!(!keys.block(&block).starts_with(&keys.addresses()));
+    }
+
+    #[test]
+    fn pools_overlap_by_their_ranges_not_their_subnets() {
+        let record = |ranges: &[&str]| PoolRecord { ranges: ranges.iter().map(|r| r.to_string()).collect(), block_size: 26 };
+        let a = record(&["10.80.0.0/16 10.80.0.1-10.80.0.99"]);
+        let b = record(&["10.80.0.0/16 10.80.0.100-10.80.0.200"]);
+        let c = record(&["10.81.0.0/16 10.81.0.1-10.81.0.9", "10.80.0.0/24 10.80.0.50-10.80.0.60"]);
+        assert_eq!(a.overlap(&b), None, "one subnet, ranges apart");
+        assert_eq!(a.overlap(&c), Some(("10.80.0.0/16 10.80.0.1-10.80.0.99", "10.80.0.0/24 10.80.0.50-10.80.0.60")));
+        assert_eq!(c.overlap(&a).map(|(ours, _)| ours), Some("10.80.0.0/24 10.80.0.50-10.80.0.60"));
+        let v6 = record(&["fd00:80::/64 fd00:80::1-fd00:80::ffff"]);
+        assert_eq!(a.overlap(&v6), None);
+        let keys = NetworkKeys::new("/p", "net");
+        assert_eq!(keys.parse_pool(keys.pool("blue").as_bytes()), Some("blue"));
+        assert_eq!(keys.parse_pool(b"/p/v1/net/blue/pool"), None);
     }
 
     #[test]

@@ -128,6 +128,9 @@ pub enum Compare {
     CreateRevision { key: Vec<u8>, cmp: Cmp, revision: i64 },
     ModRevision { key: Vec<u8>, cmp: Cmp, revision: i64 },
     Value { key: Vec<u8>, cmp: Cmp, value: Vec<u8> },
+    /// No key under `prefix` was created or changed after `revision`
+    /// (keys deleted since are not seen).
+    UnchangedSince { prefix: Vec<u8>, revision: i64 },
 }
 
 impl Compare {

@@ -38,6 +38,10 @@ fn compare(c: &Compare) -> etcd_client::Compare {
             etcd_client::Compare::mod_revision(key.clone(), op(cmp), *revision)
         }
         Compare::Value { key, cmp, value } => etcd_client::Compare::value(key.clone(), op(cmp), value.clone()),
+        Compare::UnchangedSince { prefix, revision } => {
+            etcd_client::Compare::mod_revision(prefix.clone(), CompareOp::Less, revision.saturating_add(1))
+                .with_range(super::prefix_end(prefix))
+        }
     }
 }
 
