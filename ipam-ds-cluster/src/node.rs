@@ -23,7 +23,7 @@ use shared::{CniError, Code, Result};
 
 use crate::blocks::Geometry;
 use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
-use crate::layout::{to_bytes, to_text, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
+use crate::layout::{shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, PoolKeys, PoolRecord};
 use crate::settings::Settings;
 
 /// How many unclaimed blocks one call tries before reading the pool again.
@@ -312,8 +312,8 @@ impl<'s> Node<'s> {
     fn ours(&self, kv: Option<&Kv>, revision: i64) -> std::result::Result<i64, String> {
         let Some(kv) = kv else { return Err("it is no longer claimed (released by an operator?)".into()) };
         match serde_json::from_slice::<BlockRecord>(&kv.value) {
-            Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", r.node, r.at)),
-            Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", r.node)),
+            Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", shown(&r.node), r.at)),
+            Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", shown(&r.node))),
             Ok(_) if revision != 0 && kv.create_revision != revision => {
                 Err(format!("it was claimed again (revision {} instead of {revision})", kv.create_revision))
             }
@@ -339,10 +339,8 @@ impl<'s> Node<'s> {
                 failure: Vec::new(),
             };
             match self.etcd.txn(&txn) {
-                Ok(_) => {
-                    tracing::info!("dropped {}: lent by a former owner of the block", String::from_utf8_lossy(&kv.key))
-                }
-                Err(e) => tracing::warn!("{} stays for now: {e}", String::from_utf8_lossy(&kv.key)),
+                Ok(_) => tracing::info!("dropped {}: lent by a former owner of the block", shown_bytes(&kv.key)),
+                Err(e) => tracing::warn!("{} stays for now: {e}", shown_bytes(&kv.key)),
             }
         }
     }
@@ -709,13 +707,13 @@ impl<'s> Node<'s> {
         store.write(|tx| tx.drop_node_record(&key))?;
         let why = match (holder, owner) {
             (Some(kv), _) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
-                Ok(r) if r.kind == Kind::Lent => format!("node {} has lent it out", r.node),
+                Ok(r) if r.kind == Kind::Lent => format!("node {} has lent it out", shown(&r.node)),
                 Ok(r) => format!(
                     "it is held ({}) on node {} by container {} interface {}",
                     kind_name(r.kind),
-                    r.node,
-                    r.container,
-                    r.ifname
+                    shown(&r.node),
+                    shown(&r.container),
+                    shown(&r.ifname)
                 ),
                 Err(_) => format!("etcd key {key} holds it"),
             },
@@ -729,7 +727,7 @@ impl<'s> Node<'s> {
                         ),
                     ))
                 }
-                Ok(r) => format!("it lies in block {block}, which node {} owns", r.node),
+                Ok(r) => format!("it lies in block {block}, which node {} owns", shown(&r.node)),
                 Err(_) => format!("it lies in block {block}, which another node owns"),
             },
             (None, None) => {
@@ -871,7 +869,7 @@ impl<'s> Node<'s> {
                 state: RecordState::Writing,
             };
             if self.take_lent(store, kv, &row)? {
-                tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, record.node);
+                tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, shown(&record.node));
                 return Ok(Some(*address));
             }
         }
@@ -1189,7 +1187,7 @@ fn check_definition(kv: &Kv, ours: &[u8], g: &Geometry, key: &str) -> Result<()>
     if kv.value == ours {
         return Ok(());
     }
-    let theirs = String::from_utf8_lossy(&kv.value);
+    let theirs = shown_bytes(&kv.value);
     Err(CniError::config(
         &format!("pool {}", g.pool.name),
         format!(
