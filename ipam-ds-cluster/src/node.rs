@@ -30,7 +30,6 @@ use crate::settings::Settings;
 const CLAIM_ATTEMPTS: usize = 4;
 /// How many times a call reads the pool's blocks while others claim them.
 const CLAIM_ROUNDS: usize = 3;
-const TOKEN_NOTE: &str = "etcd-token";
 
 /// A node of the cluster, for one call on one network.
 pub struct Node<'s> {
@@ -39,6 +38,8 @@ pub struct Node<'s> {
     pub etcd: etcd::Client,
     /// The auth token the call started with, to save a new one once.
     cached_token: Option<String>,
+    /// Where that token is kept: one per endpoints, user and password.
+    token_note: Option<String>,
 }
 
 /// Every claimed block of a pool, with its record and key.
@@ -74,12 +75,13 @@ fn lend_holder(network: &str) -> Attachment {
 impl<'s> Node<'s> {
     /// The client, with the auth token an earlier call saved.
     pub fn new(settings: &'s Settings, network: &str, store: &mut StoreHandle) -> Result<Node<'s>> {
-        let cached_token = match &settings.etcd.username {
-            Some(_) => store.read(|tx| tx.note(TOKEN_NOTE))?,
+        let token_note = settings.etcd.token_note();
+        let cached_token = match &token_note {
+            Some(note) => store.read(|tx| tx.note(note))?,
             None => None,
         };
         let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(Node { settings, network: network.to_string(), etcd, cached_token })
+        Ok(Node { settings, network: network.to_string(), etcd, cached_token, token_note })
     }
 
     pub fn keys(&self, pool: &str) -> PoolKeys {
@@ -89,8 +91,9 @@ impl<'s> Node<'s> {
     /// Saves a new auth token for the next call (authenticating is slow).
     pub fn finish(&self, store: &mut StoreHandle) {
         let token = self.etcd.token();
-        if token.is_some() && token != self.cached_token {
-            if let Err(e) = store.write(|tx| tx.set_note(TOKEN_NOTE, token.as_deref().unwrap_or_default())) {
+        let changed = token != self.cached_token;
+        if let (Some(token), Some(note), true) = (&token, &self.token_note, changed) {
+            if let Err(e) = store.write(|tx| tx.set_note(note, token)) {
                 tracing::warn!("the etcd token is not kept for the next call: {e}");
             }
         }
@@ -951,7 +954,8 @@ impl<'s> Node<'s> {
             // One of them is no longer as we wrote it: one by one.
             Ok(_) => records.iter().filter(|r| self.release_one(r)).collect(),
             Err(e) => {
-                tracing::warn!("{} cluster record(s) stay to be released when etcd answers: {e}", records.len());
+                let e = etcd_error(e);
+                tracing::warn!("{} cluster record(s) stay to be released by a later call: {e}", records.len());
                 Vec::new()
             }
         };
@@ -1207,15 +1211,36 @@ fn kind_name(kind: Kind) -> &'static str {
 }
 
 /// etcd's failures in the contract's codes: unreachable is 11 (try again
-/// later); refused credentials and unusable settings are 7.
+/// later); refused credentials, a user without the rights, a certificate
+/// that does not verify and unusable settings are 7 (a setting to fix,
+/// which trying again does not). The one mapping, the operator's tool's too.
 pub fn etcd_error(e: etcd::Error) -> CniError {
     match e {
         etcd::Error::Unavailable(why) => CniError::new(Code::TryAgainLater, format!("etcd is unreachable: {why}")),
-        etcd::Error::Refused { code: 16 | 7, message } => {
-            CniError::config("ipam.cluster.etcd.username", format!("etcd refused the credentials: {message}"))
+        etcd::Error::Refused { code: 3, message } if message.contains("authentication failed") => CniError::config(
+            "ipam.cluster.etcd.passwordFile",
+            format!(
+                "etcd refused the user (ipam.cluster.etcd.username) or the password in this file: {}",
+                shown(&message)
+            ),
+        ),
+        etcd::Error::Refused { code: 3, message } if message.contains("user name is empty") => CniError::config(
+            "ipam.cluster.etcd.username",
+            format!("etcd requires authentication: set username and passwordFile ({})", shown(&message)),
+        ),
+        etcd::Error::Refused { code: 7, message } => CniError::config(
+            "ipam.cluster.etcd.username",
+            format!(
+                "etcd denied this user the request: it needs read and write on the keys under ipam.cluster.etcd.prefix \
+                 ({})",
+                shown(&message)
+            ),
+        ),
+        etcd::Error::Refused { code: 16, message } => {
+            CniError::config("ipam.cluster.etcd.username", format!("etcd refused the credentials: {}", shown(&message)))
         }
         etcd::Error::Refused { code, message } => {
-            CniError::new(Code::TryAgainLater, format!("etcd refused the request (code {code}): {message}"))
+            CniError::new(Code::TryAgainLater, format!("etcd refused the request (code {code}): {}", shown(&message)))
         }
         etcd::Error::Settings { field, message } => CniError::config(&format!("ipam.cluster.etcd.{field}"), message),
         etcd::Error::Protocol(why) => {
