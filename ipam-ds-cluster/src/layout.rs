@@ -219,6 +219,43 @@ pub fn to_bytes<T: Serialize>(record: &T) -> Vec<u8> {
     serde_json::to_vec(record).unwrap_or_default()
 }
 
+/// Most characters of text read from etcd that a message or the operator's
+/// output shows: more than any valid node name (253), so that none is cut.
+pub const SHOWN_CHARS: usize = 256;
+
+/// Text read from etcd, fit for a message, a log line or a terminal: etcd
+/// holds whatever anyone with write access put there, and a value of a
+/// megabyte or a terminal escape must not reach them as it is. Control and
+/// bidirectional-formatting characters are escaped (`\u{1b}`), and past
+/// [`SHOWN_CHARS`] characters the rest is left out, saying how long it was.
+pub fn shown(text: &str) -> String {
+    bounded(text, text.len())
+}
+
+/// [`shown`] of bytes (a key or value), invalid UTF-8 replaced.
+pub fn shown_bytes(bytes: &[u8]) -> String {
+    bounded(&String::from_utf8_lossy(bytes), bytes.len())
+}
+
+/// `text` shown; `len` is what the original measured in bytes.
+fn bounded(text: &str, len: usize) -> String {
+    let mut out = String::with_capacity(len.min(SHOWN_CHARS));
+    for (n, c) in text.chars().enumerate() {
+        if n == SHOWN_CHARS {
+            out.push_str(&format!("… ({len} bytes)"));
+            break;
+        }
+        let hidden =
+            matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}');
+        if c.is_control() || hidden {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +277,8 @@ mod tests {
 
     #[test]
     fn pools_overlap_by_their_ranges_not_their_subnets() {
-        let record = |ranges: &[&str]| PoolRecord { ranges: ranges.iter().map(|r| r.to_string()).collect(), block_size: 26 };
+        let record =
+            |ranges: &[&str]| PoolRecord { ranges: ranges.iter().map(|r| r.to_string()).collect(), block_size: 26 };
         let a = record(&["10.80.0.0/16 10.80.0.1-10.80.0.99"]);
         let b = record(&["10.80.0.0/16 10.80.0.100-10.80.0.200"]);
         let c = record(&["10.81.0.0/16 10.81.0.1-10.81.0.9", "10.80.0.0/24 10.80.0.50-10.80.0.60"]);
@@ -260,5 +298,19 @@ mod tests {
         assert_eq!(String::from_utf8(to_bytes(&r)).unwrap(), r#"{"kind":"lent","node":"n1"}"#);
         let b = BlockRecord { node: "n1".into(), at: 5, released: false, db: String::new() };
         assert_eq!(String::from_utf8(to_bytes(&b)).unwrap(), r#"{"node":"n1","at":5}"#);
+    }
+
+    #[test]
+    fn shown_text_is_bounded_and_escaped() {
+        assert_eq!(shown("node-a"), "node-a");
+        assert_eq!(shown("a\u{1b}[2Jb\n\u{7}"), "a\\u{1b}[2Jb\\n\\u{7}");
+        assert_eq!(shown("x\u{202e}y"), "x\\u{202e}y");
+        let long = "é".repeat(1000);
+        let cut = shown(&long);
+        assert!(cut.starts_with(&"é".repeat(SHOWN_CHARS)) && cut.ends_with("… (2000 bytes)"), "{cut}");
+        assert_eq!(shown(&"n".repeat(253)), "n".repeat(253));
+        let bytes = [&[0xffu8][..], "z".repeat(300).as_bytes()].concat();
+        assert!(shown_bytes(&bytes).ends_with("… (301 bytes)"), "{}", shown_bytes(&bytes));
+        assert_eq!(shown_bytes(b"ok\x1b"), "ok\\u{1b}");
     }
 }

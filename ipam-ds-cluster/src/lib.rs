@@ -108,6 +108,13 @@ impl Plugin for ClusterSelector {
         let network = req.config.name()?;
         let mut store = suite_delegate::open_store(req)?;
         let node = Node::new(&settings, network, &mut store)?;
+        // Refused credentials or a certificate that does not verify are a
+        // setting to fix, which GC would otherwise only log (its releases
+        // are kept for later, as when etcd is unreachable).
+        match node.reachable() {
+            Ok(()) | Err(etcd::Error::Unavailable(_)) => {}
+            Err(e) => return Err(node::etcd_error(e)),
+        }
         let stale: Vec<_> = store
             .read(|tx| tx.node_records(network))?
             .into_iter()
@@ -127,9 +134,15 @@ impl Plugin for ClusterSelector {
         let network = req.config.name()?;
         let mut store = suite_delegate::usable_store(req)?;
         let node = Node::new(&settings, network, &mut store)?;
-        let Err(unreachable) = node.reachable() else {
-            node.finish(&mut store);
-            return Ok(Reply::Nothing);
+        let unreachable = match node.reachable() {
+            Ok(()) => {
+                node.finish(&mut store);
+                return Ok(Reply::Nothing);
+            }
+            Err(etcd::Error::Unavailable(why)) => why,
+            // Refused credentials, a certificate that does not verify: not
+            // an outage that blocks confirmed within offlineGrace can bridge.
+            Err(e) => return Err(node::etcd_error(e)),
         };
         let pools = pool::all_pools(&req.config)?;
         let room = store.read(|tx| {

@@ -24,7 +24,8 @@ use crate::blocks::Geometry;
 use crate::clock::{BootClock, BOOT_NOTE};
 use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
 use crate::layout::{
-    to_bytes, to_text, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys, PoolRecord,
+    shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys,
+    PoolRecord,
 };
 use crate::settings::Settings;
 
@@ -32,7 +33,6 @@ use crate::settings::Settings;
 const CLAIM_ATTEMPTS: usize = 4;
 /// How many times a call reads the pool's blocks while others claim them.
 const CLAIM_ROUNDS: usize = 3;
-const TOKEN_NOTE: &str = "etcd-token";
 /// The identity of this node database, made with it: what etcd's entry of
 /// the node name and the node's block records carry.
 const DB_NOTE: &str = "node-db";
@@ -48,6 +48,8 @@ pub struct Node<'s> {
     pub clock: BootClock,
     /// This node database's identity ([`DB_NOTE`]).
     pub db: String,
+    /// Where that token is kept: one per endpoints, user and password.
+    token_note: Option<String>,
 }
 
 /// Every claimed block of a pool, with its record and key.
@@ -83,9 +85,10 @@ fn lend_holder(network: &str) -> Attachment {
 impl<'s> Node<'s> {
     /// The client, with the auth token an earlier call saved.
     pub fn new(settings: &'s Settings, network: &str, store: &mut StoreHandle) -> Result<Node<'s>> {
+        let token_note = settings.etcd.token_note();
         let (cached_token, db) = store.read(|tx| {
-            let token = match &settings.etcd.username {
-                Some(_) => tx.note(TOKEN_NOTE)?,
+            let token = match &token_note {
+                Some(note) => tx.note(note)?,
                 None => None,
             };
             Ok((token, tx.note(DB_NOTE)?))
@@ -102,7 +105,15 @@ impl<'s> Node<'s> {
             }
         };
         let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(Node { settings, network: network.to_string(), etcd, cached_token, clock: BootClock::read(), db })
+        Ok(Node {
+            settings,
+            network: network.to_string(),
+            etcd,
+            cached_token,
+            token_note,
+            clock: BootClock::read(),
+            db,
+        })
     }
 
     /// What etcd's entry of this node name must say.
@@ -159,7 +170,7 @@ impl<'s> Node<'s> {
                  hosts run under this name, or this host's database was replaced. Give each host a name of its own \
                  (ipam.cluster.node or nodeFile); if this host's database was replaced, first run \
                  'ipam-delegated cluster --conf <conflist> release-node {node}'",
-                theirs.chars().take(64).collect::<String>().escape_debug(),
+                shown(theirs),
                 self.db
             ),
         )
@@ -172,8 +183,9 @@ impl<'s> Node<'s> {
     /// Saves a new auth token for the next call (authenticating is slow).
     pub fn finish(&self, store: &mut StoreHandle) {
         let token = self.etcd.token();
-        if token.is_some() && token != self.cached_token {
-            if let Err(e) = store.write(|tx| tx.set_note(TOKEN_NOTE, token.as_deref().unwrap_or_default())) {
+        let changed = token != self.cached_token;
+        if let (Some(token), Some(note), true) = (&token, &self.token_note, changed) {
+            if let Err(e) = store.write(|tx| tx.set_note(note, token)) {
                 tracing::warn!("the etcd token is not kept for the next call: {e}");
             }
         }
@@ -394,8 +406,8 @@ impl<'s> Node<'s> {
     fn ours(&self, kv: Option<&Kv>, revision: i64) -> std::result::Result<i64, String> {
         let Some(kv) = kv else { return Err("it is no longer claimed (released by an operator?)".into()) };
         match serde_json::from_slice::<BlockRecord>(&kv.value) {
-            Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", r.node, r.at)),
-            Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", r.node)),
+            Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", shown(&r.node), r.at)),
+            Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", shown(&r.node))),
             Ok(_) if revision != 0 && kv.create_revision != revision => {
                 Err(format!("it was claimed again (revision {} instead of {revision})", kv.create_revision))
             }
@@ -421,10 +433,8 @@ impl<'s> Node<'s> {
                 failure: Vec::new(),
             };
             match self.etcd.txn(&txn) {
-                Ok(_) => {
-                    tracing::info!("dropped {}: lent by a former owner of the block", String::from_utf8_lossy(&kv.key))
-                }
-                Err(e) => tracing::warn!("{} stays for now: {e}", String::from_utf8_lossy(&kv.key)),
+                Ok(_) => tracing::info!("dropped {}: lent by a former owner of the block", shown_bytes(&kv.key)),
+                Err(e) => tracing::warn!("{} stays for now: {e}", shown_bytes(&kv.key)),
             }
         }
     }
@@ -846,13 +856,13 @@ impl<'s> Node<'s> {
         store.write(|tx| tx.drop_node_record(&key))?;
         let why = match (holder, owner) {
             (Some(kv), _) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
-                Ok(r) if r.kind == Kind::Lent => format!("node {} has lent it out", r.node),
+                Ok(r) if r.kind == Kind::Lent => format!("node {} has lent it out", shown(&r.node)),
                 Ok(r) => format!(
                     "it is held ({}) on node {} by container {} interface {}",
                     kind_name(r.kind),
-                    r.node,
-                    r.container,
-                    r.ifname
+                    shown(&r.node),
+                    shown(&r.container),
+                    shown(&r.ifname)
                 ),
                 Err(_) => format!("etcd key {key} holds it"),
             },
@@ -866,7 +876,7 @@ impl<'s> Node<'s> {
                         ),
                     ))
                 }
-                Ok(r) => format!("it lies in block {block}, which node {} owns", r.node),
+                Ok(r) => format!("it lies in block {block}, which node {} owns", shown(&r.node)),
                 Err(_) => format!("it lies in block {block}, which another node owns"),
             },
             (None, None) => {
@@ -1008,7 +1018,7 @@ impl<'s> Node<'s> {
                 state: RecordState::Writing,
             };
             if self.take_lent(store, kv, &row)? {
-                tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, record.node);
+                tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, shown(&record.node));
                 return Ok(Some(*address));
             }
         }
@@ -1090,7 +1100,8 @@ impl<'s> Node<'s> {
             // One of them is no longer as we wrote it: one by one.
             Ok(_) => records.iter().filter(|r| self.release_one(r)).collect(),
             Err(e) => {
-                tracing::warn!("{} cluster record(s) stay to be released when etcd answers: {e}", records.len());
+                let e = etcd_error(e);
+                tracing::warn!("{} cluster record(s) stay to be released by a later call: {e}", records.len());
                 Vec::new()
             }
         };
@@ -1338,7 +1349,7 @@ fn check_definition(kv: &Kv, ours: &[u8], g: &Geometry, key: &str) -> Result<()>
     if kv.value == ours {
         return Ok(());
     }
-    let theirs = String::from_utf8_lossy(&kv.value);
+    let theirs = shown_bytes(&kv.value);
     Err(CniError::config(
         &format!("pool {}", g.pool.name),
         format!(
@@ -1358,15 +1369,36 @@ fn kind_name(kind: Kind) -> &'static str {
 }
 
 /// etcd's failures in the contract's codes: unreachable is 11 (try again
-/// later); refused credentials and unusable settings are 7.
+/// later); refused credentials, a user without the rights, a certificate
+/// that does not verify and unusable settings are 7 (a setting to fix,
+/// which trying again does not). The one mapping, the operator's tool's too.
 pub fn etcd_error(e: etcd::Error) -> CniError {
     match e {
         etcd::Error::Unavailable(why) => CniError::new(Code::TryAgainLater, format!("etcd is unreachable: {why}")),
-        etcd::Error::Refused { code: 16 | 7, message } => {
-            CniError::config("ipam.cluster.etcd.username", format!("etcd refused the credentials: {message}"))
+        etcd::Error::Refused { code: 3, message } if message.contains("authentication failed") => CniError::config(
+            "ipam.cluster.etcd.passwordFile",
+            format!(
+                "etcd refused the user (ipam.cluster.etcd.username) or the password in this file: {}",
+                shown(&message)
+            ),
+        ),
+        etcd::Error::Refused { code: 3, message } if message.contains("user name is empty") => CniError::config(
+            "ipam.cluster.etcd.username",
+            format!("etcd requires authentication: set username and passwordFile ({})", shown(&message)),
+        ),
+        etcd::Error::Refused { code: 7, message } => CniError::config(
+            "ipam.cluster.etcd.username",
+            format!(
+                "etcd denied this user the request: it needs read and write on the keys under ipam.cluster.etcd.prefix \
+                 ({})",
+                shown(&message)
+            ),
+        ),
+        etcd::Error::Refused { code: 16, message } => {
+            CniError::config("ipam.cluster.etcd.username", format!("etcd refused the credentials: {}", shown(&message)))
         }
         etcd::Error::Refused { code, message } => {
-            CniError::new(Code::TryAgainLater, format!("etcd refused the request (code {code}): {message}"))
+            CniError::new(Code::TryAgainLater, format!("etcd refused the request (code {code}): {}", shown(&message)))
         }
         etcd::Error::Settings { field, message } => CniError::config(&format!("ipam.cluster.etcd.{field}"), message),
         etcd::Error::Protocol(why) => {

@@ -2,7 +2,10 @@
 //! without etcd. Every problem is error 7 naming the field, found before any
 //! etcd request, so that bad settings never write anything.
 
+use std::io::Read as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -17,6 +20,10 @@ pub const DEFAULT_PREFIX: &str = "/ipam-delegated";
 pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_OFFLINE_GRACE: Duration = Duration::from_secs(300);
 pub const DEFAULT_EMPTY_BLOCK_HOLD: Duration = Duration::from_secs(600);
+/// Most bytes read from `passwordFile` or `nodeFile`, which hold one line: a
+/// device such as /dev/zero, or a huge file named by mistake, must not keep
+/// the call reading until its deadline.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 const CLUSTER_KEYS: &[&str] = &["etcd", "node", "nodeFile", "offlineGrace", "emptyBlockHold"];
 const ETCD_KEYS: &[&str] = &["endpoints", "prefix", "timeout", "username", "passwordFile", "tls"];
@@ -77,6 +84,9 @@ pub struct Settings {
     /// `ipam.timeout`: the longest one delegate call may still run, which a
     /// block given back or released waits out three times over.
     pub call_timeout: Duration,
+    /// Weak but working setups (a password over http, …), each naming its
+    /// setting: warned about by [`Settings::warn_weak`], once per call.
+    pub weak: Vec<String>,
 }
 
 impl Settings {
@@ -89,7 +99,23 @@ impl Settings {
                 "is required by ipam-ds-cluster (an object with at least etcd.endpoints); see ipam-ds-cluster's README",
             ));
         };
-        Ok(Settings { call_timeout: ipam.delegate_timeout(), ..Settings::from_value(value)? })
+        let settings = Settings { call_timeout: ipam.delegate_timeout(), ..Settings::from_value(value)? };
+        settings.warn_weak();
+        Ok(settings)
+    }
+
+    /// Warns of each weak setup, on stderr and in the log, once per process
+    /// (one CNI call): a call reads the settings more than once (an ADD
+    /// rolled back runs DEL too), and one warning is enough.
+    pub fn warn_weak(&self) {
+        static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for warning in &self.weak {
+            if !said.contains(warning) {
+                tracing::warn!("{warning}");
+                said.push(warning.clone());
+            }
+        }
     }
 
     pub fn from_value(value: &Value) -> Result<Settings> {
@@ -108,13 +134,15 @@ impl Settings {
             )?;
         }
         let etcd_conf = conf.etcd.ok_or_else(|| CniError::config(&etcd_field, "is required"))?;
+        let mut weak = Vec::new();
         Ok(Settings {
             prefix: check_prefix(etcd_conf.prefix.as_deref().unwrap_or(DEFAULT_PREFIX), &etcd_field)?,
-            etcd: etcd_settings(etcd_conf, &etcd_field)?,
+            etcd: etcd_settings(etcd_conf, &etcd_field, &mut weak)?,
             node: node_name(conf.node, conf.node_file)?,
             offline_grace: conf.offline_grace.map_or(DEFAULT_OFFLINE_GRACE, |g| g.0),
             empty_block_hold: conf.empty_block_hold.map_or(DEFAULT_EMPTY_BLOCK_HOLD, |s| s.0),
             call_timeout: shared::config::DEFAULT_DELEGATE_TIMEOUT,
+            weak,
         })
     }
 }
@@ -123,7 +151,7 @@ fn as_object<'v>(value: &'v Value, field: &str) -> Result<&'v Map<String, Value>
     value.as_object().ok_or_else(|| CniError::config(field, format!("must be an object, got {value}")))
 }
 
-fn etcd_settings(conf: EtcdConf, field: &str) -> Result<etcd::Settings> {
+fn etcd_settings(conf: EtcdConf, field: &str, weak: &mut Vec<String>) -> Result<etcd::Settings> {
     let endpoints = conf.endpoints.unwrap_or_default();
     if endpoints.is_empty() {
         return Err(CniError::config(
@@ -135,7 +163,12 @@ fn etcd_settings(conf: EtcdConf, field: &str) -> Result<etcd::Settings> {
         check_endpoint(endpoint, &format!("{field}.endpoints[{i}]"))?;
     }
     let password = match (&conf.username, conf.password_file) {
-        (Some(_), Some(AbsolutePath(path))) => Some(read_password(&path, &format!("{field}.passwordFile"))?),
+        (Some(_), Some(AbsolutePath(path))) => {
+            let password_field = format!("{field}.passwordFile");
+            let password = read_password(&path, &password_field)?;
+            weak.extend(readable_by_others(&path, &password_field));
+            Some(password)
+        }
         (Some(user), None) => {
             return Err(CniError::config(
                 &format!("{field}.passwordFile"),
@@ -172,6 +205,26 @@ fn etcd_settings(conf: EtcdConf, field: &str) -> Result<etcd::Settings> {
                 format!("{} is plain http but tls is configured: use https://", endpoints[plain]),
             ));
         }
+    }
+    let plain: Vec<String> = endpoints
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.starts_with("http://"))
+        .map(|(i, e)| format!("{field}.endpoints[{i}] ({e})"))
+        .collect();
+    if !plain.is_empty() && conf.username.is_some() {
+        weak.push(format!(
+            "{field}.username: the password and etcd's auth token go unencrypted to plain http:// endpoints: {}; \
+             use https://",
+            plain.join(", ")
+        ));
+    }
+    if !plain.is_empty() && plain.len() < endpoints.len() {
+        weak.push(format!(
+            "{}: plain http among https endpoints (and no tls set): requests that fail over to it go unencrypted \
+             and unauthenticated; make every endpoint https",
+            plain.join(", ")
+        ));
     }
     Ok(etcd::Settings {
         endpoints,
@@ -216,13 +269,36 @@ fn check_prefix(prefix: &str, field: &str) -> Result<String> {
 /// One trailing newline is not part of the password: files written by
 /// `echo` have one.
 fn read_password(path: &Path, field: &str) -> Result<String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| CniError::config(field, format!("{}: {e}", path.display())))?;
+    let text = read_small(path, field)?;
     let password = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
     if password.is_empty() {
         return Err(CniError::config(field, format!("{} is empty", path.display())));
     }
     Ok(password.to_string())
+}
+
+/// The text of a file of at most [`MAX_FILE_BYTES`].
+fn read_small(path: &Path, field: &str) -> Result<String> {
+    let bad = |problem: String| CniError::config(field, format!("{}: {problem}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| bad(e.to_string()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(bad(format!("longer than {MAX_FILE_BYTES} bytes, the most that is read")));
+    }
+    String::from_utf8(bytes).map_err(|_| bad("not UTF-8 text".to_string()))
+}
+
+/// A warning when others than the file's owner may read the password.
+fn readable_by_others(path: &Path, field: &str) -> Option<String> {
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    (mode & 0o044 != 0).then(|| {
+        format!(
+            "{field}: {} is readable by group or others (mode {:o}): make it readable by its owner only (chmod 600)",
+            path.display(),
+            mode & 0o7777
+        )
+    })
 }
 
 /// `node`, else the file `nodeFile` names, else the host name.
@@ -231,8 +307,7 @@ fn node_name(node: Option<String>, node_file: Option<AbsolutePath>) -> Result<St
         (Some(name), _) => (name, format!("{FIELD}.node")),
         (None, Some(AbsolutePath(path))) => {
             let field = format!("{FIELD}.nodeFile");
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| CniError::config(&field, format!("{}: {e}", path.display())))?;
+            let text = read_small(&path, &field)?;
             (text.trim().to_string(), field)
         }
         (None, None) => (host_name()?, "the host name (ipam.cluster.node is not set)".to_string()),
@@ -312,5 +387,37 @@ mod tests {
             "passwordFile": file}, "node": "n"}))
         .unwrap();
         assert_eq!(s.etcd.password.as_deref(), Some("s3cret\n"));
+    }
+
+    #[test]
+    fn files_are_read_up_to_a_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, "n".repeat(MAX_FILE_BYTES as usize + 1)).unwrap();
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "nodeFile": big}));
+        assert!(e.contains("ipam.cluster.nodeFile") && e.contains("65536 bytes"), "{e}");
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"], "username": "u", "passwordFile": "/dev/zero"},
+            "node": "n"}));
+        assert!(e.contains("ipam.cluster.etcd.passwordFile") && e.contains("65536 bytes"), "{e}");
+    }
+
+    #[test]
+    fn weak_setups_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let weak = |etcd: Value| Settings::from_value(&json!({"etcd": etcd, "node": "n"})).unwrap().weak;
+        let w = weak(json!({"endpoints": ["http://a:1", "https://b:1"], "username": "u", "passwordFile": file}));
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("ipam.cluster.etcd.passwordFile: ") && w[0].contains("mode 640"), "{w:?}");
+        assert!(
+            w[1].starts_with("ipam.cluster.etcd.username: ") && w[1].contains("endpoints[0] (http://a:1)"),
+            "{w:?}"
+        );
+        assert!(w[2].starts_with("ipam.cluster.etcd.endpoints[0] (http://a:1): plain http among https"), "{w:?}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(weak(json!({"endpoints": ["https://a:1"], "username": "u", "passwordFile": file})).is_empty());
+        assert!(weak(json!({"endpoints": ["http://a:1", "http://b:1"]})).is_empty());
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::{self, Kv, RangeRequest};
-use ipam_ds_cluster::layout::{AddressRecord, BlockRecord, PoolKeys};
+use ipam_ds_cluster::layout::{shown, AddressRecord, BlockRecord, PoolKeys};
 use shared::addr::to_u128;
 use shared::logging::{self, LogSettings};
 
@@ -35,6 +35,7 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     // The configuration's logging (ipam.logFile, ipam.logLevel): what an
     // operator changed in etcd is on record beside the plugins' own lines.
     let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, conf.netconf.ipam().ok()));
+    conf.settings.warn_weak();
     let client = etcd::Client::new(conf.settings.etcd.clone()).map_err(|e| etcd_failure(&conf, e))?;
     match command {
         ClusterCommand::Blocks { json } => blocks::run(&conf, &client, json),
@@ -117,25 +118,16 @@ fn read_pool(conf: &ClusterConf, client: &etcd::Client, keys: &PoolKeys, g: &Geo
     }
     pool.owners.sort_by_key(|o| o.block.order);
     for key in &pool.unreadable {
-        tracing::warn!("etcd key {key} is not a record of the layout ipam-delegated knows: left out");
+        tracing::warn!("etcd key {} is not a record of the layout ipam-delegated knows: left out", shown(key));
     }
     Ok(pool)
 }
 
-/// etcd's failure, on one line, naming the endpoints tried.
+/// etcd's failure in the plugins' words (ipam-ds-cluster's one mapping:
+/// the same problem reads the same from both), on one line.
 fn etcd_failure(conf: &ClusterConf, e: etcd::Error) -> Failure {
-    let endpoints = conf.settings.etcd.endpoints.join(", ");
-    let text = match e {
-        etcd::Error::Unavailable(why) => format!("etcd is unreachable (endpoints {endpoints}): {why}"),
-        etcd::Error::Refused { code, message } => {
-            format!("etcd (endpoints {endpoints}) refused the request: {message} (gRPC code {code})")
-        }
-        etcd::Error::Settings { field, message } => {
-            format!("{}: ipam.cluster.etcd.{field}: {message}", conf.path.display())
-        }
-        etcd::Error::Protocol(why) => format!("etcd (endpoints {endpoints}) answered something unexpected: {why}"),
-    };
-    Failure(one_line(&text))
+    let e = ipam_ds_cluster::node::etcd_error(e);
+    Failure(one_line(&format!("{}: {}", conf.path.display(), e.msg)))
 }
 
 /// Line breaks (from etcd's messages) would break the one-line error.

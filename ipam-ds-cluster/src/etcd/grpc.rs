@@ -93,6 +93,13 @@ impl Transport {
             Ok(answer) => answer.map_err(error),
             Err(_) => Err(Error::Unavailable(format!("no answer within {timeout:?}"))),
         };
+        let result = match result {
+            Err(Error::Unavailable(why)) => {
+                Err(certificate_refused(&why, i, &self.endpoints[i], self.tls.as_ref())
+                    .unwrap_or(Error::Unavailable(why)))
+            }
+            result => result,
+        };
         // A connection that failed (or hangs) is not tried again: the next
         // request on this endpoint makes a new one.
         if let Err(Error::Unavailable(_)) = result {
@@ -100,6 +107,44 @@ impl Transport {
         }
         result
     }
+}
+
+/// A TLS handshake that failed on a certificate, as a setting to fix: it
+/// fails the same way at every try, and taken for an outage it would let ADD
+/// go on offline from blocks confirmed within offlineGrace, with an etcd
+/// (or someone in its place) that the node cannot trust. rustls's own
+/// words are matched, as tonic hands the failure over only as text.
+fn certificate_refused(why: &str, i: usize, uri: &Uri, tls: Option<&tls::Material>) -> Option<Error> {
+    if why.contains("invalid peer certificate") {
+        if why.contains("NotValidForName") {
+            return Some(Error::settings(
+                format!("endpoints[{i}]"),
+                format!("{uri}: the etcd server's certificate does not name this host: {why}"),
+            ));
+        }
+        return Some(Error::settings(
+            "tls.ca",
+            format!("{uri}: the etcd server's certificate does not verify against tls.ca: {why}"),
+        ));
+    }
+    const CLIENT_CERTIFICATE_ALERTS: [&str; 8] = [
+        "BadCertificate",
+        "UnsupportedCertificate",
+        "CertificateRevoked",
+        "CertificateExpired",
+        "CertificateUnknown",
+        "UnknownCA",
+        "CertificateRequired",
+        "AccessDenied",
+    ];
+    if why.contains("received fatal alert") && CLIENT_CERTIFICATE_ALERTS.iter().any(|a| why.contains(a)) {
+        let message = match tls.is_some_and(tls::Material::has_identity) {
+            true => format!("{uri}: etcd refused this node's client certificate: {why}"),
+            false => format!("{uri}: etcd requires a client certificate (set tls.cert and tls.key): {why}"),
+        };
+        return Some(Error::settings("tls.cert", message));
+    }
+    None
 }
 
 /// A channel that connects at its first request (within that request's timeout).
@@ -268,6 +313,26 @@ mod tests {
             status_error(&Status::not_found("etcdserver: requested lease not found")),
             Error::Refused { code: 5, .. }
         ));
+    }
+
+    #[test]
+    fn refused_certificates_are_settings() {
+        let uri: Uri = "https://10.0.0.1:2379".parse().unwrap();
+        let field = |why: &str| match certificate_refused(why, 2, &uri, None) {
+            Some(Error::Settings { field, message }) => {
+                assert!(message.contains(why) && message.contains("https://10.0.0.1:2379"), "{message}");
+                Some(field)
+            }
+            other => other.map(|e| format!("{e:?}")),
+        };
+        assert_eq!(field("invalid peer certificate: UnknownIssuer").as_deref(), Some("tls.ca"));
+        assert_eq!(field("invalid peer certificate: BadSignature").as_deref(), Some("tls.ca"));
+        assert_eq!(field("invalid peer certificate: NotValidForName").as_deref(), Some("endpoints[2]"));
+        assert_eq!(field("received fatal alert: CertificateRequired").as_deref(), Some("tls.cert"));
+        assert_eq!(field("received fatal alert: UnknownCA").as_deref(), Some("tls.cert"));
+        assert_eq!(field("received fatal alert: HandshakeFailure"), None);
+        assert_eq!(field("tcp connect error: Connection refused"), None);
+        assert_eq!(field("operation was canceled: connection closed"), None);
     }
 
     #[test]

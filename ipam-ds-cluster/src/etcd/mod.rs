@@ -36,6 +36,27 @@ pub struct Settings {
     pub tls: TlsFiles,
 }
 
+impl Settings {
+    /// The name under which a node keeps the auth token these settings get,
+    /// `None` without credentials. A token carries its user's rights and is
+    /// good only with the etcd that issued it: kept per endpoints, user and
+    /// password, it is never sent to another network's endpoints nor used
+    /// for another user, and a changed password authenticates again. Only a
+    /// digest of them is in the name, never the password.
+    pub fn token_note(&self) -> Option<String> {
+        let (user, password) = (self.username.as_deref()?, self.password.as_deref()?);
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        let parts = self.endpoints.iter().map(String::as_str).chain([user, password]);
+        for part in std::iter::once("ipam-delegated etcd token").chain(parts) {
+            // Length-prefixed: no two lists of parts give the same bytes.
+            digest.update(&(part.len() as u64).to_be_bytes());
+            digest.update(part.as_bytes());
+        }
+        let hex: String = digest.finish().as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect();
+        Some(format!("etcd-token:{hex}"))
+    }
+}
+
 /// The password stays out of logs and panic messages.
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,12 +146,27 @@ pub struct RangeResponse {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Compare {
-    CreateRevision { key: Vec<u8>, cmp: Cmp, revision: i64 },
-    ModRevision { key: Vec<u8>, cmp: Cmp, revision: i64 },
-    Value { key: Vec<u8>, cmp: Cmp, value: Vec<u8> },
+    CreateRevision {
+        key: Vec<u8>,
+        cmp: Cmp,
+        revision: i64,
+    },
+    ModRevision {
+        key: Vec<u8>,
+        cmp: Cmp,
+        revision: i64,
+    },
+    Value {
+        key: Vec<u8>,
+        cmp: Cmp,
+        value: Vec<u8>,
+    },
     /// No key under `prefix` was created or changed after `revision`
     /// (keys deleted since are not seen).
-    UnchangedSince { prefix: Vec<u8>, revision: i64 },
+    UnchangedSince {
+        prefix: Vec<u8>,
+        revision: i64,
+    },
 }
 
 impl Compare {

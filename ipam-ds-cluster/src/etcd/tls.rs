@@ -42,6 +42,11 @@ impl Material {
         Ok(Material { ca, client })
     }
 
+    /// Whether a client certificate is configured.
+    pub(super) fn has_identity(&self) -> bool {
+        self.client.is_some()
+    }
+
     /// What tonic makes its rustls client configuration from (with ring,
     /// HTTP/2 by ALPN, the server name from the endpoint's host).
     pub(super) fn config(&self) -> ClientTlsConfig {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd;
-use ipam_ds_cluster::layout::{to_bytes, Kind, PoolKeys, PoolRecord};
+use ipam_ds_cluster::layout::{shown, shown_bytes, to_bytes, Kind, PoolKeys, PoolRecord};
 use serde::Serialize;
 
 use super::super::table::{Align, Table};
@@ -95,7 +95,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, json: bool) -> Result<Repo
             format!(
                 "etcd's definition of the pool ({}) differs from this configuration's ({}): nodes that cut a pool \
                  differently hand out overlapping blocks",
-                String::from_utf8_lossy(&kv.value),
+                shown_bytes(&kv.value),
                 String::from_utf8_lossy(&ours)
             )
         });
@@ -114,7 +114,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, json: bool) -> Result<Repo
                 o.block.order,
                 BlockRow {
                     block: o.block.text.clone(),
-                    node: Some(o.record.node.clone()),
+                    node: Some(shown(&o.record.node)),
                     state: if o.record.released { RELEASED } else { OWNED },
                     since: Some(utc::iso8601(o.record.at)),
                     used: None,

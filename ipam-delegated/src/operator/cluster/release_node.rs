@@ -23,7 +23,7 @@ use std::time::Duration;
 use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::RangeRequest;
 use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
-use ipam_ds_cluster::layout::{to_bytes, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
+use ipam_ds_cluster::layout::{shown, to_bytes, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
 use serde::Serialize;
 use shared::store::unix_now;
 
@@ -214,7 +214,8 @@ fn release_pool(
                 continue;
             }
             let kind = Kind::as_str(a.record.kind);
-            let what = lender.map_or("deleted".to_string(), |lender| format!("gave back to its lender {lender}"));
+            let what =
+                lender.map_or("deleted".to_string(), |lender| format!("gave back to its lender {}", shown(lender)));
             tracing::info!(
                 "operator release-node: {what} the {kind} record of {} (pool {} of network {}) of node {node}",
                 a.address,
@@ -225,9 +226,9 @@ fn release_pool(
                 pool: pool.name.clone(),
                 address: a.address.to_string(),
                 kind,
-                container: a.record.container.clone(),
-                ifname: a.record.ifname.clone(),
-                returned_to: lender.cloned(),
+                container: shown(&a.record.container),
+                ifname: shown(&a.record.ifname),
+                returned_to: lender.map(|lender| shown(lender)),
             });
         }
         if !changed {
