@@ -150,7 +150,9 @@ impl<'p> Geometry<'p> {
             {
                 continue;
             }
-            if let Some(range) = self.pool.range_for_subnet_member(address) {
+            // Only what a static request could claim: a range starting at
+            // the subnet's network address or the gateway is not a pool.
+            if let Ok(range) = self.pool.check_static(address) {
                 ranges.push(Range { range_start: address, range_end: address, ..range.clone() });
             }
         }
@@ -304,5 +306,7 @@ mod tests {
         let back = Pool::from_json(&view.to_json(), "prevResult.pools[0]").unwrap();
         assert_eq!(back, view, "allocators read the view as it was written");
         assert!(g.node_view(&[], &[], &[]).is_none());
+        let unusable: Vec<IpAddr> = ["10.22.0.0", "10.22.0.1", "10.22.0.255"].map(|a| a.parse().unwrap()).to_vec();
+        assert!(g.node_view(&[], &unusable, &[]).is_none(), "never a range of the network address or the gateway");
     }
 }
