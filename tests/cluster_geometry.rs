@@ -214,3 +214,26 @@ fn a_static_address_outside_every_pool_names_the_pools() {
         }
     }
 }
+
+/// As ipam-ds-cluster/README.md says: an address free in another node's
+/// block is refused (101 naming the block and its owner) unless the owner
+/// has lent it out; a lent one is granted.
+#[test]
+fn a_static_address_in_another_nodes_block_is_granted_only_when_lent() {
+    let _took = Took::new("a_static_address_in_another_nodes_block_is_granted_only_when_lent");
+    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.57.0.0/24"}], "blockSize": 24}]), 300.0);
+    assert_eq!(c.add("n1", "a-0").status, 0);
+    let free: IpAddr = "10.57.0.200".parse().unwrap();
+    let (code, msg) = failure(&c.add_static("n2", "s-free", free));
+    assert_eq!(code, 101, "{msg}");
+    assert!(msg.contains("it lies in block 10.57.0.0/24, which node n1 owns"), "{msg}");
+    // n2 finds no room (100) and asks; n1 lends at its next ADD.
+    assert_eq!(failure(&c.add("n2", "b-0")).0, 100);
+    assert_eq!(c.add("n1", "a-1").status, 0);
+    let lent = c.addrs().into_iter().find(|a| a.kind == "lent").expect("n1 lent addresses");
+    let out = c.add_static("n2", "s-lent", lent.ip);
+    assert_eq!(out.status, 0, "{}: {}", lent.ip, brief(&out));
+    let record = c.addrs().into_iter().find(|a| a.ip == lent.ip).expect("its record");
+    assert_eq!((record.kind.as_str(), record.node.as_str(), record.lender.as_str()), ("static", "n2", "n1"));
+    held_once(&c, &["n1", "n2"]);
+}
