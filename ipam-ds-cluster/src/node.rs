@@ -950,20 +950,24 @@ impl<'s> Node<'s> {
             }
             Ok(())
         })?;
-        let all = Txn {
-            compare: records.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
-            success: records.iter().map(release_op).collect(),
-            failure: Vec::new(),
-        };
-        let done: Vec<&NodeRecord> = match self.etcd.txn(&all) {
-            Ok(answer) if answer.succeeded => records.iter().collect(),
-            // One of them is no longer as we wrote it: one by one.
-            Ok(_) => records.iter().filter(|r| self.release_one(r)).collect(),
-            Err(e) => {
-                tracing::warn!("{} cluster record(s) stay to be released when etcd answers: {e}", records.len());
-                Vec::new()
+        // In transactions etcd takes (a GC after a reboot, or the releases
+        // an outage left, can be hundreds): each record's release stands alone.
+        let mut done: Vec<&NodeRecord> = Vec::new();
+        for chunk in records.chunks(etcd::MAX_TXN_OPS) {
+            let all = Txn {
+                compare: chunk.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
+                success: chunk.iter().map(release_op).collect(),
+                failure: Vec::new(),
+            };
+            match self.etcd.txn(&all) {
+                Ok(answer) if answer.succeeded => done.extend(chunk),
+                // One of them is no longer as we wrote it: one by one.
+                Ok(_) => done.extend(chunk.iter().filter(|r| self.release_one(r))),
+                Err(e) => {
+                    tracing::warn!("{} cluster record(s) stay to be released when etcd answers: {e}", chunk.len());
+                }
             }
-        };
+        }
         store.write(|tx| done.iter().try_for_each(|r| tx.drop_node_record(&r.key)))?;
         for r in done {
             tracing::info!("released {} ({}) of pool {} in the cluster", r.address, r.kind.as_str(), r.pool);
