@@ -531,6 +531,9 @@ fn unusable_or_foreign_static_requests_are_error_102() {
         let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={ip}"))]);
         assert_error(&out, 102, &[ip, why]);
     }
+    // Outside every pool: each is named, with its subnets.
+    let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.99.0.5")]);
+    assert_error(&out, 102, &["(st4 10.17.0.0/24; st6 fd00:17::/64)"]);
     assert_eq!(db_state(&sb), before, "a failed ADD changed the database");
 }
 

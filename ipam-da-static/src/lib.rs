@@ -4,9 +4,7 @@
 //! usable address in the subnet of a candidate pool, and is recorded for this
 //! attachment unless another one holds it.
 
-use std::net::IpAddr;
-
-use shared::pool::{self, Pool};
+use shared::pool;
 use shared::{suite_delegate, About, Builtin, CniError, Code, Reply, Request, Result};
 
 pub const ABOUT: About = About {
@@ -27,7 +25,7 @@ fn add(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
     let claims = requests
         .iter()
-        .map(|&address| claim_target(&pools, address).map(|pool| (address, pool)))
+        .map(|&address| pool::static_target(&pools, address).map(|pool| (address, pool)))
         .collect::<Result<Vec<_>>>()?;
     let mut store = suite_delegate::open_store(req)?;
     store.write(|tx| {
@@ -58,26 +56,6 @@ fn add(req: &Request) -> Result<Reply> {
         }
     }
     Ok(Reply::Result(result))
-}
-
-/// The first candidate pool in whose subnet `address` may be claimed; 102 otherwise.
-fn claim_target(pools: &[Pool], address: IpAddr) -> Result<&Pool> {
-    let mut reasons = Vec::new();
-    for pool in pools {
-        match pool.check_static(address) {
-            Ok(_) => return Ok(pool),
-            Err(reason) if pool.range_for_subnet_member(address).is_some() => {
-                reasons.push(format!("pool {}: {reason}", pool.name))
-            }
-            Err(_) => {}
-        }
-    }
-    let msg = if reasons.is_empty() {
-        format!("requested address {address} is outside every candidate pool ({})", pool::names(pools))
-    } else {
-        format!("requested address {address} cannot be handed out: {}", reasons.join("; "))
-    };
-    Err(CniError::new(Code::AddressNotInPool, msg))
 }
 
 /// This plugin, as the multicall program runs it by name: an allocator is its ADD.

@@ -17,8 +17,8 @@ pub const DEFAULT_V6: u8 = 122;
 pub struct Geometry<'p> {
     pub pool: &'p Pool,
     pub block_size: u8,
-    /// First addresses of the blocks that hold some of the pool's dynamic
-    /// range: disjoint, ascending runs of consecutive blocks.
+    /// First addresses of the blocks that hold an address the allocators
+    /// may hand out: disjoint, ascending runs of consecutive blocks.
     spans: Vec<(u128, u128)>,
 }
 
@@ -33,8 +33,14 @@ impl<'p> Geometry<'p> {
         };
         let block_size = pool.block_size.unwrap_or(default.max(widest_prefix));
         let mut geometry = Geometry { pool, block_size, spans: Vec::new() };
+        // From what sequential allocation may hand out (the dynamic ranges
+        // minus excludes, gateways and the subnets' network and broadcast
+        // addresses), not from the ranges: a block with none of it would be
+        // claimed for nothing, and with it every ADD that claimed it would
+        // answer 100. Computed per interval, so that an exclude covering
+        // 2^50 blocks costs no more than one covering one.
         let mut spans: Vec<(u128, u128)> =
-            pool.ranges.iter().map(|r| (geometry.start_of(r.range_start), geometry.start_of(r.range_end))).collect();
+            pool.allocatable().into_iter().map(|(lo, hi)| (geometry.start_of(lo), geometry.start_of(hi))).collect();
         spans.sort_unstable();
         let len = geometry.block_len();
         for (lo, hi) in spans {
@@ -94,7 +100,7 @@ impl<'p> Geometry<'p> {
             .collect()
     }
 
-    /// How many blocks the pool has.
+    /// How many blocks the pool has that hold an address to hand out.
     pub fn block_count(&self) -> u128 {
         let len = self.block_len();
         self.spans.iter().map(|(lo, hi)| (hi - lo) / len + 1).sum()
@@ -112,7 +118,8 @@ impl<'p> Geometry<'p> {
         None
     }
 
-    /// Every block, in the order `node` tries to claim them: from a place
+    /// Every block with an address to hand out (the others are never
+    /// claimed), in the order `node` tries to claim them: from a place
     /// that depends on its name, so that nodes starting together do not all
     /// race for the first block, then onwards, wrapping around.
     pub fn claim_order<'g>(&'g self, node: &str) -> impl Iterator<Item = IpNet> + 'g {
@@ -143,7 +150,9 @@ impl<'p> Geometry<'p> {
             {
                 continue;
             }
-            if let Some(range) = self.pool.range_for_subnet_member(address) {
+            // Only what a static request could claim: a range starting at
+            // the subnet's network address or the gateway is not a pool.
+            if let Ok(range) = self.pool.check_static(address) {
                 ranges.push(Range { range_start: address, range_end: address, ..range.clone() });
             }
         }
@@ -217,6 +226,56 @@ mod tests {
         assert!(all.iter().all(|b| g.is_block(b)));
     }
 
+    /// Whether `g` claims `block`.
+    fn claimed(g: &Geometry, block: &str) -> bool {
+        g.claim_order("n").any(|b| b == net(block))
+    }
+
+    #[test]
+    fn blocks_without_a_usable_address_are_never_claimed() {
+        // The first half excluded: only the second half's eight /26.
+        let p = pool(json!({"name": "x", "ranges": [{"subnet": "10.6.0.0/22"}], "blockSize": 26,
+            "exclude": ["10.6.0.0/23"]}));
+        let g = Geometry::of(&p);
+        assert_eq!(g.block_count(), 8);
+        assert!(g.claim_order("n").all(|b| b.network() >= "10.6.2.0".parse::<IpAddr>().unwrap()));
+        // Excluded in pieces that together cover a block, and the range's
+        // edge: .64/26 is .64-.95 excluded and .96-.127 outside the range.
+        let p = pool(json!({"name": "x", "ranges": [{"subnet": "10.6.0.0/24", "rangeEnd": "10.6.0.95"}],
+            "blockSize": 26, "exclude": ["10.6.0.64/28", "10.6.0.80/28"]}));
+        let g = Geometry::of(&p);
+        assert!(claimed(&g, "10.6.0.0/26") && !claimed(&g, "10.6.0.64/26"));
+        // /31 blocks: the first holds the network address and the gateway,
+        // the last the broadcast address and one usable address.
+        let p = pool(json!({"name": "x", "ranges": [{"subnet": "10.6.0.0/24", "gateway": "10.6.0.1"}],
+            "blockSize": 31}));
+        let g = Geometry::of(&p);
+        assert!(!claimed(&g, "10.6.0.0/31") && claimed(&g, "10.6.0.2/31") && claimed(&g, "10.6.0.254/31"));
+        assert_eq!(g.block_count(), 127);
+        // /32 blocks: never the network, gateway or broadcast address.
+        let p = pool(json!({"name": "x", "ranges": [{"subnet": "10.6.0.0/28", "gateway": "10.6.0.9"}],
+            "blockSize": 32}));
+        let g = Geometry::of(&p);
+        let all: BTreeSet<IpNet> = g.claim_order("n").collect();
+        assert_eq!(all.len(), 13, "16 less network, gateway and broadcast: {all:?}");
+        for unusable in ["10.6.0.0/32", "10.6.0.9/32", "10.6.0.15/32"] {
+            assert!(!all.contains(&net(unusable)), "{unusable}");
+        }
+        // IPv6: the subnet-router anycast address only.
+        let p6 = pool(json!({"name": "x6", "ranges": [{"subnet": "fd00:6::/64", "gateway": "fd00:6::1"}],
+            "blockSize": 127}));
+        assert_eq!(Geometry::of(&p6).block_count(), (1u128 << 63) - 1, "all but fd00:6::/127");
+        // An exclude of 2^50 blocks is skipped at once.
+        let huge = pool(json!({"name": "h", "ranges": [{"subnet": "fd00:7::/64"}], "blockSize": 122,
+            "exclude": ["fd00:7::/65"]}));
+        let g = Geometry::of(&huge);
+        assert_eq!(g.block_count(), 1u128 << 57);
+        assert!(g.claim_order("n").take(1000).all(|b| b.network() >= "fd00:7::8000:0:0:0".parse::<IpAddr>().unwrap()));
+        // Nothing usable at all: nothing to claim.
+        let none = pool(json!({"name": "z", "ranges": [{"subnet": "10.6.0.0/30"}], "exclude": ["10.6.0.2/32"]}));
+        assert_eq!(Geometry::of(&none).claim_order("n").count(), 0);
+    }
+
     #[test]
     fn two_ranges_in_one_subnet_share_the_block_between_them() {
         let p = pool(json!({"name": "b", "ranges": [
@@ -247,5 +306,7 @@ mod tests {
         let back = Pool::from_json(&view.to_json(), "prevResult.pools[0]").unwrap();
         assert_eq!(back, view, "allocators read the view as it was written");
         assert!(g.node_view(&[], &[], &[]).is_none());
+        let unusable: Vec<IpAddr> = ["10.22.0.0", "10.22.0.1", "10.22.0.255"].map(|a| a.parse().unwrap()).to_vec();
+        assert!(g.node_view(&[], &unusable, &[]).is_none(), "never a range of the network address or the gateway");
     }
 }

@@ -33,6 +33,13 @@ impl Plugin for ClusterSelector {
         let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
         let attachment = req.attachment()?;
         let requests = suite_delegate::requested_addresses(req, &pools)?;
+        // Checked here, against the pools as configured: the view handed on
+        // holds only this node's part of them (possibly nothing), so the
+        // allocator after it could not say which pool an address misses, and
+        // an unusable one must not reach etcd.
+        for &address in &requests {
+            pool::static_target(&pools, address)?;
+        }
         let mut store = suite_delegate::open_store(req)?;
         let node = Node::new(&settings, &attachment.network, &mut store)?;
         node.settle(&mut store);

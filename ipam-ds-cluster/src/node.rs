@@ -346,13 +346,14 @@ impl<'s> Node<'s> {
     }
 
     /// One etcd read for every block this node uses: its record (still
-    /// ours?) and the addresses others hold in it.
+    /// ours?) and the addresses others hold in it. More blocks than one
+    /// transaction holds are read in several, each block's two reads in one.
     fn confirm(
         &self,
         geometries: &[Geometry],
         blocks: &[Vec<NodeBlock>],
     ) -> std::result::Result<Vec<Confirmed>, etcd::Error> {
-        let mut txn = Txn::default();
+        let mut reads: Vec<Vec<Op>> = Vec::new();
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
             // Serializable reads: the member answers without a quorum round
@@ -362,15 +363,16 @@ impl<'s> Node<'s> {
             // unconfirmed anyway; nobody else writes records in its blocks
             // but by compare-and-swap on records it lent (and holds).
             if !pool_blocks.is_empty() {
-                txn.success.push(Op::Range(RangeRequest::key(keys.wanted()).keys_only().serializable()));
+                reads.push(vec![Op::Range(RangeRequest::key(keys.wanted()).keys_only().serializable())]);
             }
             for b in pool_blocks {
-                txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block)).serializable()));
-                txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block)).serializable()));
+                reads.push(vec![
+                    Op::Range(RangeRequest::key(keys.block(&b.block)).serializable()),
+                    Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block)).serializable()),
+                ]);
             }
         }
-        let mut responses =
-            if txn.success.is_empty() { Vec::new().into_iter() } else { self.etcd.txn(&txn)?.responses.into_iter() };
+        let mut responses = self.etcd.read_in_txns(reads)?.into_iter();
         let mut confirmed = Vec::with_capacity(blocks.len());
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
@@ -930,14 +932,11 @@ impl<'s> Node<'s> {
         let keyed: Vec<String> = held.iter().map(|&a| keys.address(&g.block_of(a), a)).collect();
         let present = self
             .etcd
-            .txn(&Txn {
-                success: keyed.iter().map(|k| Op::Range(RangeRequest::key(k.clone()).keys_only())).collect(),
-                ..Txn::default()
-            })
+            .read_in_txns(keyed.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()).keys_only())]).collect())
             .map_err(etcd_error)?;
         let missing: Vec<&String> = keyed
             .iter()
-            .zip(&present.responses)
+            .zip(&present)
             .filter(|(_, r)| matches!(r, OpResponse::Range(r) if r.kvs.is_empty()))
             .map(|(k, _)| k)
             .collect();
@@ -946,16 +945,24 @@ impl<'s> Node<'s> {
         }
         let record =
             to_bytes(&AddressRecord { kind: Kind::Lent, node: self.settings.node.clone(), ..AddressRecord::default() });
-        let txn = Txn {
-            compare: missing.iter().map(|k| Compare::absent((*k).clone())).collect(),
-            success: missing
-                .iter()
-                .map(|k| Op::Put { key: (*k).clone().into_bytes(), value: record.clone(), lease: 0 })
-                .collect(),
-            failure: Vec::new(),
-        };
-        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-            tracing::info!("lent {} address(es) of pool {} to nodes without room", missing.len(), g.pool.name);
+        // Each key is written only if absent, on its own: the transactions
+        // need not be one.
+        let mut lent = 0;
+        for chunk in missing.chunks(etcd::MAX_TXN_OPS) {
+            let txn = Txn {
+                compare: chunk.iter().map(|k| Compare::absent((*k).clone())).collect(),
+                success: chunk
+                    .iter()
+                    .map(|k| Op::Put { key: (*k).clone().into_bytes(), value: record.clone(), lease: 0 })
+                    .collect(),
+                failure: Vec::new(),
+            };
+            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                lent += chunk.len();
+            }
+        }
+        if lent > 0 {
+            tracing::info!("lent {lent} address(es) of pool {} to nodes without room", g.pool.name);
         }
         Ok(())
     }
@@ -1090,21 +1097,25 @@ impl<'s> Node<'s> {
             }
             Ok(())
         })?;
-        let all = Txn {
-            compare: records.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
-            success: records.iter().map(release_op).collect(),
-            failure: Vec::new(),
-        };
-        let done: Vec<&NodeRecord> = match self.etcd.txn(&all) {
-            Ok(answer) if answer.succeeded => records.iter().collect(),
-            // One of them is no longer as we wrote it: one by one.
-            Ok(_) => records.iter().filter(|r| self.release_one(r)).collect(),
-            Err(e) => {
-                let e = etcd_error(e);
-                tracing::warn!("{} cluster record(s) stay to be released by a later call: {e}", records.len());
-                Vec::new()
+        // In transactions etcd takes (a GC after a reboot, or the releases
+        // an outage left, can be hundreds): each record's release stands alone.
+        let mut done: Vec<&NodeRecord> = Vec::new();
+        for chunk in records.chunks(etcd::MAX_TXN_OPS) {
+            let all = Txn {
+                compare: chunk.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
+                success: chunk.iter().map(release_op).collect(),
+                failure: Vec::new(),
+            };
+            match self.etcd.txn(&all) {
+                Ok(answer) if answer.succeeded => done.extend(chunk),
+                // One of them is no longer as we wrote it: one by one.
+                Ok(_) => done.extend(chunk.iter().filter(|r| self.release_one(r))),
+                Err(e) => {
+                    let e = etcd_error(e);
+                    tracing::warn!("{} cluster record(s) stay to be released by a later call: {e}", chunk.len());
+                }
             }
-        };
+        }
         store.write(|tx| done.iter().try_for_each(|r| tx.drop_node_record(&r.key)))?;
         for r in done {
             tracing::info!("released {} ({}) of pool {} in the cluster", r.address, r.kind.as_str(), r.pool);
@@ -1316,9 +1327,9 @@ pub fn view(g: &Geometry, blocks: &[NodeBlock], singles: &[IpAddr]) -> Option<Po
     g.node_view(&own, singles, &taken)
 }
 
-/// Most blocks of one pool handed to the allocators in one call: the
-/// confirming read of two operations per block stays well inside etcd's
-/// default limit of 128 operations per transaction.
+/// Most blocks of one pool handed to the allocators in one call, so that
+/// one pool's confirming reads (two per block) fit one transaction; with
+/// several pools they may take several (see `Client::read_in_txns`).
 const MAX_IN_VIEW: usize = 32;
 
 /// The blocks among `blocks` that have a free address, at most [`MAX_IN_VIEW`].

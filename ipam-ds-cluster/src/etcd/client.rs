@@ -9,7 +9,10 @@ use std::time::Instant;
 use http::Uri;
 
 use super::grpc::{Conn, Transport};
-use super::{tls, wire, Error, RangeRequest, RangeResponse, RequestCount, Settings, Txn, TxnResponse};
+use super::{
+    tls, wire, Error, Op, OpResponse, RangeRequest, RangeResponse, RequestCount, Settings, Txn, TxnResponse,
+    MAX_TXN_OPS,
+};
 
 pub struct Client {
     /// Validated, without a trailing slash.
@@ -119,6 +122,31 @@ impl Client {
             async move { c.kv.txn(request).await }
         })?;
         wire::txn_response(answer, txn)
+    }
+
+    /// Reads `groups` of range operations in as few transactions as etcd
+    /// takes (one when they fit, so the common case stays one request),
+    /// each group in one transaction, so that what one group reads is read
+    /// at one revision; the responses in order. None: no request.
+    pub fn read_in_txns(&self, groups: Vec<Vec<Op>>) -> Result<Vec<OpResponse>, Error> {
+        let mut responses = Vec::new();
+        let mut txn = Txn::default();
+        for group in groups {
+            if !txn.success.is_empty() && txn.success.len() + group.len() > MAX_TXN_OPS {
+                responses.extend(self.txn(&std::mem::take(&mut txn))?.responses);
+            }
+            // A group larger than a transaction (none is) is split rather than refused.
+            for op in group {
+                if txn.success.len() == MAX_TXN_OPS {
+                    responses.extend(self.txn(&std::mem::take(&mut txn))?.responses);
+                }
+                txn.success.push(op);
+            }
+        }
+        if !txn.success.is_empty() {
+            responses.extend(self.txn(&txn)?.responses);
+        }
+        Ok(responses)
     }
 
     /// The lease id.

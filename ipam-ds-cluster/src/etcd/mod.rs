@@ -23,6 +23,10 @@ use std::time::Duration;
 
 pub use client::Client;
 
+/// etcd's default `--max-txn-ops`: a transaction with more operations in its
+/// compare, success or failure list is refused, for good.
+pub const MAX_TXN_OPS: usize = 128;
+
 /// What a client needs, as read from the `cluster.etcd` settings.
 #[derive(Clone)]
 pub struct Settings {

@@ -355,3 +355,33 @@ fn prefix_end_follows_etcd() {
     assert_eq!(prefix_end(b""), b"\0");
     assert_eq!(RangeRequest::prefix("x").range_end, Some(b"y".to_vec()));
 }
+
+#[test]
+fn reads_beyond_one_transaction_are_split_keeping_groups_whole() {
+    let etcd = TestEtcd::start();
+    let c = etcd.client();
+    let keys: Vec<String> = (0..300).map(|i| format!("r/{i:03}")).collect();
+    for chunk in keys.chunks(MAX_TXN_OPS) {
+        let txn = Txn { success: chunk.iter().map(|k| put(k, k)).collect(), ..Txn::default() };
+        assert!(c.txn(&txn).unwrap().succeeded);
+    }
+    let read = |k: &String| Op::Range(RangeRequest::key(k.clone()));
+    // One alone, then pairs: 1 + 2 × 149 reads; a pair is never split.
+    let mut groups = vec![vec![read(&keys[0])]];
+    groups.extend(keys[1..299].chunks(2).map(|pair| pair.iter().map(read).collect::<Vec<_>>()));
+    let before = c.requests().txns;
+    let responses = c.read_in_txns(groups).unwrap();
+    assert_eq!(c.requests().txns - before, 3, "299 reads in transactions of at most 128 operations");
+    let read_back: Vec<String> = responses
+        .iter()
+        .map(|r| match r {
+            OpResponse::Range(r) => String::from_utf8_lossy(&r.kvs[0].value).into_owned(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(read_back, keys[..299]);
+    let few = c.read_in_txns(vec![vec![read(&keys[5])], vec![read(&keys[6])]]).unwrap();
+    assert_eq!((few.len(), c.requests().txns - before), (2, 4), "what fits is one request");
+    assert!(c.read_in_txns(Vec::new()).unwrap().is_empty());
+    assert_eq!(c.requests().txns - before, 4, "nothing to read: no request");
+}

@@ -111,6 +111,32 @@ impl Pool {
     }
 }
 
+/// The first of `pools` in which a static request may claim `address`;
+/// otherwise error 102 naming the address and why: what makes it unusable
+/// in the pools whose subnet holds it (network or broadcast address,
+/// gateway), or that it is outside every pool, naming each with its subnets.
+pub fn static_target(pools: &[Pool], address: IpAddr) -> crate::error::Result<&Pool> {
+    let mut reasons = Vec::new();
+    for pool in pools {
+        match pool.check_static(address) {
+            Ok(_) => return Ok(pool),
+            Err(reason) if pool.range_for_subnet_member(address).is_some() => {
+                reasons.push(format!("pool {}: {reason}", pool.name))
+            }
+            Err(_) => {}
+        }
+    }
+    let msg = if !reasons.is_empty() {
+        format!("requested address {address} cannot be handed out: {}", reasons.join("; "))
+    } else if pools.is_empty() {
+        format!("requested address {address} is outside every candidate pool: there is no candidate pool")
+    } else {
+        let each = pools.iter().map(|p| format!("{} {}", p.name, comma_list(p.subnets().iter())));
+        format!("requested address {address} is outside every candidate pool ({})", each.collect::<Vec<_>>().join("; "))
+    };
+    Err(crate::error::CniError::new(crate::error::Code::AddressNotInPool, msg))
+}
+
 /// The pools' names, for messages: `blue, green`.
 pub fn names<'a>(pools: impl IntoIterator<Item = &'a Pool>) -> String {
     comma_list(pools.into_iter().map(|p| &p.name))
@@ -176,6 +202,33 @@ mod tests {
         assert_eq!(names([&a, &b, &c]), "a, b, c");
         assert_eq!(a.range_for_subnet_member(ip("10.1.0.200")).unwrap().subnet.to_string(), "10.1.0.0/24");
         assert_eq!(a.range_for_subnet_member(ip("10.3.0.1")), None);
+    }
+
+    #[test]
+    fn static_target_names_the_address_and_why_not() {
+        let blue = pool(json!({"name": "blue", "ranges": [{"subnet": "10.0.0.0/24", "gateway": "10.0.0.9"},
+            {"subnet": "10.1.0.0/24"}]}));
+        let blue6 = pool(json!({"name": "blue6", "ranges": [{"subnet": "fd00::/64"}]}));
+        let pools = [blue, blue6];
+        assert_eq!(static_target(&pools, ip("10.1.0.7")).unwrap().name, "blue");
+        assert_eq!(static_target(&pools, ip("fd00::7")).unwrap().name, "blue6");
+        let refused = |a: &str| {
+            let e = static_target(&pools, ip(a)).unwrap_err();
+            assert_eq!(e.code, crate::error::Code::AddressNotInPool);
+            e.msg
+        };
+        assert_eq!(
+            refused("10.0.0.0"),
+            "requested address 10.0.0.0 cannot be handed out: pool blue: 10.0.0.0 is the network address of 10.0.0.0/24"
+        );
+        assert!(refused("10.0.0.255").contains("10.0.0.255 is the broadcast address of 10.0.0.0/24"));
+        assert!(refused("10.0.0.9").contains("10.0.0.9 is the gateway of 10.0.0.0/24"));
+        assert_eq!(
+            refused("10.9.0.1"),
+            "requested address 10.9.0.1 is outside every candidate pool (blue 10.0.0.0/24, 10.1.0.0/24; blue6 fd00::/64)"
+        );
+        let e = static_target(&[], ip("10.9.0.1")).unwrap_err();
+        assert_eq!(e.msg, "requested address 10.9.0.1 is outside every candidate pool: there is no candidate pool");
     }
 
     #[test]

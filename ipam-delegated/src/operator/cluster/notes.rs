@@ -27,8 +27,8 @@ Address records keep single addresses apart from their block's owner: static
 owner). For this node's owned blocks, used counts the leases inside the block
 in this node's database and size the block's allocatable addresses (its part
 of the pool's ranges minus excluded addresses and the gateway); for other
-nodes' blocks they are -. Each pool ends with how many of its blocks are
-claimed and how many this node owns. etcd's definition of a pool that differs
+nodes' blocks they are -. Each pool ends with how many of its blocks (those
+with an address to hand out) are claimed and how many this node owns. etcd's definition of a pool that differs
 from the configuration's is warned about.
 
 With --json: one object with the keys network, node (this node) and pools, an
