@@ -185,3 +185,32 @@ fn release_node_waits_out_the_nodes_own_grace() {
     }
     assert!(released.elapsed() >= std::time::Duration::from_secs(11), "claimed after {:?}", released.elapsed());
 }
+
+#[test]
+fn two_pool_names_over_one_range_are_refused() {
+    let _took = Took::new("two_pool_names_over_one_range_are_refused");
+    // One block's worth of addresses, so that both names would claim the same block.
+    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.94.0.0/26"}], "blockSize": 26}]), 30.0);
+    let out = c.add("n1", "c1");
+    assert_eq!(out.status, 0, "n1 with pool blue: {}", brief(&out));
+    let blue = ipv4_of(out.result());
+    // n2's configuration calls the same range "green" (renamed on some nodes).
+    let mut green = c.config("n2");
+    green["ipam"]["pools"][0]["name"] = json!("green");
+    for (what, extra) in [("an ADD", None), ("a static request", Some("IgnoreUnknown=1;IP=10.94.0.20"))] {
+        let env: Vec<(&str, &str)> = extra.map(|args| ("CNI_ARGS", args)).into_iter().collect();
+        let out = c.run("ADD", "c2", &green, &env);
+        let (code, msg) = failure(&out);
+        assert_eq!(code, 7, "{what} of n2 in pool green over blue's range: {}", brief(&out));
+        assert!(msg.contains("green") && msg.contains("blue"), "the message names both pools: {msg}");
+    }
+    assert!(c.leases("n2").is_empty(), "n2 handed out nothing: {:?}", c.leases("n2"));
+    let green_keys = c.etcd.dump("/ipam-delegated/v1/cnet/green/");
+    assert!(green_keys.is_empty(), "nothing of pool green was written: {green_keys:?}");
+    // A range beside blue's under another name is a pool of its own.
+    let mut beside = green.clone();
+    beside["ipam"]["pools"][0]["ranges"] = json!([{"subnet": "10.94.0.64/26"}]);
+    let out = c.run("ADD", "c3", &beside, &[]);
+    assert_eq!(out.status, 0, "pool green beside blue: {}", brief(&out));
+    assert_ne!(ipv4_of(out.result()), blue);
+}

@@ -547,7 +547,11 @@ impl<'s> Node<'s> {
                 }
             }
             for _ in 0..CLAIM_ROUNDS {
-                let (definition_kv, owners) = self.read_pool(&keys, &definition, g)?;
+                let (definition_kv, owners, indexed) = self.read_pool(&keys, &definition, g)?;
+                let Some(definition_kv) = definition_kv.filter(|_| indexed) else {
+                    self.define(&keys, g)?;
+                    continue;
+                };
                 let adopted: Vec<(IpNet, i64)> = owners
                     .iter()
                     .filter(|(block, (r, _))| {
@@ -581,7 +585,7 @@ impl<'s> Node<'s> {
                     return Ok(None);
                 }
                 for block in free {
-                    if let Some(b) = self.claim_one(&keys, g, block, &definition, definition_kv.as_ref())? {
+                    if let Some(b) = self.claim_one(&keys, g, block, &definition, &definition_kv)? {
                         self.stamp_boot(tx)?;
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
@@ -616,20 +620,25 @@ impl<'s> Node<'s> {
     /// The pool's definition in etcd (refusing one that differs from ours:
     /// nodes cutting a pool differently would hand out overlapping blocks)
     /// and every block with its owner.
-    fn read_pool(&self, keys: &PoolKeys, definition: &[u8], g: &Geometry) -> Result<(Option<Kv>, Owners)> {
-        let node_key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
+    fn read_pool(&self, keys: &PoolKeys, definition: &[u8], g: &Geometry) -> Result<(Option<Kv>, Owners, bool)> {
+        let net = NetworkKeys::new(&self.settings.prefix, &self.network);
         let txn = Txn {
             success: vec![
                 Op::Range(RangeRequest::key(keys.definition())),
                 Op::Range(RangeRequest::prefix(keys.blocks())),
-                Op::Range(RangeRequest::key(node_key)),
+                Op::Range(RangeRequest::key(net.node(&self.settings.node))),
+                Op::Range(RangeRequest::key(net.pool(&g.pool.name)).keys_only()),
             ],
             ..Txn::default()
         };
         let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
         let mut responses = answer.responses.into_iter();
-        let (Some(OpResponse::Range(def)), Some(OpResponse::Range(blocks)), Some(OpResponse::Range(entry))) =
-            (responses.next(), responses.next(), responses.next())
+        let (
+            Some(OpResponse::Range(def)),
+            Some(OpResponse::Range(blocks)),
+            Some(OpResponse::Range(entry)),
+            Some(OpResponse::Range(indexed)),
+        ) = (responses.next(), responses.next(), responses.next(), responses.next())
         else {
             return Err(etcd_error(not_ranges()));
         };
@@ -648,37 +657,119 @@ impl<'s> Node<'s> {
                 Some((block, (record, kv)))
             })
             .collect();
-        Ok((definition_kv, owners))
+        Ok((definition_kv, owners, !indexed.kvs.is_empty()))
+    }
+
+    /// Defines the pool in etcd, in one transaction: its cut (which every
+    /// claim and static reservation compares) and its entry in the
+    /// network's index of pools, only while no pool of the index overlaps
+    /// it and the index is as read. Two names over one range (a pool renamed
+    /// on some nodes) would each hand out its addresses: error 7 naming
+    /// both. A pool defined by an older build gets its index entry here too.
+    fn define(&self, keys: &PoolKeys, g: &Geometry) -> Result<()> {
+        let net = NetworkKeys::new(&self.settings.prefix, &self.network);
+        let ours = PoolRecord::of(g.pool, g.block_size);
+        let definition = to_bytes(&ours);
+        for _ in 0..CLAIM_ROUNDS {
+            let read = Txn {
+                success: vec![
+                    Op::Range(RangeRequest::key(keys.definition())),
+                    Op::Range(RangeRequest::prefix(net.pools())),
+                ],
+                ..Txn::default()
+            };
+            let answer = self.etcd.txn(&read).map_err(etcd_error)?;
+            let revision = answer.revision;
+            let mut responses = answer.responses.into_iter();
+            let (Some(OpResponse::Range(def)), Some(OpResponse::Range(index))) = (responses.next(), responses.next())
+            else {
+                return Err(etcd_error(not_ranges()));
+            };
+            let def = def.kvs.into_iter().next();
+            if let Some(kv) = &def {
+                check_definition(kv, &definition, g, &keys.definition())?;
+            }
+            let mut indexed = false;
+            for kv in &index.kvs {
+                match net.parse_pool(&kv.key) {
+                    Some(name) if name == g.pool.name => indexed = true,
+                    Some(name) => {
+                        let Ok(theirs) = serde_json::from_slice::<PoolRecord>(&kv.value) else { continue };
+                        if let Some((mine, other)) = ours.overlap(&theirs) {
+                            return Err(CniError::config(
+                                &format!("pool {}", g.pool.name),
+                                format!(
+                                    "its range {mine} overlaps range {} of pool {} of the same network in the \
+                                     cluster (etcd key {}): two pools over one range would each hand out its \
+                                     addresses. Give each range one pool name on every node",
+                                    shown(other),
+                                    shown(name),
+                                    shown_bytes(&kv.key)
+                                ),
+                            ));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if def.is_some() && indexed {
+                return Ok(());
+            }
+            let mut txn = Txn {
+                compare: vec![Compare::UnchangedSince { prefix: net.pools().into_bytes(), revision }],
+                success: vec![Op::Put {
+                    key: net.pool(&g.pool.name).into_bytes(),
+                    value: definition.clone(),
+                    lease: 0,
+                }],
+                failure: Vec::new(),
+            };
+            match &def {
+                Some(kv) => txn.compare.push(Compare::mod_revision_is(keys.definition(), kv.mod_revision)),
+                None => {
+                    txn.compare.push(Compare::absent(keys.definition()));
+                    txn.success.push(Op::Put {
+                        key: keys.definition().into_bytes(),
+                        value: definition.clone(),
+                        lease: 0,
+                    });
+                }
+            }
+            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                tracing::info!("pool {} is defined in the cluster ({})", g.pool.name, keys.definition());
+                return Ok(());
+            }
+        }
+        Err(CniError::new(
+            Code::TryAgainLater,
+            format!("pool {}: the network's pools kept changing while it was defined: try again", g.pool.name),
+        ))
     }
 
     /// One claim: the block key created if absent, with the pool's
-    /// definition unchanged (or created with it); reads the addresses others
-    /// already hold in it in the same transaction.
+    /// definition unchanged since `known` (read by [`Node::read_pool`]);
+    /// reads the addresses others already hold in it in the same transaction.
     fn claim_one(
         &self,
         keys: &PoolKeys,
         g: &Geometry,
         block: IpNet,
         definition: &[u8],
-        known: Option<&Kv>,
+        known: &Kv,
     ) -> Result<Option<NodeBlock>> {
         let record =
             BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone() };
-        let mut txn = Txn {
-            compare: vec![Compare::absent(keys.block(&block))],
+        let txn = Txn {
+            compare: vec![
+                Compare::absent(keys.block(&block)),
+                Compare::mod_revision_is(keys.definition(), known.mod_revision),
+            ],
             success: vec![
                 Op::Put { key: keys.block(&block).into_bytes(), value: to_bytes(&record), lease: 0 },
                 Op::Range(RangeRequest::prefix(keys.block_addresses(&block))),
             ],
             failure: vec![Op::Range(RangeRequest::key(keys.definition()))],
         };
-        match known {
-            Some(kv) => txn.compare.push(Compare::mod_revision_is(keys.definition(), kv.mod_revision)),
-            None => {
-                txn.compare.push(Compare::absent(keys.definition()));
-                txn.success.push(Op::Put { key: keys.definition().into_bytes(), value: definition.to_vec(), lease: 0 });
-            }
-        }
         let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
         if !answer.succeeded {
             if let Some(OpResponse::Range(def)) = answer.responses.first() {
@@ -789,14 +880,17 @@ impl<'s> Node<'s> {
         };
         // The pool's cut is compared as a claim compares it: an address
         // reserved under another cut would lie in another node's block as
-        // that node cuts the pool, where it never looks for records. The
-        // pool's first write creates the definition, so a second attempt
-        // when it is absent.
+        // that node cuts the pool, where it never looks for records. A pool
+        // not yet in etcd is defined first.
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
-        let mut create_definition = false;
+        let mut defined = false;
         let (holder, owner) = loop {
-            let mut txn = Txn {
-                compare: vec![Compare::absent(key.clone()), block_compare.clone()],
+            let txn = Txn {
+                compare: vec![
+                    Compare::absent(key.clone()),
+                    block_compare.clone(),
+                    Compare::value_is(keys.definition(), definition.clone()),
+                ],
                 success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
                 failure: vec![
                     Op::Range(RangeRequest::key(key.clone())),
@@ -804,12 +898,6 @@ impl<'s> Node<'s> {
                     Op::Range(RangeRequest::key(keys.definition())),
                 ],
             };
-            if create_definition {
-                txn.compare.push(Compare::absent(keys.definition()));
-                txn.success.push(Op::Put { key: keys.definition().into_bytes(), value: definition.clone(), lease: 0 });
-            } else {
-                txn.compare.push(Compare::value_is(keys.definition(), definition.clone()));
-            }
             let answer = match self.etcd.txn(&txn) {
                 Ok(answer) => answer,
                 Err(e) => {
@@ -827,18 +915,21 @@ impl<'s> Node<'s> {
             });
             let (holder, owner, theirs) =
                 (failure.next().flatten(), failure.next().flatten(), failure.next().flatten());
-            match theirs {
-                Some(kv) => {
-                    if let Err(e) = check_definition(&kv, &definition, g, &keys.definition()) {
-                        store.write(|tx| tx.drop_node_record(&key))?;
-                        return Err(e);
-                    }
+            let mut again = false;
+            let refused = match theirs {
+                Some(kv) => check_definition(&kv, &definition, g, &keys.definition()).err(),
+                None if !defined => {
+                    (defined, again) = (true, true);
+                    self.define(&keys, g).err()
                 }
-                None if !create_definition => {
-                    create_definition = true;
-                    continue;
-                }
-                None => {}
+                None => None,
+            };
+            if let Some(e) = refused {
+                store.write(|tx| tx.drop_node_record(&key))?;
+                return Err(e);
+            }
+            if again {
+                continue;
             }
             break (holder, owner);
         };
