@@ -303,6 +303,7 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
         [
             "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"owned\"} 3",
             "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"releasing\"} 0",
+            "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"contested\"} 0",
         ]
     );
 }

@@ -17,6 +17,7 @@ use std::net::IpAddr;
 use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
+use support::Outcome;
 
 /// `c`'s configuration of `node` with pool blue's `blockSize` set.
 fn with_block_size(c: &Cluster, node: &str, block_size: u8) -> Value {
@@ -213,4 +214,69 @@ fn two_pool_names_over_one_range_are_refused() {
     let out = c.run("ADD", "c3", &beside, &[]);
     assert_eq!(out.status, 0, "pool green beside blue: {}", brief(&out));
     assert_ne!(ipv4_of(out.result()), blue);
+}
+
+/// The block of pool blue that etcd shows as `node`'s (exactly one).
+fn only_block_of(c: &Cluster, node: &str) -> Net4 {
+    let blocks = c.blocks_of(node);
+    assert_eq!(blocks.len(), 1, "{node} owns one block: {:?}", c.blocks());
+    blocks[0]
+}
+
+/// `tries` ADDs of `node` for `container`, half a second apart, until one succeeds.
+fn add_until_ok(c: &Cluster, node: &str, container: &str, tries: usize) -> Outcome {
+    let mut out = c.add(node, container);
+    for _ in 1..tries {
+        if out.status == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        out = c.add(node, container);
+    }
+    out
+}
+
+#[test]
+fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
+    let _took = Took::new("etcd_wiped_blocks_are_claimed_back_by_their_nodes_first");
+    // Two blocks of 16; a quarantine of 2 + 3 × 1 s.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.92.0.0/27"}], "blockSize": 28}]), 2.0);
+    c.call_timeout = 1;
+    for i in 0..3 {
+        for node in ["n1", "n2"] {
+            let out = c.add(node, &format!("{node}-{i}"));
+            assert_eq!(out.status, 0, "{node} ADD {i}: {}", brief(&out));
+        }
+    }
+    let (x, y) = (only_block_of(&c, "n1"), only_block_of(&c, "n2"));
+    assert_ne!(x, y);
+    // etcd loses its data and comes back on the same URL.
+    c.etcd.wipe();
+    assert!(c.etcd.dump("/").is_empty(), "etcd is empty");
+    // n2 notices at its next ADD (etcd answers at a revision below the
+    // ones it saw), claims its block back and tells the cluster to wait.
+    let out = c.add("n2", "n2-after");
+    let (code, msg) = failure(&out);
+    assert_eq!(code, 11, "n2's first ADD after the wipe: {msg}");
+    assert!(msg.contains("lost history"), "{msg}");
+    assert_eq!(c.blocks_of("n2"), vec![y], "n2 claimed its block back");
+    // A new node, which never saw the old etcd, claims nothing meanwhile:
+    // n1's block holds n1's addresses, and n1 has not claimed it back yet.
+    let out = c.add("n3", "n3-0");
+    let (code, msg) = failure(&out);
+    assert_eq!(code, 11, "n3's ADD while the nodes re-claim: {msg}");
+    assert!(msg.contains("re-claim"), "{msg}");
+    // n1 notices too and claims its block back; then both go on as before.
+    let out = add_until_ok(&c, "n1", "n1-after", 4);
+    assert_eq!(out.status, 0, "n1 after the wipe: {}", brief(&out));
+    assert_eq!(c.blocks_of("n1"), vec![x], "n1 claimed its block back");
+    let out = add_until_ok(&c, "n2", "n2-after", 4);
+    assert_eq!(out.status, 0, "n2 after the wipe: {}", brief(&out));
+    // Once the quarantine is over n3 gets nothing of n1's or n2's: the
+    // pool's two blocks are theirs.
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    let out = c.add("n3", "n3-1");
+    assert_ne!(out.status, 0, "n3 after the quarantine: every block is n1's or n2's: {}", brief(&out));
+    let held = held_once(&c, &["n1", "n2", "n3"]);
+    assert_covered(&c, &held);
 }

@@ -9,6 +9,7 @@
 //! <prefix>/v1/<network>/<pool>/wanted                a node found no free address (lenders lend)
 //! <prefix>/v1/<network>/_nodes/<node>                {"db": …, "offlineGrace": …, "timeout": …}: who runs as <node>
 //! <prefix>/v1/<network>/_pools/<pool>                the pool's geometry again: the network's pools, checked for overlap
+//! <prefix>/v1/<network>/_recovery                    {"node", "at", "from", "to"}: etcd lost history; nodes re-claim (leased)
 //! ```
 //! Pool names start with a letter or digit, so `_nodes` and `_pools` are never pools.
 //! `<block>` is the block's CIDR with `-` for `/` (`10.22.0.64-26`).
@@ -97,6 +98,12 @@ impl NetworkKeys {
         format!("{}_nodes/{node}", self.base)
     }
 
+    /// Present (under an etcd lease) while nodes re-claim their blocks after
+    /// etcd lost history: no block is claimed or adopted meanwhile.
+    pub fn recovery(&self) -> String {
+        format!("{}_recovery", self.base)
+    }
+
     /// The index of the network's pools, each with its geometry: a pool is
     /// defined only when it overlaps none of the others (two names over one
     /// range would each hand out its addresses).
@@ -137,6 +144,16 @@ pub struct BlockRecord {
     /// records of builds before it was recorded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub db: String,
+}
+
+/// `_recovery`: which node saw etcd's revision go back from `from` to `to`,
+/// at unix time `at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryRecord {
+    pub node: String,
+    pub at: i64,
+    pub from: i64,
+    pub to: i64,
 }
 
 /// `_nodes/<node>`: the node database that runs under a node name, and the

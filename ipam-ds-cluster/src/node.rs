@@ -17,7 +17,7 @@ use shared::addr::Family;
 use shared::args::Attachment;
 use shared::pool::Pool;
 use shared::result::IpamResult;
-use shared::store::{unix_now, BlockState, NodeBlock, NodeRecord, RecordState, StoreHandle, Tx};
+use shared::store::{unix_now, BlockState, Lease, LeaseFilter, NodeBlock, NodeRecord, RecordState, StoreHandle, Tx};
 use shared::{CniError, Code, Result};
 
 use crate::blocks::Geometry;
@@ -25,7 +25,7 @@ use crate::clock::{BootClock, BOOT_NOTE};
 use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
 use crate::layout::{
     shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys,
-    PoolRecord,
+    PoolRecord, RecoveryRecord,
 };
 use crate::settings::Settings;
 
@@ -36,6 +36,15 @@ const CLAIM_ROUNDS: usize = 3;
 /// The identity of this node database, made with it: what etcd's entry of
 /// the node name and the node's block records carry.
 const DB_NOTE: &str = "node-db";
+
+/// The note of the highest etcd revision this node saw for `network`: an
+/// answer below it means etcd lost history.
+fn revision_note(network: &str) -> String {
+    format!("etcd-revision:{network}")
+}
+
+/// Who a published lease's record says added it: no ADD's rollback releases it.
+const RECOVERED: &str = "recovered";
 
 /// A node of the cluster, for one call on one network.
 pub struct Node<'s> {
@@ -60,7 +69,7 @@ struct Confirmed {
     /// Blocks still ours, with what others hold in them.
     ours: Vec<NodeBlock>,
     /// Blocks etcd no longer shows as ours.
-    lost: Vec<(NodeBlock, String)>,
+    lost: Vec<(NodeBlock, String, Option<Kv>)>,
     /// The mod_revision of the pool's `wanted` key: a node found no room.
     wanted: i64,
     /// Lent records in our blocks that name another node: lent by a former
@@ -212,13 +221,10 @@ impl<'s> Node<'s> {
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
         let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
-        for &address in requests {
-            self.reserve_static(store, &geometries, address, who)?;
-        }
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.
-        let (owned, mut blocks, records, held, boot) = store.read(|tx| {
+        let (owned, mut blocks, records, held, boot, watermark) = store.read(|tx| {
             let mut owned = Vec::with_capacity(pools.len());
             let mut with_room = Vec::with_capacity(pools.len());
             for g in &geometries {
@@ -230,14 +236,18 @@ impl<'s> Node<'s> {
                 with_room.push(blocks_with_room(tx, g, &all)?);
                 owned.push(all);
             }
-            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, tx.note(BOOT_NOTE)?))
+            let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
+            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, tx.note(BOOT_NOTE)?, watermark))
         })?;
         let offline = match self.confirm(&geometries, &blocks) {
-            Ok(confirmed) => {
+            Ok((confirmed, entry)) => {
+                // Before anything is decided from what etcd said.
+                self.check_history(store, &geometries, watermark)?;
+                self.register(entry)?;
                 let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
                 let stale: Vec<Kv> = confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
                 self.drop_stale_lent(&stale);
-                self.record_confirmed(store, &mut blocks, confirmed, boot.as_deref())?;
+                self.record_confirmed(store, &geometries, &mut blocks, confirmed, boot.as_deref())?;
                 for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
                     if let Err(e) = self.lend(store, &geometries[i], &blocks[i], revision) {
                         tracing::warn!("pool {}: lending to nodes without room failed: {e}", pools[i].name);
@@ -258,6 +268,9 @@ impl<'s> Node<'s> {
             }
             Err(e) => return Err(etcd_error(e)),
         };
+        for &address in requests {
+            self.reserve_static(store, &geometries, address, who)?;
+        }
         let mut borrowed: Vec<(String, IpAddr)> = Vec::new();
         let singles = |pool: &Pool, borrowed: &[(String, IpAddr)]| -> Vec<IpAddr> {
             let mut singles: Vec<IpAddr> = records
@@ -352,27 +365,31 @@ impl<'s> Node<'s> {
         &self,
         geometries: &[Geometry],
         blocks: &[Vec<NodeBlock>],
-    ) -> std::result::Result<Vec<Confirmed>, etcd::Error> {
-        let mut reads: Vec<Vec<Op>> = Vec::new();
+    ) -> std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error> {
+        // Linearizable reads: an etcd member cut off from its quorum serves
+        // no answer at all (so the node counts etcd as unreachable and only
+        // offlineGrace applies) rather than its stale view, which would never
+        // show a block taken from this node. The node's entry is always
+        // read, so every ADD that reaches etcd learns whether etcd lost
+        // history and whether another database runs under the node's name.
+        let entry_key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
+        let mut reads: Vec<Vec<Op>> = vec![vec![Op::Range(RangeRequest::key(entry_key))]];
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
-            // Serializable reads: the member answers without a quorum round
-            // trip, at most a moment behind. That is safe here: a block
-            // taken from this node stays released (a tombstone) for longer
-            // than offlineGrace, within which the node may allocate in it
-            // unconfirmed anyway; nobody else writes records in its blocks
-            // but by compare-and-swap on records it lent (and holds).
             if !pool_blocks.is_empty() {
-                reads.push(vec![Op::Range(RangeRequest::key(keys.wanted()).keys_only().serializable())]);
+                reads.push(vec![Op::Range(RangeRequest::key(keys.wanted()).keys_only())]);
             }
             for b in pool_blocks {
                 reads.push(vec![
-                    Op::Range(RangeRequest::key(keys.block(&b.block)).serializable()),
-                    Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block)).serializable()),
+                    Op::Range(RangeRequest::key(keys.block(&b.block))),
+                    Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))),
                 ]);
             }
         }
         let mut responses = self.etcd.read_in_txns(reads)?.into_iter();
+        let Some(OpResponse::Range(entry)) = responses.next() else {
+            return Err(not_ranges());
+        };
         let mut confirmed = Vec::with_capacity(blocks.len());
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
@@ -395,12 +412,241 @@ impl<'s> Node<'s> {
                         c.stale.extend(addresses.kvs.iter().filter(|kv| self.stale_lent(kv)).cloned());
                         c.ours.push(NodeBlock { revision, taken, ..b.clone() });
                     }
-                    Err(why) => c.lost.push((b.clone(), why)),
+                    Err(why) => c.lost.push((b.clone(), why, record.kvs.first().cloned())),
                 }
             }
             confirmed.push(c);
         }
-        Ok(confirmed)
+        Ok((confirmed, entry.kvs.into_iter().next()))
+    }
+
+    /// Whether etcd lost history since this node last wrote down what it
+    /// saw: an answer at a revision below it (etcd restored from an older
+    /// backup, or its data wiped). Then the node recovers its blocks (see
+    /// [`Node::recover`]) and the call fails with 11, to be tried again.
+    fn check_history(&self, store: &mut StoreHandle, geometries: &[Geometry], watermark: Option<i64>) -> Result<()> {
+        let Some((lowest, _)) = self.etcd.revisions() else { return Ok(()) };
+        let Some(seen) = watermark.filter(|w| lowest < *w) else { return Ok(()) };
+        tracing::error!(
+            "etcd lost history: it answers at revision {lowest}, but this node saw revision {seen} before (etcd \
+             restored from an older backup, or its data wiped); re-claiming this node's blocks"
+        );
+        self.recover(store, geometries, seen, lowest)?;
+        Err(CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "etcd lost history (revision {lowest}, this node saw {seen}): this node re-claimed its blocks of \
+                 network {:?} where it could; try again",
+                self.network
+            ),
+        ))
+    }
+
+    /// After etcd lost history, puts this node's blocks of `geometries`
+    /// back as they were, as far as etcd allows, without ever taking an
+    /// address another node may hold:
+    /// - a block still ours stays (at its claim's revision);
+    /// - a block etcd does not have that holds our leases is claimed again;
+    /// - a block another node owns that holds our leases is contested (see
+    ///   [`Node::contest`]); one without our leases is dropped;
+    /// - and for offlineGrace + 3 × ipam.timeout no node claims or adopts any
+    ///   other block of the network (`_recovery`), so that nodes re-claim
+    ///   their own first.
+    fn recover(&self, store: &mut StoreHandle, geometries: &[Geometry], seen: i64, now_at: i64) -> Result<()> {
+        self.quarantine(seen, now_at)?;
+        for g in geometries {
+            let keys = self.keys(&g.pool.name);
+            let rows: Vec<(NodeBlock, Vec<Lease>)> = store.read(|tx| {
+                let mut rows = Vec::new();
+                for b in tx.node_blocks(&self.network, &g.pool.name)? {
+                    if b.state != BlockState::Releasing {
+                        let held = self.leases_in(tx, &b)?;
+                        rows.push((b, held));
+                    }
+                }
+                Ok(rows)
+            })?;
+            if rows.is_empty() {
+                continue;
+            }
+            let reads = rows.iter().map(|(b, _)| vec![Op::Range(RangeRequest::key(keys.block(&b.block)))]).collect();
+            let answers = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
+            for ((b, held), answer) in rows.iter().zip(answers) {
+                let kv = match answer {
+                    OpResponse::Range(r) => r.kvs.into_iter().next(),
+                    _ => None,
+                };
+                self.take_back(store, g, b, held, kv.as_ref())?;
+            }
+        }
+        let highest = self.etcd.revisions().map_or(now_at, |(_, high)| high);
+        store.write(|tx| tx.set_note(&revision_note(&self.network), &highest.to_string()))
+    }
+
+    /// What becomes of block `b`, which holds this node's leases `held`, when
+    /// etcd shows it as `kv` (none: absent).
+    fn take_back(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        b: &NodeBlock,
+        held: &[Lease],
+        kv: Option<&Kv>,
+    ) -> Result<()> {
+        let keys = self.keys(&g.pool.name);
+        let record = kv.and_then(|kv| serde_json::from_slice::<BlockRecord>(&kv.value).ok());
+        match (kv, &record) {
+            (Some(kv), Some(r)) if self.is_ours(r) => {
+                tracing::warn!(
+                    "block {} of pool {} is this node's in etcd at revision {}",
+                    b.block,
+                    b.pool,
+                    kv.create_revision
+                );
+                let kept = NodeBlock { state: BlockState::Owned, revision: kv.create_revision, ..b.clone() };
+                store.write(|tx| tx.put_node_block(&kept))
+            }
+            _ if held.is_empty() => {
+                tracing::warn!("block {} of pool {} holds no lease here: left to the cluster", b.block, b.pool);
+                store.write(|tx| tx.drop_node_block(&b.network, &b.pool, &b.block))
+            }
+            (None, _) => match self.reclaim(store, &keys, g, b)? {
+                true => Ok(()),
+                false => self.contest(store, &keys, b, held, "another node claimed it first"),
+            },
+            (Some(_), r) => {
+                let holder =
+                    r.as_ref().map_or("an unreadable record".to_string(), |r| format!("node {}", shown(&r.node)));
+                self.contest(store, &keys, b, held, &format!("etcd shows it {holder}'s"))
+            }
+        }
+    }
+
+    /// A block record that names this node and this database (or none: a
+    /// claim of a build that did not record it).
+    fn is_ours(&self, r: &BlockRecord) -> bool {
+        r.node == self.settings.node && !r.released && (r.db.is_empty() || r.db == self.db)
+    }
+
+    /// Claims `b` again after etcd lost it (the quarantine does not apply:
+    /// its leases are this node's). False when another node has it.
+    fn reclaim(&self, store: &mut StoreHandle, keys: &PoolKeys, g: &Geometry, b: &NodeBlock) -> Result<bool> {
+        self.define(keys, g)?;
+        let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
+        let record =
+            BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone() };
+        let txn = Txn {
+            compare: vec![Compare::absent(keys.block(&b.block)), Compare::value_is(keys.definition(), definition)],
+            success: vec![Op::Put { key: keys.block(&b.block).into_bytes(), value: to_bytes(&record), lease: 0 }],
+            failure: Vec::new(),
+        };
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        if answer.succeeded {
+            tracing::warn!("block {} of pool {} was gone from etcd: claimed again", b.block, b.pool);
+            let again =
+                NodeBlock { state: BlockState::Owned, revision: answer.revision, taken: Vec::new(), ..b.clone() };
+            store.write(|tx| tx.put_node_block(&again))?;
+        }
+        Ok(answer.succeeded)
+    }
+
+    /// A block that holds leases of this node but is another's in etcd: it
+    /// is never handed to the allocators again, and each lease is published
+    /// as this node's address record in it, so that its owner's allocators
+    /// skip the address (they read the block's records at each ADD). An
+    /// address another attachment already holds in the cluster is logged as
+    /// held twice: etcd's loss made that, and the operator must resolve it.
+    fn contest(
+        &self,
+        store: &mut StoreHandle,
+        keys: &PoolKeys,
+        b: &NodeBlock,
+        held: &[Lease],
+        why: &str,
+    ) -> Result<()> {
+        tracing::error!(
+            "block {} of pool {} holds {} lease(s) of this node but {why}: their addresses are published as this \
+             node's, and the block is not used again",
+            b.block,
+            b.pool,
+            held.len()
+        );
+        store.write(|tx| {
+            tx.put_node_block(&NodeBlock { state: BlockState::Contested, since: unix_now(), ..b.clone() })
+        })?;
+        for lease in held {
+            let key = keys.address(&b.block, lease.address);
+            if store.read(|tx| tx.node_record(&key))?.is_some() {
+                continue;
+            }
+            let value = to_text(&AddressRecord {
+                kind: Kind::Static,
+                node: self.settings.node.clone(),
+                container: lease.owner.container_id.clone(),
+                ifname: lease.owner.ifname.clone(),
+                lender: String::new(),
+            });
+            let row = NodeRecord {
+                key: key.clone(),
+                value: value.clone(),
+                pool: b.pool.clone(),
+                address: lease.address,
+                kind: Kind::Static,
+                owner: lease.owner.clone(),
+                added_by: Some(RECOVERED.to_string()),
+                state: RecordState::Writing,
+            };
+            store.write(|tx| tx.put_node_record(&row))?;
+            let txn = Txn {
+                compare: vec![Compare::absent(key.clone())],
+                success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
+                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
+            };
+            let answer = match self.etcd.txn(&txn) {
+                Ok(answer) => answer,
+                Err(e) => {
+                    forget_unsure(store, &key)?;
+                    return Err(etcd_error(e));
+                }
+            };
+            let theirs = match answer.responses.into_iter().next() {
+                Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
+                _ => None,
+            };
+            if answer.succeeded || theirs.as_ref().is_some_and(|kv| kv.value == value.as_bytes()) {
+                store.write(|tx| tx.set_node_record_state(&key, RecordState::Held))?;
+            } else {
+                store.write(|tx| tx.drop_node_record(&key))?;
+                tracing::error!(
+                    "{} is leased here to container {} interface {} and held in the cluster too ({}): an address \
+                     held twice since etcd lost history",
+                    lease.address,
+                    shown(&lease.owner.container_id),
+                    shown(&lease.owner.ifname),
+                    theirs.map_or(String::new(), |kv| shown_bytes(&kv.value))
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the network's nodes from claiming or adopting blocks while they
+    /// re-claim their own, for as long as a node may allocate unconfirmed.
+    fn quarantine(&self, seen: i64, now_at: i64) -> Result<()> {
+        let key = NetworkKeys::new(&self.settings.prefix, &self.network).recovery();
+        let window = self.settings.offline_grace + self.settings.call_timeout * 3;
+        let ttl = (window.as_secs_f64().ceil() as i64).max(1);
+        let lease = self.etcd.lease_grant(ttl).map_err(etcd_error)?;
+        let record = RecoveryRecord { node: self.settings.node.clone(), at: unix_now(), from: seen, to: now_at };
+        let txn = Txn {
+            compare: vec![Compare::absent(key.clone())],
+            success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&record), lease }],
+            failure: Vec::new(),
+        };
+        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+            tracing::warn!("no block of network {:?} is claimed by any node for {ttl}s ({key})", self.network);
+        }
+        Ok(())
     }
 
     /// The revision of our claim if `kv` (a block key) shows the block ours;
@@ -459,6 +705,7 @@ impl<'s> Node<'s> {
     fn record_confirmed(
         &self,
         store: &mut StoreHandle,
+        geometries: &[Geometry],
         blocks: &mut [Vec<NodeBlock>],
         confirmed: Vec<Confirmed>,
         boot: Option<&str>,
@@ -467,8 +714,8 @@ impl<'s> Node<'s> {
         let refresh = i64::try_from(self.settings.offline_grace.as_millis() / 10).unwrap_or(i64::MAX).max(1000);
         let same_boot = boot == Some(self.clock.boot_id.as_str());
         let mut changes: Vec<NodeBlock> = Vec::new();
-        let mut lost: Vec<NodeBlock> = Vec::new();
-        for (pool_blocks, c) in blocks.iter_mut().zip(confirmed) {
+        let mut lost: Vec<(&Geometry, NodeBlock, String, Option<Kv>)> = Vec::new();
+        for ((pool_blocks, c), g) in blocks.iter_mut().zip(confirmed).zip(geometries) {
             let mut ours = c.ours;
             for b in &mut ours {
                 let before = pool_blocks.iter().find(|p| p.block == b.block);
@@ -482,37 +729,65 @@ impl<'s> Node<'s> {
                     changes.push(b.clone());
                 }
             }
-            for (b, why) in &c.lost {
-                tracing::warn!(
-                    "block {} of pool {} is no longer this node's: {why}; it is not used again",
-                    b.block,
-                    b.pool
-                );
-                lost.push(b.clone());
-            }
+            lost.extend(c.lost.into_iter().map(|(b, why, kv)| (g, b, why, kv)));
             *pool_blocks = ours;
         }
         if changes.is_empty() && lost.is_empty() {
             return Ok(());
         }
-        store.write(|tx| {
-            self.stamp_boot(tx)?;
+        type Held<'g> = (&'g Geometry<'g>, NodeBlock, String, Option<Kv>, Vec<Lease>);
+        let held: Vec<Held> = store.write(|tx| {
+            self.stamp(tx)?;
             for b in &changes {
                 tx.put_node_block(b)?;
             }
-            for b in &lost {
-                tx.drop_node_block(&b.network, &b.pool, &b.block)?;
+            let mut held = Vec::new();
+            for (g, b, why, kv) in &lost {
+                let leases = self.leases_in(tx, b)?;
+                if leases.is_empty() {
+                    tracing::warn!(
+                        "block {} of pool {} is no longer this node's: {why}; it is not used again",
+                        b.block,
+                        b.pool
+                    );
+                    tx.drop_node_block(&b.network, &b.pool, &b.block)?;
+                } else {
+                    held.push((*g, b.clone(), why.clone(), kv.clone(), leases));
+                }
             }
-            Ok(())
-        })
+            Ok(held)
+        })?;
+        // A lost block with our leases in it is not forgotten: claimed back
+        // when etcd has no owner for it, else its owner must learn which of
+        // its addresses are ours.
+        for (g, b, why, kv, leases) in held {
+            tracing::warn!("block {} of pool {} holds leases of this node but {why}", b.block, b.pool);
+            self.take_back(store, g, &b, &leases, kv.as_ref())?;
+        }
+        Ok(())
     }
 
-    /// Before a confirmation of this boot is written: those of another boot
-    /// (or of a build that stamped them by the wall clock) are voided.
-    fn stamp_boot(&self, tx: &Tx) -> Result<()> {
+    /// This network's leases inside block `b`.
+    fn leases_in(&self, tx: &Tx, b: &NodeBlock) -> Result<Vec<Lease>> {
+        let filter =
+            LeaseFilter { network: Some(self.network.clone()), pool: Some(b.pool.clone()), ..Default::default() };
+        Ok(tx.leases(&filter)?.into_iter().filter(|l| b.block.contains(&l.address)).collect())
+    }
+
+    /// With every write of what etcd said: confirmations of another boot
+    /// (or of a build that stamped them by the wall clock) are voided, and
+    /// the highest revision etcd answered at is kept, the mark below which
+    /// an answer means etcd lost history.
+    fn stamp(&self, tx: &Tx) -> Result<()> {
         if tx.note(BOOT_NOTE)?.as_deref() != Some(self.clock.boot_id.as_str()) {
             tx.void_block_confirmations()?;
             tx.set_note(BOOT_NOTE, &self.clock.boot_id)?;
+        }
+        if let Some((_, high)) = self.etcd.revisions() {
+            let note = revision_note(&self.network);
+            if tx.note(&note)?.and_then(|n| n.parse::<i64>().ok()).is_none_or(|seen| seen < high) {
+                tx.set_note(&note, &high.to_string())?;
+            }
         }
         Ok(())
     }
@@ -561,6 +836,7 @@ impl<'s> Node<'s> {
                             && !now_mine.iter().any(|b| b.block == **block)
                     })
                     .map(|(block, (_, kv))| (*block, kv.create_revision))
+                    .filter(|(block, revision)| !gave_back(tx, &network, &g.pool.name, block, *revision))
                     .collect();
                 if let Some(&(block, revision)) = adopted.first() {
                     // Claimed by a call of this node killed before it wrote
@@ -572,7 +848,7 @@ impl<'s> Node<'s> {
                     );
                     let taken = self.block_addresses(&keys, &block)?;
                     let b = self.owned_block(g, block, revision, taken);
-                    self.stamp_boot(tx)?;
+                    self.stamp(tx)?;
                     tx.put_node_block(&b)?;
                     return Ok(Some(vec![b]));
                 }
@@ -586,7 +862,7 @@ impl<'s> Node<'s> {
                 }
                 for block in free {
                     if let Some(b) = self.claim_one(&keys, g, block, &definition, &definition_kv)? {
-                        self.stamp_boot(tx)?;
+                        self.stamp(tx)?;
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
                         return Ok(Some(vec![b]));
@@ -628,6 +904,7 @@ impl<'s> Node<'s> {
                 Op::Range(RangeRequest::prefix(keys.blocks())),
                 Op::Range(RangeRequest::key(net.node(&self.settings.node))),
                 Op::Range(RangeRequest::key(net.pool(&g.pool.name)).keys_only()),
+                Op::Range(RangeRequest::key(net.recovery())),
             ],
             ..Txn::default()
         };
@@ -638,10 +915,25 @@ impl<'s> Node<'s> {
             Some(OpResponse::Range(blocks)),
             Some(OpResponse::Range(entry)),
             Some(OpResponse::Range(indexed)),
-        ) = (responses.next(), responses.next(), responses.next(), responses.next())
+            Some(OpResponse::Range(recovery)),
+        ) = (responses.next(), responses.next(), responses.next(), responses.next(), responses.next())
         else {
             return Err(etcd_error(not_ranges()));
         };
+        if let Some(kv) = recovery.kvs.first() {
+            let what = serde_json::from_slice::<RecoveryRecord>(&kv.value).map_or_else(
+                |_| String::new(),
+                |r| format!(" (node {} saw its revision go back from {} to {})", shown(&r.node), r.from, r.to),
+            );
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "etcd lost history{what}: while the nodes of network {:?} re-claim their blocks, no block is \
+                     claimed (for at most offlineGrace + 3 × ipam.timeout): try again later",
+                    self.network
+                ),
+            ));
+        }
         // Before any claim or adoption: this node name is this database's.
         self.register(entry.kvs.into_iter().next())?;
         let definition_kv = def.kvs.into_iter().next();
@@ -763,6 +1055,7 @@ impl<'s> Node<'s> {
             compare: vec![
                 Compare::absent(keys.block(&block)),
                 Compare::mod_revision_is(keys.definition(), known.mod_revision),
+                Compare::absent(NetworkKeys::new(&self.settings.prefix, &self.network).recovery()),
             ],
             success: vec![
                 Op::Put { key: keys.block(&block).into_bytes(), value: to_bytes(&record), lease: 0 },
@@ -883,14 +1176,20 @@ impl<'s> Node<'s> {
         // that node cuts the pool, where it never looks for records. A pool
         // not yet in etcd is defined first.
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
+        let recovery_key = NetworkKeys::new(&self.settings.prefix, &self.network).recovery();
         let mut defined = false;
         let (holder, owner) = loop {
             let txn = Txn {
-                compare: vec![
+                compare: [
                     Compare::absent(key.clone()),
                     block_compare.clone(),
                     Compare::value_is(keys.definition(), definition.clone()),
-                ],
+                ]
+                .into_iter()
+                // In a block nobody claims, not while nodes re-claim theirs
+                // after etcd lost history: it may be one of them.
+                .chain(own_block.is_none().then(|| Compare::absent(recovery_key.clone())))
+                .collect(),
                 success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
                 failure: vec![
                     Op::Range(RangeRequest::key(key.clone())),
@@ -1245,14 +1544,19 @@ impl<'s> Node<'s> {
                 .into_iter()
                 .filter(|r| r.state == RecordState::Releasing && r.owner.network == self.network)
                 .collect();
-            let blocks: Vec<NodeBlock> = tx
-                .all_node_blocks()?
-                .into_iter()
-                .filter(|b| b.state == BlockState::Releasing && b.network == self.network)
-                .collect();
-            Ok((records, blocks))
+            let (mut blocks, mut contested_done) = (Vec::new(), Vec::new());
+            for b in tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network) {
+                match b.state {
+                    BlockState::Releasing => blocks.push(b),
+                    // Its leases are gone (their records released with them):
+                    // nothing of this node is left in it.
+                    BlockState::Contested if self.leases_in(tx, &b)?.is_empty() => contested_done.push(b),
+                    _ => {}
+                }
+            }
+            Ok((records, blocks, contested_done))
         });
-        let (records, blocks) = match pending {
+        let (records, blocks, contested_done) = match pending {
             Ok(pending) => pending,
             Err(e) => {
                 tracing::warn!("cannot read what is left to settle with etcd: {e}");
@@ -1261,6 +1565,16 @@ impl<'s> Node<'s> {
         };
         if let Err(e) = self.release(store, &records) {
             tracing::warn!("releases left for a later call: {e}");
+        }
+        for b in contested_done {
+            tracing::info!(
+                "contested block {} of pool {} holds no lease of this node any more: dropped",
+                b.block,
+                b.pool
+            );
+            if let Err(e) = store.write(|tx| tx.drop_node_block(&b.network, &b.pool, &b.block)) {
+                tracing::warn!("contested block {} of pool {} is dropped later: {e}", b.block, b.pool);
+            }
         }
         // While a block being given back waits, an ADD that saw it as this
         // node's may still be allocating in it.
@@ -1320,6 +1634,9 @@ impl<'s> Node<'s> {
                 failure: Vec::new(),
             };
             let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            // So that this claim is never adopted again, should an etcd
+            // restored from an older backup show it once more.
+            tx.set_note(&gave_back_note(&b.network, &b.pool, &b.block), &b.revision.to_string())?;
             if answer.succeeded {
                 tracing::info!("gave block {} of pool {} back to the cluster", b.block, b.pool);
             } else {
@@ -1334,6 +1651,15 @@ impl<'s> Node<'s> {
         let probe = RangeRequest { limit: 1, ..RangeRequest::prefix(format!("{}/", self.settings.prefix)).keys_only() };
         self.etcd.range(&probe).map(drop)
     }
+}
+
+fn gave_back_note(network: &str, pool: &str, block: &IpNet) -> String {
+    format!("gave-back:{network}/{pool}/{block}")
+}
+
+/// Whether this node gave back its claim of `block` at `revision`.
+fn gave_back(tx: &Tx, network: &str, pool: &str, block: &IpNet, revision: i64) -> bool {
+    tx.note(&gave_back_note(network, pool, block)).ok().flatten().is_some_and(|n| n == revision.to_string())
 }
 
 /// A node database's identity: 16 random bytes in hex.

@@ -52,17 +52,18 @@ const POOL_FAMILIES: &[Family] = &[
 #[derive(Debug, Default, PartialEq)]
 pub struct ClusterSurvey {
     /// (network, pool) → count per state, in [`BLOCK_STATES`] order.
-    blocks: BTreeMap<(String, String), [u64; 2]>,
+    blocks: BTreeMap<(String, String), [u64; 3]>,
     /// (network, pool) → count per kind, in [`RECORD_KINDS`] order.
     records: BTreeMap<(String, String), [u64; 3]>,
 }
 
-const BLOCK_STATES: [BlockState; 2] = [BlockState::Owned, BlockState::Releasing];
+const BLOCK_STATES: [BlockState; 3] = [BlockState::Owned, BlockState::Releasing, BlockState::Contested];
 const RECORD_KINDS: [RecordKind; 3] = [RecordKind::Static, RecordKind::Borrowed, RecordKind::Lent];
 
 const CLUSTER_BLOCKS: &str = "ipam_delegated_cluster_blocks";
 const CLUSTER_BLOCKS_HELP: &str = "Blocks of a cluster pool this node holds (its database's view), by state: owned \
-     (handed to the allocators) or releasing (empty, being given back).";
+     (handed to the allocators), releasing (empty, being given back) or contested (holds leases of this node but is \
+     another's in etcd: its leases are published, it is not used).";
 const CLUSTER_RECORDS: &str = "ipam_delegated_cluster_address_records";
 const CLUSTER_RECORDS_HELP: &str = "Address records this node holds in etcd (its database's view), by kind: static \
      (asked for by name), borrowed (from another node's block) or lent (of its block, to another node).";
@@ -90,6 +91,7 @@ fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<C
             counts[match b.state {
                 BlockState::Owned => 0,
                 BlockState::Releasing => 1,
+                BlockState::Contested => 2,
             }] += 1;
         }
         for network in networks {
@@ -308,6 +310,7 @@ mod tests {
             [
                 "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"owned\"} 2",
                 "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"releasing\"} 1",
+                "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"contested\"} 0",
                 "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"static\"} 1",
                 "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"borrowed\"} 1",
                 "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"lent\"} 2",

@@ -30,6 +30,8 @@ struct State {
     in_use: Option<usize>,
     token: Option<String>,
     count: RequestCount,
+    /// The lowest and highest revisions etcd answered at.
+    revisions: Option<(i64, i64)>,
 }
 
 #[derive(Clone, Copy)]
@@ -112,7 +114,9 @@ impl Client {
             let (key, options) = (req.key.clone(), options.clone());
             async move { c.kv.get(key, Some(options)).await }
         })?;
-        Ok(wire::range_response(answer.0))
+        let answer = wire::range_response(answer.0);
+        self.saw(answer.revision);
+        Ok(answer)
     }
 
     pub fn txn(&self, txn: &Txn) -> Result<TxnResponse, Error> {
@@ -121,7 +125,25 @@ impl Client {
             let request = request.clone();
             async move { c.kv.txn(request).await }
         })?;
-        wire::txn_response(answer, txn)
+        let answer = wire::txn_response(answer, txn)?;
+        self.saw(answer.revision);
+        Ok(answer)
+    }
+
+    fn saw(&self, revision: i64) {
+        let mut state = self.state();
+        state.revisions = Some(match state.revisions {
+            Some((low, high)) => (low.min(revision), high.max(revision)),
+            None => (revision, revision),
+        });
+    }
+
+    /// The lowest and highest store revisions etcd's answers carried: a
+    /// linearizable answer is never behind one given earlier, so a revision
+    /// lower than one seen before means etcd lost history (restored from
+    /// an older backup, or its data wiped).
+    pub fn revisions(&self) -> Option<(i64, i64)> {
+        self.state().revisions
     }
 
     /// Reads `groups` of range operations in as few transactions as etcd

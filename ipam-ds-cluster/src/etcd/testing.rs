@@ -147,6 +147,42 @@ impl TestEtcd {
         }
     }
 
+    /// Same ports, empty data: etcd after its data was lost.
+    pub fn wipe(&mut self) {
+        self.stop();
+        std::fs::remove_dir_all(self.data_dir()).expect("remove the test etcd's data");
+        self.spawn();
+        if let Err(why) = self.wait_ready() {
+            self.fail(&why);
+        }
+    }
+
+    /// A snapshot of etcd's data now (`etcdctl snapshot save`).
+    pub fn snapshot(&self, file: &std::path::Path) {
+        self.etcdctl(&["snapshot", "save", &file.display().to_string()]);
+    }
+
+    /// Same ports, the data of `file` (`etcdctl snapshot restore`): etcd
+    /// restored from an older backup.
+    pub fn restore(&mut self, file: &std::path::Path) {
+        self.stop();
+        std::fs::remove_dir_all(self.data_dir()).expect("remove the test etcd's data");
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        self.etcdctl(&[
+            "snapshot",
+            "restore",
+            &file.display().to_string(),
+            "--name=t",
+            &format!("--data-dir={}", self.data_dir().display()),
+            &format!("--initial-cluster=t={peer}"),
+            &format!("--initial-advertise-peer-urls={peer}"),
+        ]);
+        self.spawn();
+        if let Err(why) = self.wait_ready() {
+            self.fail(&why);
+        }
+    }
+
     /// Root gets `password` when `user` is root, else a password of its own.
     pub fn enable_auth(&self, user: &str, password: &str) {
         let root_password = if user == "root" { password } else { "root-password" };

@@ -21,6 +21,11 @@ pub enum BlockState {
     /// Empty and no longer handed to the allocators; given back once no call
     /// that saw it as owned can still be allocating in it.
     Releasing,
+    /// Holds leases of this node but is no longer ours in etcd (etcd lost
+    /// history, or the node was released while its containers ran): never
+    /// handed to the allocators; its leases are published as address
+    /// records so that its owner skips them; dropped once they are gone.
+    Contested,
 }
 
 /// A block of a cluster pool held (or being claimed or given back) by this node.
@@ -97,7 +102,7 @@ macro_rules! text_enum {
     };
 }
 
-text_enum!(BlockState { Owned = "owned", Releasing = "releasing" });
+text_enum!(BlockState { Owned = "owned", Releasing = "releasing", Contested = "contested" });
 text_enum!(RecordKind { Static = "static", Borrowed = "borrowed", Lent = "lent" });
 text_enum!(RecordState { Writing = "writing", Held = "held", Releasing = "releasing" });
 
