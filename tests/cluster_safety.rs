@@ -280,3 +280,65 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     let held = held_once(&c, &["n1", "n2", "n3"]);
     assert_covered(&c, &held);
 }
+
+#[test]
+fn etcd_restored_from_an_older_backup_is_noticed_and_no_claim_is_adopted_again() {
+    let _took = Took::new("etcd_restored_from_an_older_backup_is_noticed_and_no_claim_is_adopted_again");
+    // One block, given back quickly: emptyBlockHold 1 s, then 3 × 1 s.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.91.0.0/28"}], "blockSize": 28}]), 2.0);
+    c.call_timeout = 1;
+    let config = |c: &Cluster, node: &str| {
+        let mut config = c.config(node);
+        config["ipam"]["cluster"]["emptyBlockHold"] = json!(1);
+        config
+    };
+    let out = c.run("ADD", "c1", &config(&c, "n1"), &[]);
+    assert_eq!(out.status, 0, "n1's ADD: {}", brief(&out));
+    let x = only_block_of(&c, "n1");
+    let out = c.run("DEL", "c1", &config(&c, "n1"), &[]);
+    assert_eq!(out.status, 0, "n1's DEL: {}", brief(&out));
+    // The backup: the block is n1's.
+    let backup = c.dir.path().join("etcd.backup");
+    c.etcd.snapshot(&backup);
+    // n1 gives the empty block back; n2 claims it and hands out addresses.
+    let gc = |c: &Cluster, node: &str| {
+        let config = stack::gc_config(&config(c, node), &[]);
+        c.run("GC", "gc", &config, &[])
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !c.blocks_of("n1").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "n1 never gave its empty block back: {:?}", c.blocks());
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        let out = gc(&c, "n1");
+        assert_eq!(out.status, 0, "n1's GC: {}", brief(&out));
+    }
+    let mut n2_holds = Vec::new();
+    for i in 0..3 {
+        let out = c.run("ADD", &format!("n2-{i}"), &config(&c, "n2"), &[]);
+        assert_eq!(out.status, 0, "n2 ADD {i}: {}", brief(&out));
+        n2_holds.push(ipv4_of(out.result()));
+    }
+    assert_eq!(c.blocks_of("n2"), vec![x]);
+    // etcd is restored from the backup: the block is n1's again there.
+    c.etcd.restore(&backup);
+    assert_eq!(c.blocks_of("n1"), vec![x], "the restored etcd shows the block as n1's");
+    // n1 must not take back a claim it gave back: none of n2's addresses.
+    for i in 0..3 {
+        let out = c.run("ADD", &format!("n1-after-{i}"), &config(&c, "n1"), &[]);
+        if out.status == 0 {
+            let got = ipv4_of(out.result());
+            assert!(!n2_holds.contains(&got), "n1 handed out {got}, which n2 holds");
+        }
+    }
+    // n2 notices that etcd went back, and publishes what it holds in the
+    // block, so that whoever owns it skips those addresses.
+    let out = c.run("ADD", "n2-after", &config(&c, "n2"), &[]);
+    let (code, msg) = failure(&out);
+    assert_eq!(code, 11, "n2's first ADD after the restore: {msg}");
+    assert!(msg.contains("lost history"), "{msg}");
+    let published: Vec<IpAddr> = c.addrs().iter().filter(|a| a.node == "n2").map(|a| a.ip).collect();
+    for ip in &n2_holds {
+        assert!(published.contains(ip), "n2's {ip} is published in etcd: {:?}", c.addrs());
+    }
+    held_once(&c, &["n1", "n2"]);
+}

@@ -242,7 +242,7 @@ impl<'s> Node<'s> {
         let offline = match self.confirm(&geometries, &blocks) {
             Ok((confirmed, entry)) => {
                 // Before anything is decided from what etcd said.
-                self.check_history(store, &geometries, watermark)?;
+                self.check_history(store, &geometries, watermark, &confirmed)?;
                 self.register(entry)?;
                 let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
                 let stale: Vec<Kv> = confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
@@ -424,12 +424,28 @@ impl<'s> Node<'s> {
     /// saw: an answer at a revision below it (etcd restored from an older
     /// backup, or its data wiped). Then the node recovers its blocks (see
     /// [`Node::recover`]) and the call fails with 11, to be tried again.
-    fn check_history(&self, store: &mut StoreHandle, geometries: &[Geometry], watermark: Option<i64>) -> Result<()> {
+    fn check_history(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        watermark: Option<i64>,
+        confirmed: &[Confirmed],
+    ) -> Result<()> {
         let Some((lowest, _)) = self.etcd.revisions() else { return Ok(()) };
-        let Some(seen) = watermark.filter(|w| lowest < *w) else { return Ok(()) };
+        // A key's create revision only grows over a continuous history: a
+        // block key of ours created before our own claim of it is etcd's
+        // older state, whatever the revisions it answers at now (other
+        // nodes' writes since the restore may have carried them past ours).
+        let older_claim = confirmed
+            .iter()
+            .flat_map(|c| &c.lost)
+            .filter_map(|(b, _, kv)| kv.as_ref().filter(|kv| kv.create_revision < b.revision).map(|_| b.revision))
+            .max();
+        let Some(seen) = watermark.filter(|w| lowest < *w).or(older_claim) else { return Ok(()) };
         tracing::error!(
-            "etcd lost history: it answers at revision {lowest}, but this node saw revision {seen} before (etcd \
-             restored from an older backup, or its data wiped); re-claiming this node's blocks"
+            "etcd lost history: it answers at revision {lowest}, but this node saw revision {seen} before, or a claim \
+             older than this node's own of the same block (etcd restored from an older backup, or its data wiped); \
+             re-claiming this node's blocks"
         );
         self.recover(store, geometries, seen, lowest)?;
         Err(CniError::new(
@@ -836,8 +852,22 @@ impl<'s> Node<'s> {
                             && !now_mine.iter().any(|b| b.block == **block)
                     })
                     .map(|(block, (_, kv))| (*block, kv.create_revision))
-                    .filter(|(block, revision)| !gave_back(tx, &network, &g.pool.name, block, *revision))
                     .collect();
+                let (adopted, given_back): (Vec<_>, Vec<_>) = adopted
+                    .into_iter()
+                    .partition(|(block, revision)| !gave_back(tx, &network, &g.pool.name, block, *revision));
+                // A claim this node gave back, shown again by an etcd
+                // restored from an older backup: another node may have
+                // claimed the block meanwhile and may hold its addresses, and
+                // giving it back again would let anyone claim it before that
+                // node notices. Left as it is for the operator (release-node).
+                for (block, revision) in given_back {
+                    tracing::warn!(
+                        "block {block} of pool {} shows as this node's claim at revision {revision}, which it gave \
+                         back (etcd restored from an older backup?): not used; another node may hold its addresses",
+                        g.pool.name
+                    );
+                }
                 if let Some(&(block, revision)) = adopted.first() {
                     // Claimed by a call of this node killed before it wrote
                     // it down: the node takes it back (its addresses are read
