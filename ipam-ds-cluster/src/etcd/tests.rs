@@ -4,7 +4,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::testing::TestEtcd;
+use super::testing::{TestEtcd, TestEtcdCluster};
 use super::*;
 
 fn put(key: &str, value: &str) -> Op {
@@ -346,4 +346,50 @@ fn prefix_end_follows_etcd() {
     assert_eq!(prefix_end(b"\xff\xff"), b"\0");
     assert_eq!(prefix_end(b""), b"\0");
     assert_eq!(RangeRequest::prefix("x").range_end, Some(b"y".to_vec()));
+}
+
+#[test]
+fn a_cluster_member_without_its_quorum_is_unavailable() {
+    let cluster = TestEtcdCluster::start(3);
+    let c0 = Client::new(settings(vec![cluster.endpoint(0)], 1000)).unwrap();
+    put_all(&c0, &[("k", "v")]);
+    let c2 = Client::new(settings(vec![cluster.endpoint(2)], 1000)).unwrap();
+    assert_eq!(value(&c2, "k").unwrap(), b"v", "member 2 reads what member 0 wrote");
+    cluster.pause(1);
+    cluster.pause(2);
+    for _ in 0..2 {
+        let start = Instant::now();
+        let e = c0.range(&RangeRequest::key("k")).unwrap_err();
+        assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+        assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+    }
+    cluster.resume(1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c0.range(&RangeRequest::key("k")).is_err() {
+        assert!(Instant::now() < deadline, "member 0 has no quorum again with member 1 back");
+    }
+}
+
+#[test]
+fn a_partitioned_member_misses_the_majority_writes() {
+    let cluster = TestEtcdCluster::start(3);
+    let c0 = Client::new(settings(vec![cluster.endpoint(0)], 1000)).unwrap();
+    put_all(&c0, &[("k", "old")]);
+    cluster.partition(0);
+    put_all(&cluster.client(), &[("k", "new")]);
+    assert_eq!(cluster.dump("k"), [("k".to_string(), "new".to_string())]);
+    let e = c0.range(&RangeRequest::key("k")).unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    let rules = || {
+        let out = std::process::Command::new("iptables").args(["-w", "10", "-S", "OUTPUT"]).output().unwrap();
+        let tag = cluster.rule_tag(0);
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&tag)).count()
+    };
+    assert_eq!(rules(), 3, "the partition's rules are in");
+    cluster.heal(0);
+    assert_eq!(rules(), 0, "heal removed the partition's rules");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while value(&c0, "k").as_deref() != Some(b"new") {
+        assert!(Instant::now() < deadline, "member 0 never caught up once healed");
+    }
 }
