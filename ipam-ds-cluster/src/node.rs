@@ -252,7 +252,8 @@ impl<'s> Node<'s> {
     }
 
     /// One etcd read for every block this node uses: its record (still
-    /// ours?) and the addresses others hold in it.
+    /// ours?) and the addresses others hold in it. Linearizable: a member
+    /// without a quorum cannot confirm (`etcd::Error::Unavailable`).
     fn confirm(
         &self,
         geometries: &[Geometry],
@@ -261,18 +262,22 @@ impl<'s> Node<'s> {
         let mut txn = Txn::default();
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
-            // Serializable reads: the member answers without a quorum round
-            // trip, at most a moment behind. That is safe here: a block
-            // taken from this node stays released (a tombstone) for longer
-            // than offlineGrace, within which the node may allocate in it
-            // unconfirmed anyway; nobody else writes records in its blocks
-            // but by compare-and-swap on records it lent (and holds).
+            // Linearizable reads (etcd's default): the member answers only
+            // once the leader has confirmed, with a quorum, that the member
+            // has applied everything committed before the read. A member cut
+            // off from its quorum keeps a copy that stays stale for as long
+            // as it is cut off (it never shows a `release-node` tombstone
+            // written on the majority side, nor another node's claim after
+            // it): its "yes, still yours" is no confirmation. It answers "no
+            // leader", or nothing within etcd.timeout, both Unavailable: the
+            // node treats etcd as unreachable, and only offlineGrace applies,
+            // counted from the last confirmation by a quorum.
             if !pool_blocks.is_empty() {
-                txn.success.push(Op::Range(RangeRequest::key(keys.wanted()).keys_only().serializable()));
+                txn.success.push(Op::Range(RangeRequest::key(keys.wanted()).keys_only()));
             }
             for b in pool_blocks {
-                txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block)).serializable()));
-                txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block)).serializable()));
+                txn.success.push(Op::Range(RangeRequest::key(keys.block(&b.block))));
+                txn.success.push(Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))));
             }
         }
         let mut responses =
