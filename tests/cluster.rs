@@ -539,13 +539,6 @@ fn bad_settings_are_7_and_write_nothing() {
 // ---------------------------------------------------------------------------
 // 5. A node presumed dead comes back
 
-/// The block a node tries first among `count` (ipam-ds-cluster's
-/// blocks.rs: FNV-1a of its name), to pick a node name that takes over
-/// exactly the blocks another lost.
-fn first_block_index(node: &str, count: u64) -> u64 {
-    node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) % count
-}
-
 #[test]
 fn dead_node_returns() {
     let _took = Took::new("dead_node_returns");

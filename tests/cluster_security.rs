@@ -366,14 +366,11 @@ fn another_ca(dir: &Path) -> PathBuf {
 #[test]
 fn a_certificate_the_node_cannot_verify_is_7_not_unreachable() {
     let _took = Took::new("a_certificate_the_node_cannot_verify_is_7_not_unreachable");
-    let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
-    let c = Cluster {
-        etcd: TestEtcd::start_tls(),
-        dir,
-        pools: json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/22"}], "blockSize": 27}]),
-        grace: 300.0,
-        call_timeout: 5,
-    };
+    let c = Cluster::over(
+        TestEtcd::start_tls(),
+        json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/22"}], "blockSize": 27}]),
+        300.0,
+    );
     let tls = c.etcd.tls_files();
     let with_tls = |ca: &Path| {
         let mut config = c.config("n1");

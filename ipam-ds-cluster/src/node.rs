@@ -366,12 +366,18 @@ impl<'s> Node<'s> {
         geometries: &[Geometry],
         blocks: &[Vec<NodeBlock>],
     ) -> std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error> {
-        // Linearizable reads: an etcd member cut off from its quorum serves
-        // no answer at all (so the node counts etcd as unreachable and only
-        // offlineGrace applies) rather than its stale view, which would never
-        // show a block taken from this node. The node's entry is always
-        // read, so every ADD that reaches etcd learns whether etcd lost
-        // history and whether another database runs under the node's name.
+        // Linearizable reads (etcd's default): the member answers only once
+        // the leader has confirmed, with a quorum, that the member has
+        // applied everything committed before the read. A member cut off
+        // from its quorum keeps a copy that stays stale for as long as it is
+        // cut off (it never shows a `release-node` tombstone written on the
+        // majority side, nor another node's claim after it): its "yes, still
+        // yours" is no confirmation. It answers "no leader", or nothing
+        // within etcd.timeout, both Unavailable: the node treats etcd as
+        // unreachable, and only offlineGrace applies, counted from the last
+        // confirmation by a quorum. The node's entry is always read, so that
+        // every ADD that reaches etcd learns whether etcd lost history and
+        // whether another database runs under the node's name.
         let entry_key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
         let mut reads: Vec<Vec<Op>> = vec![vec![Op::Range(RangeRequest::key(entry_key))]];
         for (g, pool_blocks) in geometries.iter().zip(blocks) {

@@ -1,7 +1,8 @@
 //! The cluster under test, shared by the cluster-mode test files: one real
 //! etcd (`TestEtcd`, Debian's etcd from PATH: a missing etcd fails the test,
-//! never skips it), a directory holding each simulated node's database, and
-//! readers of what etcd and the node databases hold. Every call is a real
+//! never skips it) or a cluster of members (`TestEtcdCluster`, each node
+//! given the endpoints it uses), a directory holding each simulated node's
+//! database, and readers of what etcd and the node databases hold. Every call is a real
 //! `ipam-delegated` process of the fast layout (`support::bin_dir()`).
 //!
 //! Used by several test files through `mod cluster_harness;`, so not every
@@ -13,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ipam_ds_cluster::etcd::testing::TestEtcd;
+use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 
 use crate::stack::{self, LeaseRow};
@@ -29,28 +30,78 @@ pub const NETNS_PATH: &str = "/var/run/netns/x";
 // ---------------------------------------------------------------------------
 // The cluster under test
 
+/// The etcd of a `Cluster`: what the nodes use, and what the tests read.
+pub trait Etcd {
+    /// The endpoints of a node not given its own.
+    fn endpoints(&self) -> Vec<String>;
+    /// Every key under `prefix` with its value, as the cluster holds them.
+    fn dump(&self, prefix: &str) -> Vec<(String, String)>;
+}
+
+impl Etcd for TestEtcd {
+    fn endpoints(&self) -> Vec<String> {
+        vec![self.endpoint()]
+    }
+
+    fn dump(&self, prefix: &str) -> Vec<(String, String)> {
+        TestEtcd::dump(self, prefix)
+    }
+}
+
+/// Read from the members neither paused nor partitioned.
+impl Etcd for TestEtcdCluster {
+    fn endpoints(&self) -> Vec<String> {
+        TestEtcdCluster::endpoints(self)
+    }
+
+    fn dump(&self, prefix: &str) -> Vec<(String, String)> {
+        TestEtcdCluster::dump(self, prefix)
+    }
+}
+
 /// One etcd, and a directory holding each node's database.
-pub struct Cluster {
-    pub etcd: TestEtcd,
+pub struct Cluster<E: Etcd = TestEtcd> {
+    pub etcd: E,
     pub dir: tempfile::TempDir,
     pub pools: Value,
     pub grace: f64,
     /// ipam.timeout: seconds per delegate call.
     pub call_timeout: u64,
+    /// The etcd endpoints of the nodes (by name) given their own.
+    pub node_endpoints: HashMap<String, Vec<String>>,
 }
 
 impl Cluster {
     pub fn new(pools: Value, grace: f64) -> Cluster {
-        let etcd = TestEtcd::start();
-        let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
-        // Built before any clock starts.
-        let _ = bin_dir();
-        Cluster { etcd, dir, pools, grace, call_timeout: 5 }
+        Cluster::over(TestEtcd::start(), pools, grace)
     }
 
     /// The /22 of the brief, cut in /27 blocks.
     pub fn blue(grace: f64) -> Cluster {
-        Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/22"}], "blockSize": 27}]), grace)
+        Cluster::new(blue_pools(), grace)
+    }
+}
+
+/// Pool blue: the /22 of the brief, cut in /27 blocks.
+pub fn blue_pools() -> Value {
+    json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/22"}], "blockSize": 27}])
+}
+
+impl<E: Etcd> Cluster<E> {
+    pub fn over(etcd: E, pools: Value, grace: f64) -> Cluster<E> {
+        let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
+        // Built before any clock starts.
+        let _ = bin_dir();
+        Cluster { etcd, dir, pools, grace, call_timeout: 5, node_endpoints: HashMap::new() }
+    }
+
+    /// `node` uses `endpoints` (in order) rather than the etcd's.
+    pub fn set_endpoints(&mut self, node: &str, endpoints: Vec<String>) {
+        self.node_endpoints.insert(node.to_string(), endpoints);
+    }
+
+    pub fn endpoints_of(&self, node: &str) -> Vec<String> {
+        self.node_endpoints.get(node).cloned().unwrap_or_else(|| self.etcd.endpoints())
     }
 
     pub fn db(&self, node: &str) -> PathBuf {
@@ -69,7 +120,7 @@ impl Cluster {
                 "delegates": ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
                 "pools": self.pools,
                 "cluster": {
-                    "etcd": {"endpoints": [self.etcd.endpoint()], "timeout": 1},
+                    "etcd": {"endpoints": self.endpoints_of(node), "timeout": 1},
                     "node": node,
                     "offlineGrace": self.grace
                 }
@@ -104,6 +155,13 @@ impl Cluster {
 
     pub fn del(&self, node: &str, container: &str) -> Outcome {
         self.run("DEL", container, &self.config(node), &[])
+    }
+
+    /// STATUS (spec 1.1).
+    pub fn status(&self, node: &str) -> Outcome {
+        let mut config = self.config(node);
+        config["cniVersion"] = json!("1.1.0");
+        self.run("STATUS", "status", &config, &[])
     }
 
     /// GC (spec 1.1) keeping the attachments (`containers`, eth0).
@@ -301,7 +359,7 @@ pub fn brief(out: &Outcome) -> String {
 /// Every address an attachment holds across `nodes`' databases, asserting
 /// none twice. (Addresses a node lends out are held in its database under
 /// the network `cnet/lent`, by no attachment: see [`lent_holds`].)
-pub fn held_once(c: &Cluster, nodes: &[&str]) -> BTreeMap<IpAddr, (String, String)> {
+pub fn held_once<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> BTreeMap<IpAddr, (String, String)> {
     let (held, twice) = held_by(c, nodes);
     if let Some((ip, (n1, c1), (n2, c2))) = twice.first() {
         panic!("{ip} is held twice across the cluster: by {n1} (container {c1}) and by {n2} (container {c2})");
@@ -314,7 +372,7 @@ pub type Twice = (IpAddr, Holder, Holder);
 
 /// Every address an attachment holds across `nodes`' databases (node,
 /// container), and the addresses held twice.
-pub fn held_by(c: &Cluster, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Twice>) {
+pub fn held_by<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Twice>) {
     let mut held: BTreeMap<IpAddr, Holder> = BTreeMap::new();
     let mut twice = Vec::new();
     for node in nodes {
@@ -330,7 +388,7 @@ pub fn held_by(c: &Cluster, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Tw
 
 /// The addresses each node holds in its database as lent out (network
 /// `cnet/lent`): (address, lender).
-pub fn lent_holds(c: &Cluster, nodes: &[&str]) -> Vec<(IpAddr, String)> {
+pub fn lent_holds<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> Vec<(IpAddr, String)> {
     let lent = format!("{NETWORK}/lent");
     nodes
         .iter()
@@ -340,13 +398,13 @@ pub fn lent_holds(c: &Cluster, nodes: &[&str]) -> Vec<(IpAddr, String)> {
 
 /// Each held address lies in a block etcd shows as its node's, or has an
 /// address record in etcd for its node.
-pub fn assert_covered(c: &Cluster, held: &BTreeMap<IpAddr, (String, String)>) {
+pub fn assert_covered<E: Etcd>(c: &Cluster<E>, held: &BTreeMap<IpAddr, (String, String)>) {
     let problems = uncovered(c, held);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The held addresses [`assert_covered`] refuses, one line each.
-pub fn uncovered(c: &Cluster, held: &BTreeMap<IpAddr, (String, String)>) -> Vec<String> {
+pub fn uncovered<E: Etcd>(c: &Cluster<E>, held: &BTreeMap<IpAddr, (String, String)>) -> Vec<String> {
     let blocks = c.blocks();
     let addrs = c.addrs();
     let mut problems = Vec::new();
@@ -366,7 +424,7 @@ pub fn uncovered(c: &Cluster, held: &BTreeMap<IpAddr, (String, String)>) -> Vec<
 }
 
 /// Blocks per node in etcd: "few", not one per ADD.
-pub fn assert_few_blocks(c: &Cluster, nodes: &[&str], peak: &HashMap<String, usize>, per_block: usize) {
+pub fn assert_few_blocks<E: Etcd>(c: &Cluster<E>, nodes: &[&str], peak: &HashMap<String, usize>, per_block: usize) {
     let mut counts = Vec::new();
     for node in nodes {
         let owned = c.blocks_of(node).len();
@@ -382,6 +440,13 @@ pub fn assert_few_blocks(c: &Cluster, nodes: &[&str], peak: &HashMap<String, usi
     eprintln!("blocks per node: {}", counts.join("; "));
 }
 
+/// The block a node tries first among `count` (ipam-ds-cluster's
+/// blocks.rs: FNV-1a of its name), to pick a node name that takes over
+/// exactly the blocks another lost.
+pub fn first_block_index(node: &str, count: u64) -> u64 {
+    node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) % count
+}
+
 /// Whether the operator tool answers `cluster --help`.
 pub fn has_cluster_tool() -> bool {
     let out = run_args(&suite_bin("ipam-delegated"), &["cluster", "--help"], &[], b"", None);
@@ -390,7 +455,7 @@ pub fn has_cluster_tool() -> bool {
 
 /// Hands `node`'s blocks and records back with the operator's
 /// `cluster release-node`, run with `operator`'s settings.
-pub fn release_node(c: &Cluster, node: &str, operator: &str) -> &'static str {
+pub fn release_node<E: Etcd>(c: &Cluster<E>, node: &str, operator: &str) -> &'static str {
     assert!(has_cluster_tool(), "ipam-delegated cluster --help failed: the operator tool is broken");
     let conflist = c.dir.path().join("cnet.conflist");
     let mut plugin = c.config(operator);

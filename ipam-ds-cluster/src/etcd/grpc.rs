@@ -33,6 +33,12 @@ const MAX_MESSAGE: usize = 256 << 20;
 /// The metadata etcd reads the auth token from.
 const TOKEN_HEADER: &str = "token";
 
+/// Metadata asking etcd to refuse the request at once ("etcdserver: no
+/// leader", gRPC Unavailable) when the member has no leader, as etcd's own
+/// client does with `WithRequireLeader`, rather than leave it waiting for a
+/// quorum it cannot reach until the timeout.
+const REQUIRE_LEADER: (&str, &str) = ("hasleader", "true");
+
 /// The clients of one endpoint, sharing its connection.
 #[derive(Clone)]
 pub(super) struct Conn {
@@ -217,6 +223,7 @@ impl Service<Request<Body>> for TokenChannel {
         if let Some(token) = self.token.lock().unwrap_or_else(PoisonError::into_inner).clone() {
             request.headers_mut().insert(TOKEN_HEADER, token);
         }
+        request.headers_mut().insert(REQUIRE_LEADER.0, HeaderValue::from_static(REQUIRE_LEADER.1));
         let exchange = self.inner.call(request);
         Box::pin(async move { exchange.await.map_err(|e| Unreachable::from(e).into()) })
     }

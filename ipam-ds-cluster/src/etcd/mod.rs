@@ -103,6 +103,9 @@ pub struct Kv {
     pub lease: i64,
 }
 
+/// Always linearizable: the member asked answers only what a quorum
+/// confirms is current (a member cut off from its quorum answers "no leader"
+/// or not at all), never from its own copy alone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RangeRequest {
     pub key: Vec<u8>,
@@ -111,30 +114,21 @@ pub struct RangeRequest {
     pub keys_only: bool,
     /// 0: no limit.
     pub limit: i64,
-    /// Answered by the member asked from what it has applied, without
-    /// confirming with the cluster's leader first (etcd's serializable read:
-    /// no quorum round trip, possibly a moment behind). A transaction of
-    /// such ranges only is served so too.
-    pub serializable: bool,
 }
 
 impl RangeRequest {
     pub fn key(k: impl Into<Vec<u8>>) -> Self {
-        RangeRequest { key: k.into(), range_end: None, keys_only: false, limit: 0, serializable: false }
+        RangeRequest { key: k.into(), range_end: None, keys_only: false, limit: 0 }
     }
 
     pub fn prefix(p: impl Into<Vec<u8>>) -> Self {
         let key = p.into();
         let end = prefix_end(&key);
-        RangeRequest { key, range_end: Some(end), keys_only: false, limit: 0, serializable: false }
+        RangeRequest { key, range_end: Some(end), keys_only: false, limit: 0 }
     }
 
     pub fn keys_only(self) -> Self {
         RangeRequest { keys_only: true, ..self }
-    }
-
-    pub fn serializable(self) -> Self {
-        RangeRequest { serializable: true, ..self }
     }
 }
 

@@ -8,6 +8,7 @@ use std::fs::OpenOptions;
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 mod certs;
+mod cluster;
+
+pub use cluster::TestEtcdCluster;
 
 use super::{Client, Error, RangeRequest, Settings, TlsFiles};
 
@@ -26,15 +30,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 const HANDLED_METHODS: [&str; 6] = ["Range", "Txn", "Put", "DeleteRange", "LeaseGrant", "Authenticate"];
 
 pub struct TestEtcd {
-    etcd: PathBuf,
     dir: tempfile::TempDir,
-    child: Option<Child>,
-    client_port: u16,
-    peer_port: u16,
-    /// Plain HTTP whatever the client URLs, for `metrics`.
-    metrics_port: u16,
-    tls: bool,
-    paused: AtomicBool,
+    member: Member,
     /// Root's credentials once `enable_auth` ran, for `client` and `dump`.
     root: Mutex<Option<(String, String)>>,
 }
@@ -51,50 +48,38 @@ impl TestEtcd {
     }
 
     fn start_with(tls: bool) -> TestEtcd {
-        let etcd =
-            find_in_path("etcd").unwrap_or_else(|| panic!("etcd not found in PATH: install Debian's etcd-server"));
-        let dir = tempfile::Builder::new().prefix("test-etcd-").tempdir().expect("temporary directory for etcd");
+        let etcd = etcd_path();
+        let dir = temp_dir("test-etcd-");
         if tls {
             certs::make(dir.path());
         }
-        let mut t = TestEtcd {
-            etcd,
-            dir,
-            child: None,
-            client_port: free_port(),
-            peer_port: free_port(),
-            metrics_port: free_port(),
-            tls,
-            paused: AtomicBool::new(false),
-            root: Mutex::new(None),
-        };
+        let member = Member::new("t", etcd, dir.path().to_path_buf(), tls);
+        let mut t = TestEtcd { dir, member, root: Mutex::new(None) };
         // Another process may take a port between our probe and etcd's bind:
         // then new ports and a fresh data dir, a few times.
         for attempt in 1.. {
-            t.spawn();
-            match t.wait_ready() {
+            let initial_cluster = t.member.initial_cluster_entry();
+            let extra = t.tls_args();
+            t.member.spawn(&initial_cluster, &extra);
+            match t.member.wait_ready(&t.settings()) {
                 Ok(()) => return t,
-                Err(why) if attempt < 3 && t.log_tail().contains("address already in use") => {
-                    t.stop();
+                Err(why) if attempt < 3 && t.member.port_taken() => {
+                    t.member.stop();
                     eprintln!("test etcd: {why}; trying other ports");
-                    t.client_port = free_port();
-                    t.peer_port = free_port();
-                    t.metrics_port = free_port();
-                    let _ = std::fs::remove_dir_all(t.data_dir());
+                    t.member.new_ports();
                 }
-                Err(why) => t.fail(&why),
+                Err(why) => t.member.fail(&why),
             }
         }
         unreachable!()
     }
 
     pub fn endpoint(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
-        format!("{scheme}://127.0.0.1:{}", self.client_port)
+        self.member.endpoint()
     }
 
     pub fn tls_files(&self) -> TlsFiles {
-        if !self.tls {
+        if !self.member.tls {
             return TlsFiles::default();
         }
         let file = |name: &str| Some(self.dir.path().join(name));
@@ -103,13 +88,7 @@ impl TestEtcd {
 
     /// Settings for a client of this etcd, without credentials.
     pub fn settings(&self) -> Settings {
-        Settings {
-            endpoints: vec![self.endpoint()],
-            timeout: Duration::from_secs(5),
-            username: None,
-            password: None,
-            tls: self.tls_files(),
-        }
+        Settings { tls: self.tls_files(), ..settings(vec![self.endpoint()]) }
     }
 
     /// A client with root's credentials once auth is enabled.
@@ -125,36 +104,33 @@ impl TestEtcd {
     /// SIGSTOP: etcd keeps its sockets, so connections are accepted by the
     /// kernel and never answered, the hardest case for a timeout.
     pub fn pause(&self) {
-        self.signal(libc::SIGSTOP);
-        self.paused.store(true, Ordering::SeqCst);
+        self.member.pause();
     }
 
     pub fn resume(&self) {
-        self.signal(libc::SIGCONT);
-        self.paused.store(false, Ordering::SeqCst);
+        self.member.resume();
     }
 
     pub fn kill(&mut self) {
-        self.stop();
+        self.member.stop();
     }
 
     /// Same ports and data: what a cluster member coming back looks like.
     pub fn restart(&mut self) {
-        self.stop();
-        self.spawn();
-        if let Err(why) = self.wait_ready() {
-            self.fail(&why);
+        self.member.stop();
+        let initial_cluster = self.member.initial_cluster_entry();
+        let extra = self.tls_args();
+        self.member.spawn(&initial_cluster, &extra);
+        if let Err(why) = self.member.wait_ready(&self.settings()) {
+            self.member.fail(&why);
         }
     }
 
     /// Same ports, empty data: etcd after its data was lost.
     pub fn wipe(&mut self) {
-        self.stop();
-        std::fs::remove_dir_all(self.data_dir()).expect("remove the test etcd's data");
-        self.spawn();
-        if let Err(why) = self.wait_ready() {
-            self.fail(&why);
-        }
+        self.member.stop();
+        std::fs::remove_dir_all(self.member.data_dir()).expect("remove the test etcd's data");
+        self.restart();
     }
 
     /// A snapshot of etcd's data now (`etcdctl snapshot save`).
@@ -165,22 +141,18 @@ impl TestEtcd {
     /// Same ports, the data of `file` (`etcdctl snapshot restore`): etcd
     /// restored from an older backup.
     pub fn restore(&mut self, file: &std::path::Path) {
-        self.stop();
-        std::fs::remove_dir_all(self.data_dir()).expect("remove the test etcd's data");
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        self.member.stop();
+        std::fs::remove_dir_all(self.member.data_dir()).expect("remove the test etcd's data");
         self.etcdctl(&[
             "snapshot",
             "restore",
             &file.display().to_string(),
             "--name=t",
-            &format!("--data-dir={}", self.data_dir().display()),
-            &format!("--initial-cluster=t={peer}"),
-            &format!("--initial-advertise-peer-urls={peer}"),
+            &format!("--data-dir={}", self.member.data_dir().display()),
+            &format!("--initial-cluster={}", self.member.initial_cluster_entry()),
+            &format!("--initial-advertise-peer-urls={}", self.member.peer_url()),
         ]);
-        self.spawn();
-        if let Err(why) = self.wait_ready() {
-            self.fail(&why);
-        }
+        self.restart();
     }
 
     /// Root gets `password` when `user` is root, else a password of its own.
@@ -200,7 +172,7 @@ impl TestEtcd {
     /// etcd's Prometheus metrics, from the plain-HTTP metrics URL it is
     /// started with (the client one speaks gRPC to the client under test).
     pub fn metrics(&self) -> String {
-        http_get(self.metrics_port, "/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"))
+        http_get(self.member.metrics_port, "/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"))
     }
 
     /// etcd's own count of requests per gRPC method, whatever their outcome.
@@ -209,115 +181,27 @@ impl TestEtcd {
     }
 
     pub fn dump(&self, prefix: &str) -> Vec<(String, String)> {
-        let r = self.client().range(&RangeRequest::prefix(prefix)).unwrap_or_else(|e| panic!("dump {prefix:?}: {e}"));
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        r.kvs.iter().map(|kv| (text(&kv.key), text(&kv.value))).collect()
+        dump(&self.client(), prefix)
     }
 
-    fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("etcd.log")
-    }
-
-    fn spawn(&mut self) {
-        let url = self.endpoint();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let mut log = OpenOptions::new().create(true).append(true).open(self.log_path()).expect("etcd log file");
-        writeln!(log, "--- starting etcd on {url}").expect("etcd log file");
-        let data = self.data_dir();
-        let mut cmd = Command::new(&self.etcd);
-        cmd.arg("--name=t")
-            .arg(format!("--data-dir={}", data.display()))
-            .arg(format!("--listen-client-urls={url}"))
-            .arg(format!("--advertise-client-urls={url}"))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=t={peer}"))
-            .arg(format!("--listen-metrics-urls=http://127.0.0.1:{}", self.metrics_port))
-            .args(["--logger=zap", "--log-outputs=stderr", "--log-level=error"]);
-        if self.tls {
-            let path = |name: &str| self.dir.path().join(name).display().to_string();
-            cmd.arg(format!("--cert-file={}", path("server.crt")))
-                .arg(format!("--key-file={}", path("server.key")))
-                .arg(format!("--trusted-ca-file={}", path("ca.crt")))
-                .arg("--client-cert-auth");
+    fn tls_args(&self) -> Vec<String> {
+        if !self.member.tls {
+            return Vec::new();
         }
-        // etcd reads ETCD_* as flags: the caller's environment must not change this etcd.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("ETCD") {
-                cmd.env_remove(name);
-            }
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("etcd log file"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.etcd.display()));
-        self.child = Some(child);
-        self.paused.store(false, Ordering::SeqCst);
-    }
-
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let client = Client::new(Settings { timeout: Duration::from_secs(1), ..self.settings() })
-            .map_err(|e| format!("client settings: {e}"))?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        let mut last = String::from("not tried");
-        while Instant::now() < deadline {
-            if let Some(child) = &mut self.child {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!("etcd exited: {status}"));
-                }
-            }
-            // Refused (auth enabled, no credentials) is an answer too.
-            match client.range(&RangeRequest::key("test-etcd-ready")) {
-                Ok(_) | Err(Error::Refused { .. }) => return Ok(()),
-                Err(e) => last = e.to_string(),
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(format!("no answer within {START_TIMEOUT:?}: {last}"))
-    }
-
-    fn fail(&mut self, why: &str) -> ! {
-        self.stop();
-        panic!("test etcd did not come up: {why}\n--- {} (tail) ---\n{}", self.log_path().display(), self.log_tail())
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        let child = self.child.as_ref().expect("test etcd is not running");
-        send_signal(child, signal);
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            if self.paused.swap(false, Ordering::SeqCst) {
-                send_signal(&child, libc::SIGCONT);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let path = |name: &str| self.dir.path().join(name).display().to_string();
+        vec![
+            format!("--cert-file={}", path("server.crt")),
+            format!("--key-file={}", path("server.key")),
+            format!("--trusted-ca-file={}", path("ca.crt")),
+            "--client-cert-auth".into(),
+        ]
     }
 
     fn etcdctl(&self, args: &[&str]) {
         let etcdctl = find_in_path("etcdctl")
             .unwrap_or_else(|| panic!("etcdctl not found in PATH: install Debian's etcd-client"));
         let mut cmd = Command::new(etcdctl);
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("ETCDCTL") {
-                cmd.env_remove(name);
-            }
-        }
+        scrub_env(&mut cmd, "ETCDCTL");
         cmd.env("ETCDCTL_API", "3").arg(format!("--endpoints={}", self.endpoint()));
         if let TlsFiles { ca: Some(ca), cert: Some(cert), key: Some(key) } = self.tls_files() {
             cmd.arg(format!("--cacert={}", ca.display()))
@@ -337,8 +221,212 @@ impl TestEtcd {
 
 impl Drop for TestEtcd {
     fn drop(&mut self) {
-        self.stop();
+        self.member.stop();
     }
+}
+
+/// One etcd process, of a `TestEtcd` or a `TestEtcdCluster`: its ports, its
+/// directory (data and log) and the process itself.
+struct Member {
+    name: String,
+    etcd: PathBuf,
+    dir: PathBuf,
+    tls: bool,
+    client_port: u16,
+    peer_port: u16,
+    /// Plain HTTP whatever the client URLs, for `metrics`.
+    metrics_port: u16,
+    /// Runs as a user (and group) of its own, with its directory chowned
+    /// to it, so that firewall rules can tell its packets apart
+    /// (`--uid-owner`): see `uid`.
+    own_uid: bool,
+    child: Option<Child>,
+    paused: AtomicBool,
+}
+
+impl Member {
+    fn new(name: &str, etcd: PathBuf, dir: PathBuf, tls: bool) -> Member {
+        Member {
+            name: name.into(),
+            etcd,
+            dir,
+            tls,
+            client_port: free_port(),
+            peer_port: free_port(),
+            metrics_port: free_port(),
+            own_uid: false,
+            child: None,
+            paused: AtomicBool::new(false),
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// Its own user, when it runs as one: no account, a number made from its
+    /// client port (unique on this machine while the member runs).
+    fn uid(&self) -> Option<u32> {
+        const UID_BASE: u32 = 2_100_000_000;
+        self.own_uid.then(|| UID_BASE + u32::from(self.client_port))
+    }
+
+    /// `name=peer-url`, as `--initial-cluster` lists members.
+    fn initial_cluster_entry(&self) -> String {
+        format!("{}={}", self.name, self.peer_url())
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("etcd.log")
+    }
+
+    /// After a port was taken under us: other ports, and no data.
+    fn new_ports(&mut self) {
+        self.client_port = free_port();
+        self.peer_port = free_port();
+        self.metrics_port = free_port();
+        let _ = std::fs::remove_dir_all(self.data_dir());
+    }
+
+    fn spawn(&mut self, initial_cluster: &str, extra: &[String]) {
+        let url = self.endpoint();
+        let peer = self.peer_url();
+        let mut log = OpenOptions::new().create(true).append(true).open(self.log_path()).expect("etcd log file");
+        writeln!(log, "--- starting etcd {} on {url}", self.name).expect("etcd log file");
+        let data = self.data_dir();
+        let mut cmd = Command::new(&self.etcd);
+        cmd.arg(format!("--name={}", self.name))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--advertise-client-urls={url}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster={initial_cluster}"))
+            .arg(format!("--listen-metrics-urls=http://127.0.0.1:{}", self.metrics_port))
+            .args(["--logger=zap", "--log-outputs=stderr", "--log-level=error"])
+            .args(extra);
+        if let Some(uid) = self.uid() {
+            std::os::unix::fs::chown(&self.dir, Some(uid), Some(uid)).expect("chown the member's directory");
+            // std drops the supplementary groups too when it changes the uid.
+            cmd.uid(uid).gid(uid);
+        }
+        // etcd reads ETCD_* as flags: the caller's environment must not change this etcd.
+        scrub_env(&mut cmd, "ETCD");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("etcd log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.etcd.display()));
+        self.child = Some(child);
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Until this member answers a (linearizable) read, so has a leader.
+    fn wait_ready(&mut self, settings: &Settings) -> Result<(), String> {
+        let client = Client::new(Settings {
+            endpoints: vec![self.endpoint()],
+            timeout: Duration::from_secs(1),
+            ..settings.clone()
+        })
+        .map_err(|e| format!("client settings: {e}"))?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last = String::from("not tried");
+        while Instant::now() < deadline {
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("etcd {} exited: {status}", self.name));
+                }
+            }
+            // Refused (auth enabled, no credentials) is an answer too.
+            match client.range(&RangeRequest::key("test-etcd-ready")) {
+                Ok(_) | Err(Error::Refused { .. }) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("etcd {} gave no answer within {START_TIMEOUT:?}: {last}", self.name))
+    }
+
+    /// Lost the race for one of its ports to another process.
+    fn port_taken(&self) -> bool {
+        self.log_tail().contains("address already in use")
+    }
+
+    fn fail(&mut self, why: &str) -> ! {
+        self.stop();
+        panic!("test etcd did not come up: {why}\n--- {} (tail) ---\n{}", self.log_path().display(), self.log_tail())
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    fn resume(&self) {
+        self.signal(libc::SIGCONT);
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("test etcd is not running");
+        send_signal(child, signal);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if self.paused.swap(false, Ordering::SeqCst) {
+                send_signal(&child, libc::SIGCONT);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn etcd_path() -> PathBuf {
+    find_in_path("etcd").unwrap_or_else(|| panic!("etcd not found in PATH: install Debian's etcd-server"))
+}
+
+fn temp_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir().expect("temporary directory for etcd")
+}
+
+/// Client settings without credentials or TLS.
+fn settings(endpoints: Vec<String>) -> Settings {
+    Settings { endpoints, timeout: Duration::from_secs(5), username: None, password: None, tls: TlsFiles::default() }
+}
+
+/// etcd reads `ETCD_*` (etcdctl `ETCDCTL_*`) as flags: the caller's
+/// environment must not change the etcd under test.
+fn scrub_env(cmd: &mut Command, prefix: &str) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with(prefix) {
+            cmd.env_remove(name);
+        }
+    }
+}
+
+fn dump(client: &Client, prefix: &str) -> Vec<(String, String)> {
+    let r = client.range(&RangeRequest::prefix(prefix)).unwrap_or_else(|e| panic!("dump {prefix:?}: {e}"));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    r.kvs.iter().map(|kv| (text(&kv.key), text(&kv.value))).collect()
 }
 
 fn send_signal(child: &Child, signal: libc::c_int) {

@@ -4,7 +4,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::testing::TestEtcd;
+use super::testing::{TestEtcd, TestEtcdCluster};
 use super::*;
 
 fn put(key: &str, value: &str) -> Op {
@@ -384,4 +384,59 @@ fn reads_beyond_one_transaction_are_split_keeping_groups_whole() {
     assert_eq!((few.len(), c.requests().txns - before), (2, 4), "what fits is one request");
     assert!(c.read_in_txns(Vec::new()).unwrap().is_empty());
     assert_eq!(c.requests().txns - before, 4, "nothing to read: no request");
+}
+
+#[test]
+fn a_cluster_member_without_its_quorum_is_unavailable() {
+    let cluster = TestEtcdCluster::start(3);
+    let c0 = Client::new(settings(vec![cluster.endpoint(0)], 3000)).unwrap();
+    put_all(&c0, &[("k", "v")]);
+    let c2 = Client::new(settings(vec![cluster.endpoint(2)], 1000)).unwrap();
+    assert_eq!(value(&c2, "k").unwrap(), b"v", "member 2 reads what member 0 wrote");
+    cluster.pause(1);
+    cluster.pause(2);
+    // Unavailable within the timeout while member 0 still believes in a
+    // leader; then, once it knows it has none, at once ("no leader").
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let start = Instant::now();
+        let e = c0.range(&RangeRequest::key("k")).unwrap_err();
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(3500), "{took:?}");
+        let Error::Unavailable(m) = &e else { panic!("{e:?}") };
+        if m.contains("no leader") {
+            assert!(took < Duration::from_millis(1000), "'no leader' took {took:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "member 0 never said it has no leader: {m}");
+    }
+    cluster.resume(1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c0.range(&RangeRequest::key("k")).is_err() {
+        assert!(Instant::now() < deadline, "member 0 has no quorum again with member 1 back");
+    }
+}
+
+#[test]
+fn a_partitioned_member_misses_the_majority_writes() {
+    let cluster = TestEtcdCluster::start(3);
+    let c0 = Client::new(settings(vec![cluster.endpoint(0)], 1000)).unwrap();
+    put_all(&c0, &[("k", "old")]);
+    cluster.partition(0);
+    put_all(&cluster.client(), &[("k", "new")]);
+    assert_eq!(cluster.dump("k"), [("k".to_string(), "new".to_string())]);
+    let e = c0.range(&RangeRequest::key("k")).unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
+    let rules = || {
+        let out = std::process::Command::new("iptables").args(["-w", "10", "-S", "OUTPUT"]).output().unwrap();
+        let tag = cluster.rule_tag(0);
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&tag)).count()
+    };
+    assert_eq!(rules(), 3, "the partition's rules are in");
+    cluster.heal(0);
+    assert_eq!(rules(), 0, "heal removed the partition's rules");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while value(&c0, "k").as_deref() != Some(b"new") {
+        assert!(Instant::now() < deadline, "member 0 never caught up once healed");
+    }
 }

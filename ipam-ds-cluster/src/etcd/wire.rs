@@ -17,9 +17,6 @@ pub(super) fn get_options(r: &RangeRequest) -> GetOptions {
     if r.limit != 0 {
         options = options.with_limit(r.limit);
     }
-    if r.serializable {
-        options = options.with_serializable();
-    }
     options
 }
 
