@@ -119,6 +119,7 @@ fn a_member_without_a_leader_does_not_confirm() {
 }
 
 #[test]
+#[ignore = "needs root and iptables (a member cut off by firewall rules): run by scripts/test"]
 fn a_partitioned_member_does_not_hand_out_another_nodes_block() {
     let _took = Took::new("a_partitioned_member_does_not_hand_out_another_nodes_block");
     // Four blocks of 16: .0/28 .16/28 .32/28 .48/28. `release-node` keeps

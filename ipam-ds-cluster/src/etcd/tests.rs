@@ -418,6 +418,7 @@ fn a_cluster_member_without_its_quorum_is_unavailable() {
 }
 
 #[test]
+#[ignore = "needs root and iptables (a member cut off by firewall rules): run by scripts/test"]
 fn a_partitioned_member_misses_the_majority_writes() {
     let cluster = TestEtcdCluster::start(3);
     let c0 = Client::new(settings(vec![cluster.endpoint(0)], 1000)).unwrap();
