@@ -47,11 +47,14 @@ impl StackCall {
                 None => Ok(None),
             }
         };
+        // One reading of the clocks for both instants: equal instants (the
+        // lock budget is often the deadline itself) stay equal.
+        let clocks = Clocks::now();
         let instant = |name: &str| -> Result<Option<Instant>> {
             match var(name).filter(|v| !v.is_empty()) {
                 Some(v) => v
                     .parse::<u64>()
-                    .map(|ms| Some(from_monotonic_ms(ms)))
+                    .map(|ms| Some(clocks.from_monotonic_ms(ms)))
                     .map_err(|_| CniError::env(name, format!("{v:?} is not a number of milliseconds"))),
                 None => Ok(None),
             }
@@ -78,11 +81,12 @@ impl StackCall {
         if let Some(id) = &self.rollback_of {
             vars.push((ROLLBACK, id.clone()));
         }
+        let clocks = Clocks::now();
         if let Some(at) = self.deadline {
-            vars.push((DEADLINE, to_monotonic_ms(at).to_string()));
+            vars.push((DEADLINE, clocks.to_monotonic_ms(at).to_string()));
         }
         if let Some(at) = self.lock_deadline {
-            vars.push((LOCK_DEADLINE, to_monotonic_ms(at).to_string()));
+            vars.push((LOCK_DEADLINE, clocks.to_monotonic_ms(at).to_string()));
         }
         vars
     }
@@ -110,21 +114,34 @@ fn monotonic_now() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn to_monotonic_ms(at: Instant) -> u64 {
-    let (now, clock) = (Instant::now(), monotonic_now());
-    let at = match at.checked_duration_since(now) {
-        Some(ahead) => clock + ahead,
-        None => clock.saturating_sub(now - at),
-    };
-    at.as_millis() as u64
+/// std's `Instant` and CLOCK_MONOTONIC read once, to convert between them:
+/// the two are read a moment apart, so each conversion with a reading of its
+/// own could move equal instants a millisecond apart (and a lock budget that
+/// is the deadline would end before it, answering 11 instead of 105).
+struct Clocks {
+    now: Instant,
+    clock: Duration,
 }
 
-fn from_monotonic_ms(ms: u64) -> Instant {
-    let (now, clock) = (Instant::now(), monotonic_now());
-    let at = Duration::from_millis(ms);
-    match at.checked_sub(clock) {
-        Some(ahead) => now + ahead,
-        None => now.checked_sub(clock - at).unwrap_or(now),
+impl Clocks {
+    fn now() -> Clocks {
+        Clocks { now: Instant::now(), clock: monotonic_now() }
+    }
+
+    fn to_monotonic_ms(&self, at: Instant) -> u64 {
+        let at = match at.checked_duration_since(self.now) {
+            Some(ahead) => self.clock + ahead,
+            None => self.clock.saturating_sub(self.now - at),
+        };
+        at.as_millis() as u64
+    }
+
+    fn from_monotonic_ms(&self, ms: u64) -> Instant {
+        let at = Duration::from_millis(ms);
+        match at.checked_sub(self.clock) {
+            Some(ahead) => self.now + ahead,
+            None => self.now.checked_sub(self.clock - at).unwrap_or(self.now),
+        }
     }
 }
 
@@ -153,6 +170,19 @@ mod tests {
             assert!(apart < Duration::from_millis(5), "{apart:?}");
         }
         assert_eq!(read(&[]).unwrap(), StackCall::default());
+    }
+
+    /// A lock budget that is the call's deadline stays the deadline through
+    /// the environment, however the clocks are read around a millisecond's
+    /// turn: the delegate then says its wait was cut by the deadline (105).
+    #[test]
+    fn equal_instants_stay_equal_through_the_environment() {
+        for _ in 0..2000 {
+            let deadline = Instant::now() + Duration::from_micros(1_500_000);
+            let call = StackCall { deadline: Some(deadline), lock_deadline: Some(deadline), ..StackCall::default() };
+            let back = read(&call.to_vars()).unwrap();
+            assert_eq!(back.deadline, back.lock_deadline);
+        }
     }
 
     #[test]
