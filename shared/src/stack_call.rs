@@ -54,7 +54,7 @@ impl StackCall {
             match var(name).filter(|v| !v.is_empty()) {
                 Some(v) => v
                     .parse::<u64>()
-                    .map(|ms| Some(clocks.from_monotonic_ms(ms)))
+                    .map(|ms| Some(clocks.instant_at_monotonic_ms(ms)))
                     .map_err(|_| CniError::env(name, format!("{v:?} is not a number of milliseconds"))),
                 None => Ok(None),
             }
@@ -83,10 +83,10 @@ impl StackCall {
         }
         let clocks = Clocks::now();
         if let Some(at) = self.deadline {
-            vars.push((DEADLINE, clocks.to_monotonic_ms(at).to_string()));
+            vars.push((DEADLINE, clocks.monotonic_ms_of(at).to_string()));
         }
         if let Some(at) = self.lock_deadline {
-            vars.push((LOCK_DEADLINE, clocks.to_monotonic_ms(at).to_string()));
+            vars.push((LOCK_DEADLINE, clocks.monotonic_ms_of(at).to_string()));
         }
         vars
     }
@@ -128,7 +128,7 @@ impl Clocks {
         Clocks { now: Instant::now(), clock: monotonic_now() }
     }
 
-    fn to_monotonic_ms(&self, at: Instant) -> u64 {
+    fn monotonic_ms_of(&self, at: Instant) -> u64 {
         let at = match at.checked_duration_since(self.now) {
             Some(ahead) => self.clock + ahead,
             None => self.clock.saturating_sub(self.now - at),
@@ -136,7 +136,7 @@ impl Clocks {
         at.as_millis() as u64
     }
 
-    fn from_monotonic_ms(&self, ms: u64) -> Instant {
+    fn instant_at_monotonic_ms(&self, ms: u64) -> Instant {
         let at = Duration::from_millis(ms);
         match at.checked_sub(self.clock) {
             Some(ahead) => self.now + ahead,
