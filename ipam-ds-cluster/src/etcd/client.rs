@@ -236,6 +236,9 @@ impl Client {
         let first = self.state().in_use.unwrap_or(0);
         let n = self.endpoints.len();
         let mut failures = Vec::new();
+        // A member whose certificate this node refuses is passed over while
+        // another answers; with none that answers, that is what to fix.
+        let mut refused = None;
         for i in (0..n).map(|k| (first + k) % n) {
             let endpoint = &self.endpoints[i];
             let start = Instant::now();
@@ -246,6 +249,10 @@ impl Client {
                     tracing::debug!(endpoint, op = kind.name(), elapsed_ms, "etcd request failed: {why}");
                     failures.push(format!("{endpoint}: {why}"));
                 }
+                Err(e @ Error::Settings { .. }) => {
+                    tracing::warn!(endpoint, op = kind.name(), "etcd endpoint passed over: {e}");
+                    refused.get_or_insert(e);
+                }
                 result => {
                     tracing::debug!(endpoint, op = kind.name(), elapsed_ms, ok = result.is_ok(), "etcd request");
                     let mut state = self.state();
@@ -255,7 +262,7 @@ impl Client {
                 }
             }
         }
-        Err(Error::Unavailable(failures.join("; ")))
+        Err(refused.unwrap_or_else(|| Error::Unavailable(failures.join("; "))))
     }
 }
 
