@@ -242,10 +242,18 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
     assert_eq!(lines.len(), 3, "{report}");
     assert!(lines[0].starts_with(&format!("released block {n2_block} of pool blue (node n2's since ")), "{report}");
     assert_eq!(lines[1], format!("deleted the static record of {fixed} (pool blue, container c-n2-1 interface eth0)"));
+    let (when, rest) = lines[2]
+        .strip_prefix(
+            "released 1 block and 1 address record of node n2 in network blue-net; its blocks can be claimed again \
+             in 4 s, at ",
+        )
+        .and_then(|rest| rest.split_once(' '))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(when.len() == 20 && when.ends_with('Z'), "when the blocks are claimable, UTC: {when:?}");
     assert_eq!(
-        lines[2],
-        "released 1 block and 1 address record of node n2 in network blue-net; its blocks can be claimed again in \
-         4 s (offlineGrace 1 s + 3 × timeout 1 s), the time n2 could still be allocating in them if it is alive"
+        rest,
+        "(offlineGrace 1 s + 3 × timeout 1 s), the time n2 could still be allocating in them if it is alive (if it \
+         can never run again: release-node --gone)"
     );
     let dump = etcd.dump(PREFIX);
     let tombstone = dump
@@ -270,7 +278,7 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
     assert_eq!(
         json_of(&again),
         json!({"network": NETWORK, "node": "n2", "blocks": [], "records": [],
-               "claimable_in_seconds": null, "claimable_at": null})
+               "claimable_in_seconds": null, "claimable_at": null, "gone": false})
     );
     assert_eq!(
         success(&n1.cluster(&["release-node", "n2"])),
@@ -306,6 +314,38 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
             "ipam_delegated_cluster_blocks{network=\"blue-net\",pool=\"blue\",state=\"contested\"} 0",
         ]
     );
+}
+
+#[test]
+fn release_node_gone_frees_a_nodes_blocks_at_once() {
+    let etcd = TestEtcd::start();
+    let endpoint = etcd.endpoint();
+    let (n1, n2) = (Node::new("n1", &endpoint), Node::new("n2", &endpoint));
+    // n2 takes the block of the pool that n1 would claim last.
+    n2.add_address("c-n2-0", "");
+    let n2_block = owners(&json_of(&n2.cluster(&["blocks", "--json"])))
+        .into_iter()
+        .find(|(_, node, _)| node == "n2")
+        .expect("a block of n2")
+        .0;
+    let out = n1.cluster(&["release-node", "--gone", "n2", "--json"]);
+    let document = json_of(&out);
+    assert_eq!((&document["gone"], &document["claimable_in_seconds"]), (&json!(true), &json!(0)), "{document}");
+    assert!(!etcd.dump(PREFIX).iter().any(|(key, _)| key.contains("/blocks/")), "no block record, no tombstone");
+    // Without waiting out n2's grace, n1 fills the whole pool, n2's former block included.
+    let mut got = Vec::new();
+    loop {
+        let out = n1.add(&format!("c-n1-{}", got.len()), "");
+        if out.status != 0 {
+            assert_eq!(out.code(), 100, "{out:#?}");
+            break;
+        }
+        got.push(address_of(out.result()));
+        assert!(got.len() <= 24, "more than the pool: {got:?}");
+    }
+    assert!(got.iter().any(|a| inside(*a, &n2_block)), "n1 got nothing of n2's former block {n2_block}: {got:?}");
+    let text = success(&n1.cluster(&["release-node", "--gone", "n1"])).to_string();
+    assert!(text.ends_with("as gone for good: its blocks can be claimed at once\n"), "{text}");
 }
 
 /// A port nothing listens on.

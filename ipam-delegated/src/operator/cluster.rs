@@ -39,7 +39,7 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     let client = etcd::Client::new(conf.settings.etcd.clone()).map_err(|e| etcd_failure(&conf, e))?;
     match command {
         ClusterCommand::Blocks { json } => blocks::run(&conf, &client, json),
-        ClusterCommand::ReleaseNode { node, json } => release_node::run(&conf, &client, &node, json),
+        ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &client, &node, json, gone),
     }
 }
 
@@ -191,10 +191,15 @@ mod tests {
         use clap::error::ErrorKind;
         let blocks = Invocation::Cluster { conf: "a.conflist".into(), command: ClusterCommand::Blocks { json: true } };
         assert_eq!(parse(&["cluster", "--conf", "a.conflist", "blocks", "--json"]), Ok(blocks));
-        let release = ClusterCommand::ReleaseNode { node: "node-3.rack_1".into(), json: false };
+        let release = ClusterCommand::ReleaseNode { node: "node-3.rack_1".into(), json: false, gone: false };
         assert_eq!(
             parse(&["cluster", "release-node", "node-3.rack_1", "--conf=a.conflist"]),
             Ok(Invocation::Cluster { conf: "a.conflist".into(), command: release })
+        );
+        let gone = ClusterCommand::ReleaseNode { node: "n2".into(), json: true, gone: true };
+        assert_eq!(
+            parse(&["cluster", "--conf", "a", "release-node", "--gone", "n2", "--json"]),
+            Ok(Invocation::Cluster { conf: "a".into(), command: gone })
         );
         assert_eq!(parse(&["cluster", "blocks"]), Err(ErrorKind::MissingRequiredArgument));
         assert_eq!(parse(&["cluster", "--conf", "a"]), Err(ErrorKind::MissingSubcommand));

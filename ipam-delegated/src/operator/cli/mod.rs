@@ -55,7 +55,7 @@ pub enum Command {
 #[derive(Debug, PartialEq)]
 pub enum ClusterCommand {
     Blocks { json: bool },
-    ReleaseNode { node: String, json: bool },
+    ReleaseNode { node: String, json: bool, gone: bool },
 }
 
 /// The shells whose completion scripts are generated and tested.
@@ -124,7 +124,7 @@ fn cluster(top_database: bool, a: ClusterArgs) -> Result<Invocation, clap::Error
     };
     let command = match a.command {
         ClusterSub::Blocks { json } => ClusterCommand::Blocks { json },
-        ClusterSub::ReleaseNode { node, json } => ClusterCommand::ReleaseNode { node, json },
+        ClusterSub::ReleaseNode { node, json, gone } => ClusterCommand::ReleaseNode { node, json, gone },
     };
     Ok(Invocation::Cluster { conf, command })
 }
@@ -295,6 +295,11 @@ enum ClusterSub {
         /// Print JSON for scripts instead of text
         #[arg(long)]
         json: bool,
+        /// NODE can never run again (its machine deleted, its disk wiped): its blocks are claimable at once,
+        /// without waiting out its offlineGrace. If NODE is in fact alive but cut off from etcd, it may go on
+        /// allocating in them, and a node that claims them meanwhile hands out the same addresses
+        #[arg(long)]
+        gone: bool,
     },
 }
 

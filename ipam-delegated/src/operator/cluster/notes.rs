@@ -50,7 +50,15 @@ claimed again; NODE itself never uses a released block again. NODE's address
 records (static, borrowed, lent) are deleted at once, but for one of an
 address another node lent it, which goes back to that lender as lent (as
 NODE's own DEL would do). Each change is made only if the record is unchanged
-since it was read; one that changed is read again.
+since it was read; one that changed is read again. The wait is NODE's own
+offlineGrace and ipam.timeout, as its plugins recorded them in etcd, when
+longer than CONFLIST's.
+
+With --gone, NODE's blocks are deleted rather than released: claimable at
+once. Only for a node that can never run again (its machine deleted, its
+disk wiped): one that is alive but cut off from etcd may still allocate in
+them for offlineGrace, and a node that claims them meanwhile would hand out
+the same addresses.
 
 Prints each block released and each record deleted, then a summary. A node
 that holds nothing is not an error. Logged as the plugins log (ipam.logFile).
@@ -58,4 +66,5 @@ that holds nothing is not an error. Logged as the plugins log (ipam.logFile).
 With --json: one object with the keys network, node, blocks (pool, block,
 claimed), records (pool, address, kind, container, ifname, returned_to: the
 lender it went back to, or null when deleted),
-claimable_in_seconds and claimable_at (null when no block was released).";
+claimable_in_seconds and claimable_at (null when no block was released;
+0 and now with --gone), gone.";

@@ -46,6 +46,8 @@ struct Document<'a> {
     claimable_in_seconds: Option<i64>,
     /// When, UTC (null when no block was released).
     claimable_at: Option<String>,
+    /// Released as gone for good: blocks deleted, claimable at once.
+    gone: bool,
 }
 
 #[derive(Serialize)]
@@ -83,7 +85,7 @@ impl Wait {
     }
 }
 
-pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) -> Result<Report, Failure> {
+pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, gone: bool) -> Result<Report, Failure> {
     let entry_key = NetworkKeys::new(&conf.settings.prefix, &conf.network).node(node);
     let entry = client.range(&RangeRequest::key(entry_key.clone())).map_err(|e| etcd_failure(conf, e))?.kvs.pop();
     let operators =
@@ -96,8 +98,8 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) ->
         Some(nodes) if nodes.window() > operators.window() => nodes,
         _ => operators,
     };
-    let window = wait.window();
-    let ttl = (window.as_secs_f64().ceil() as i64).max(1);
+    // Gone for good: nothing to wait out.
+    let ttl = if gone { 0 } else { (wait.window().as_secs_f64().ceil() as i64).max(1) };
     let mut done = Document {
         network: &conf.network,
         node,
@@ -105,6 +107,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) ->
         records: Vec::new(),
         claimable_in_seconds: None,
         claimable_at: None,
+        gone,
     };
     let mut lease: Option<i64> = None;
     let mut failure = None;
@@ -131,7 +134,11 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool) ->
         done.claimable_in_seconds = Some(ttl);
         done.claimable_at = Some(utc::iso8601(unix_now() + ttl));
     }
-    let stdout = if json { to_json(&done)? } else { render(&done, &wait, ttl) };
+    let stdout = if json {
+        to_json(&done)?
+    } else {
+        render(&done, &wait, ttl, done.claimable_at.as_deref().unwrap_or_default())
+    };
     match (failure, done.blocks.is_empty() && done.records.is_empty()) {
         // Nothing was done: the failure alone.
         (Some(problem), true) => Err(Failure(problem)),
@@ -159,7 +166,7 @@ fn release_pool(
         if blocks.is_empty() && records.is_empty() {
             return Ok(());
         }
-        let lease_id = match (*lease, blocks.is_empty()) {
+        let lease_id = match (*lease, blocks.is_empty() || ttl == 0) {
             (Some(id), _) => id,
             (None, true) => 0,
             (None, false) => {
@@ -172,9 +179,13 @@ fn release_pool(
         for o in blocks {
             let tombstone =
                 BlockRecord { node: node.to_string(), at: unix_now(), released: true, db: o.record.db.clone() };
+            let op = match ttl {
+                0 => Op::Delete { key: o.kv.key.clone(), range_end: None },
+                _ => Op::Put { key: o.kv.key.clone(), value: to_bytes(&tombstone), lease: lease_id },
+            };
             let txn = Txn {
                 compare: vec![Compare::mod_revision_is(o.kv.key.clone(), o.kv.mod_revision)],
-                success: vec![Op::Put { key: o.kv.key.clone(), value: to_bytes(&tombstone), lease: lease_id }],
+                success: vec![op],
                 failure: Vec::new(),
             };
             if !client.txn(&txn).map_err(|e| etcd_failure(conf, e))?.succeeded {
@@ -242,7 +253,7 @@ fn release_pool(
     )))
 }
 
-fn render(done: &Document, wait: &Wait, ttl: i64) -> String {
+fn render(done: &Document, wait: &Wait, ttl: i64, claimable_at: &str) -> String {
     let (node, network) = (done.node, done.network);
     if done.blocks.is_empty() && done.records.is_empty() {
         return format!("node {node} holds no block and no address record in network {network}: nothing released\n");
@@ -270,13 +281,22 @@ fn render(done: &Document, wait: &Wait, ttl: i64) -> String {
         ));
         return out;
     }
+    if done.gone {
+        out.push_str(&format!(
+            "released {} and {} of node {node} in network {network} as gone for good: its blocks can be claimed \
+             at once\n",
+            count(done.blocks.len(), "block"),
+            count(done.records.len(), "address record"),
+        ));
+        return out;
+    }
     let rounded =
         if Duration::from_secs(ttl as u64) == wait.window() { String::new() } else { ", rounded up".to_string() };
     let whose = if wait.nodes_own { format!("{node}'s own ") } else { String::new() };
     out.push_str(&format!(
-        "released {} and {} of node {node} in network {network}; its blocks can be claimed again in {ttl} s \
-         ({whose}offlineGrace {} s + 3 × timeout {} s{rounded}), the time {node} could still be allocating in them if \
-         it is alive\n",
+        "released {} and {} of node {node} in network {network}; its blocks can be claimed again in {ttl} s, at \
+         {claimable_at} ({whose}offlineGrace {} s + 3 × timeout {} s{rounded}), the time {node} could still be \
+         allocating in them if it is alive (if it can never run again: release-node --gone)\n",
         count(done.blocks.len(), "block"),
         count(done.records.len(), "address record"),
         seconds(wait.offline_grace),
