@@ -568,8 +568,9 @@ fn dead_node_returns() {
     let n2 = (0..200)
         .map(|i| if i == 0 { "n2".to_string() } else { format!("n2-{i}") })
         .find(|name| {
-            let first = first_block_index(name, 4);
-            lost.contains(&block(first)) && lost.contains(&block((first + 1) % 4))
+            let order = claim_order(&c, name);
+            assert_eq!(order.len(), 4, "every block of the pool is claimable: {order:?}");
+            lost.contains(&order[0]) && lost.contains(&order[1])
         })
         .unwrap_or_else(|| "n2".to_string());
     let n2 = n2.as_str();

@@ -440,11 +440,12 @@ pub fn assert_few_blocks<E: Etcd>(c: &Cluster<E>, nodes: &[&str], peak: &HashMap
     eprintln!("blocks per node: {}", counts.join("; "));
 }
 
-/// The block a node tries first among `count` (ipam-ds-cluster's
-/// blocks.rs: FNV-1a of its name), to pick a node name that takes over
-/// exactly the blocks another lost.
-pub fn first_block_index(node: &str, count: u64) -> u64 {
-    node.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)) % count
+/// The blocks of `c`'s first pool in the order `node` tries to claim them,
+/// as ipam-ds-cluster orders them (its public `Geometry::claim_order`): to
+/// pick a node name that takes over exactly the blocks another lost.
+pub fn claim_order<E: Etcd>(c: &Cluster<E>, node: &str) -> Vec<Net4> {
+    let pool = shared::pool::Pool::from_json(&c.pools[0], "pools[0]").expect("the test's pool reads");
+    ipam_ds_cluster::blocks::Geometry::of(&pool).claim_order(node).map(|b| Net4::cidr(&b.to_string())).collect()
 }
 
 /// Whether the operator tool answers `cluster --help`.
