@@ -250,6 +250,10 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     }
     let (x, y) = (only_block_of(&c, "n1"), only_block_of(&c, "n2"));
     assert_ne!(x, y);
+    // And an address of its block that n1 reserved by name: a record in etcd.
+    let fixed = x.nth(12);
+    let out = c.add_static("n1", "n1-static", fixed);
+    assert_eq!(out.status, 0, "n1's static ADD: {}", brief(&out));
     // etcd loses its data and comes back on the same URL.
     c.etcd.wipe();
     assert!(c.etcd.dump("/").is_empty(), "etcd is empty");
@@ -270,6 +274,11 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     let out = add_until_ok(&c, "n1", "n1-after", 4);
     assert_eq!(out.status, 0, "n1 after the wipe: {}", brief(&out));
     assert_eq!(c.blocks_of("n1"), vec![x], "n1 claimed its block back");
+    assert!(
+        c.addrs().iter().any(|a| a.ip == fixed && a.node == "n1" && a.container == "n1-static"),
+        "n1 wrote its static record again: {:?}",
+        c.addrs()
+    );
     let out = add_until_ok(&c, "n2", "n2-after", 4);
     assert_eq!(out.status, 0, "n2 after the wipe: {}", brief(&out));
     // Once the quarantine is over n3 gets nothing of n1's or n2's: the

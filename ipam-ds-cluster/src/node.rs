@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use shared::addr::Family;
@@ -41,6 +42,12 @@ const DB_NOTE: &str = "node-db";
 /// answer below it means etcd lost history.
 fn revision_note(network: &str) -> String {
     format!("etcd-revision:{network}")
+}
+
+/// The note of the offlineGrace (milliseconds) this node last registered in
+/// etcd for `network`.
+fn grace_note(network: &str) -> String {
+    format!("registered-grace:{network}")
 }
 
 /// Who a published lease's record says added it: no ADD's rollback releases it.
@@ -194,7 +201,12 @@ impl<'s> Node<'s> {
         let token = self.etcd.token();
         let changed = token != self.cached_token;
         if let (Some(token), Some(note), true) = (&token, &self.token_note, changed) {
-            if let Err(e) = store.write(|tx| tx.set_note(note, token)) {
+            // One token kept: those of earlier credentials are of no use.
+            let keep = |tx: &Tx| {
+                tx.drop_notes_with_prefix(etcd::TOKEN_NOTE_PREFIX, note)?;
+                tx.set_note(note, token)
+            };
+            if let Err(e) = store.write(keep) {
                 tracing::warn!("the etcd token is not kept for the next call: {e}");
             }
         }
@@ -224,7 +236,7 @@ impl<'s> Node<'s> {
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.
-        let (owned, mut blocks, records, held, boot, watermark) = store.read(|tx| {
+        let (owned, mut blocks, records, held, notes) = store.read(|tx| {
             let mut owned = Vec::with_capacity(pools.len());
             let mut with_room = Vec::with_capacity(pools.len());
             for g in &geometries {
@@ -237,8 +249,15 @@ impl<'s> Node<'s> {
                 owned.push(all);
             }
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
-            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, tx.note(BOOT_NOTE)?, watermark))
+            let grace = tx.note(&grace_note(&self.network))?.and_then(|n| n.parse::<u64>().ok());
+            let notes = (tx.note(BOOT_NOTE)?, watermark, grace.map(Duration::from_millis));
+            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, notes))
         })?;
+        let (boot, watermark, registered_grace) = notes;
+        // Only answers given after the watermark was read count against it
+        // (settle, before this, may have heard etcd at an earlier revision
+        // while another process of this node wrote a later one down).
+        self.etcd.forget_revisions();
         let offline = match self.confirm(&geometries, &blocks) {
             Ok((confirmed, entry)) => {
                 // Before anything is decided from what etcd said.
@@ -256,7 +275,10 @@ impl<'s> Node<'s> {
                 None
             }
             Err(etcd::Error::Unavailable(why)) => {
-                let grace = self.settings.offline_grace;
+                // A grace raised while etcd is away is not what release-node
+                // waits out: the one registered in etcd is.
+                let grace =
+                    registered_grace.map_or(self.settings.offline_grace, |g| g.min(self.settings.offline_grace));
                 for pool_blocks in &mut blocks {
                     pool_blocks.retain(|b| self.clock.within(boot.as_deref(), b.confirmed, grace));
                 }
@@ -464,58 +486,135 @@ impl<'s> Node<'s> {
         ))
     }
 
-    /// After etcd lost history, puts this node's blocks of `geometries`
-    /// back as they were, as far as etcd allows, without ever taking an
-    /// address another node may hold:
-    /// - a block still ours stays (at its claim's revision);
-    /// - a block etcd does not have that holds our leases is claimed again;
-    /// - a block another node owns that holds our leases is contested (see
-    ///   [`Node::contest`]); one without our leases is dropped;
-    /// - and for offlineGrace + 3 × ipam.timeout no node claims or adopts any
-    ///   other block of the network (`_recovery`), so that nodes re-claim
-    ///   their own first.
+    /// After etcd lost history, puts what this node holds back as it was, as
+    /// far as etcd allows, without ever taking an address another node may
+    /// hold:
+    /// - for offlineGrace + 3 × ipam.timeout no node claims or adopts any
+    ///   other block of the network, nor takes a lent address (`_recovery`),
+    ///   so that nodes re-claim their own first;
+    /// - every block of the network it holds, in any pool (not only this
+    ///   call's): one still ours stays (at its claim's revision); one etcd
+    ///   lost that holds our leases is claimed again (contested when its
+    ///   pool is not among this call's, whose cut it needs); one another node
+    ///   owns that holds our leases is contested (see [`Node::contest`]); one
+    ///   without our leases is dropped;
+    /// - every address record it holds is written again where etcd lost it
+    ///   (an address held twice is logged), and records etcd shows as this
+    ///   node's that it does not hold (released, or lent and taken back,
+    ///   before the loss) are deleted, so nobody borrows them.
     fn recover(&self, store: &mut StoreHandle, geometries: &[Geometry], seen: i64, now_at: i64) -> Result<()> {
         self.quarantine(seen, now_at)?;
-        for g in geometries {
-            let keys = self.keys(&g.pool.name);
-            let rows: Vec<(NodeBlock, Vec<Lease>)> = store.read(|tx| {
-                let mut rows = Vec::new();
-                for b in tx.node_blocks(&self.network, &g.pool.name)? {
-                    if b.state != BlockState::Releasing {
-                        let held = self.leases_in(tx, &b)?;
-                        rows.push((b, held));
-                    }
+        let rows: Vec<(NodeBlock, Vec<Lease>)> = store.read(|tx| {
+            let mut rows = Vec::new();
+            for b in tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network) {
+                if b.state != BlockState::Releasing {
+                    let held = self.leases_in(tx, &b)?;
+                    rows.push((b, held));
                 }
-                Ok(rows)
-            })?;
-            if rows.is_empty() {
-                continue;
             }
-            let reads = rows.iter().map(|(b, _)| vec![Op::Range(RangeRequest::key(keys.block(&b.block)))]).collect();
-            let answers = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
-            for ((b, held), answer) in rows.iter().zip(answers) {
-                let kv = match answer {
-                    OpResponse::Range(r) => r.kvs.into_iter().next(),
-                    _ => None,
-                };
-                self.take_back(store, g, b, held, kv.as_ref())?;
-            }
+            Ok(rows)
+        })?;
+        let reads =
+            rows.iter().map(|(b, _)| vec![Op::Range(RangeRequest::key(self.keys(&b.pool).block(&b.block)))]).collect();
+        let answers = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
+        for ((b, held), answer) in rows.iter().zip(answers) {
+            let kv = match answer {
+                OpResponse::Range(r) => r.kvs.into_iter().next(),
+                _ => None,
+            };
+            let g = geometries.iter().find(|g| g.pool.name == b.pool);
+            self.take_back(store, g, b, held, kv.as_ref())?;
         }
+        self.rewrite_records(store, None)?;
         let highest = self.etcd.revisions().map_or(now_at, |(_, high)| high);
         store.write(|tx| tx.set_note(&revision_note(&self.network), &highest.to_string()))
     }
 
+    /// After etcd lost history: this node's address records as its database
+    /// holds them, in every pool of the network, or only in one block (one
+    /// etcd lost and this node claimed back).
+    fn rewrite_records(&self, store: &mut StoreHandle, only: Option<&NodeBlock>) -> Result<()> {
+        let within = |pool: &str, address: IpAddr| only.is_none_or(|b| b.pool == pool && b.block.contains(&address));
+        let (rows, lent) =
+            store.read(|tx| Ok((tx.node_records(&self.network)?, tx.leases_of(&lend_holder(&self.network))?)))?;
+        let rows: Vec<NodeRecord> = rows.into_iter().filter(|r| within(&r.pool, r.address)).collect();
+        let lent: Vec<Lease> = lent.into_iter().filter(|l| within(&l.pool, l.address)).collect();
+        let mut pools: Vec<&str> = rows.iter().map(|r| r.pool.as_str()).collect();
+        pools.extend(lent.iter().map(|l| l.pool.as_str()));
+        pools.extend(only.map(|b| b.pool.as_str()));
+        pools.sort_unstable();
+        pools.dedup();
+        for pool in pools {
+            let keys = self.keys(pool);
+            let prefix = match only {
+                Some(b) => keys.block_addresses(&b.block),
+                None => keys.addresses(),
+            };
+            let found = self.etcd.range(&RangeRequest::prefix(prefix)).map_err(etcd_error)?;
+            for r in rows.iter().filter(|r| r.pool == pool && r.state == RecordState::Held) {
+                let theirs = found.kvs.iter().find(|kv| kv.key == r.key.as_bytes());
+                match theirs {
+                    Some(kv) if kv.value == r.value.as_bytes() => {}
+                    Some(kv) => tracing::error!(
+                        "{} is held here by container {} interface {} and, since etcd lost history, in the cluster \
+                         too ({}): an address held twice",
+                        r.address,
+                        shown(&r.owner.container_id),
+                        shown(&r.owner.ifname),
+                        shown_bytes(&kv.value)
+                    ),
+                    None => {
+                        let txn = Txn {
+                            compare: vec![Compare::absent(r.key.clone())],
+                            success: vec![Op::Put {
+                                key: r.key.clone().into_bytes(),
+                                value: r.value.clone().into_bytes(),
+                                lease: 0,
+                            }],
+                            failure: Vec::new(),
+                        };
+                        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                            tracing::warn!("{} of pool {pool}: its record, lost by etcd, is written again", r.address);
+                        }
+                    }
+                }
+            }
+            // Records that name this node but that it does not hold.
+            for kv in &found.kvs {
+                let Ok(record) = serde_json::from_slice::<AddressRecord>(&kv.value) else { continue };
+                let Some((_, address)) = keys.parse_address(&kv.key) else { continue };
+                let ours = record.node == self.settings.node;
+                let held = match record.kind {
+                    Kind::Lent => lent.iter().any(|l| l.address == address),
+                    _ => rows.iter().any(|r| r.key.as_bytes() == kv.key.as_slice()),
+                };
+                if ours && !held {
+                    let txn = Txn {
+                        compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+                        success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+                        failure: Vec::new(),
+                    };
+                    if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                        tracing::warn!("{address} of pool {pool}: a record of this node that it no longer holds, shown again by etcd, is deleted");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// What becomes of block `b`, which holds this node's leases `held`, when
-    /// etcd shows it as `kv` (none: absent).
+    /// etcd shows it as `kv` (none: absent). `g`: its pool, when this call
+    /// has it (claiming the block back needs its cut).
     fn take_back(
         &self,
         store: &mut StoreHandle,
-        g: &Geometry,
+        g: Option<&Geometry>,
         b: &NodeBlock,
         held: &[Lease],
         kv: Option<&Kv>,
     ) -> Result<()> {
-        let keys = self.keys(&g.pool.name);
+        let keys = self.keys(&b.pool);
         let record = kv.and_then(|kv| serde_json::from_slice::<BlockRecord>(&kv.value).ok());
         match (kv, &record) {
             (Some(kv), Some(r)) if self.is_ours(r) => {
@@ -530,11 +629,12 @@ impl<'s> Node<'s> {
             }
             _ if held.is_empty() => {
                 tracing::warn!("block {} of pool {} holds no lease here: left to the cluster", b.block, b.pool);
-                store.write(|tx| tx.drop_node_block(&b.network, &b.pool, &b.block))
+                self.drop_block(store, b)
             }
-            (None, _) => match self.reclaim(store, &keys, g, b)? {
-                true => Ok(()),
-                false => self.contest(store, &keys, b, held, "another node claimed it first"),
+            (None, _) => match g {
+                Some(g) if self.reclaim(store, &keys, g, b)? => Ok(()),
+                Some(_) => self.contest(store, &keys, b, held, "another node claimed it first"),
+                None => self.contest(store, &keys, b, held, "etcd lost it (claimed back when its pool is used)"),
             },
             (Some(_), r) => {
                 let holder =
@@ -544,6 +644,18 @@ impl<'s> Node<'s> {
         }
     }
 
+    /// Forgets block `b`, with the addresses held in it for lending (nobody
+    /// borrows from a block that is not ours).
+    fn drop_block(&self, store: &mut StoreHandle, b: &NodeBlock) -> Result<()> {
+        let holder = lend_holder(&self.network);
+        store.write(|tx| {
+            for lent in tx.leases_of(&holder)?.into_iter().filter(|l| b.block.contains(&l.address)) {
+                tx.release_address(lent.address, &holder)?;
+            }
+            tx.drop_node_block(&b.network, &b.pool, &b.block)
+        })
+    }
+
     /// A block record that names this node and this database (or none: a
     /// claim of a build that did not record it).
     fn is_ours(&self, r: &BlockRecord) -> bool {
@@ -551,7 +663,8 @@ impl<'s> Node<'s> {
     }
 
     /// Claims `b` again after etcd lost it (the quarantine does not apply:
-    /// its leases are this node's). False when another node has it.
+    /// its leases are this node's), reading what others hold in it. False
+    /// when another node has it.
     fn reclaim(&self, store: &mut StoreHandle, keys: &PoolKeys, g: &Geometry, b: &NodeBlock) -> Result<bool> {
         self.define(keys, g)?;
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
@@ -559,25 +672,38 @@ impl<'s> Node<'s> {
             BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone() };
         let txn = Txn {
             compare: vec![Compare::absent(keys.block(&b.block)), Compare::value_is(keys.definition(), definition)],
-            success: vec![Op::Put { key: keys.block(&b.block).into_bytes(), value: to_bytes(&record), lease: 0 }],
+            success: vec![
+                Op::Put { key: keys.block(&b.block).into_bytes(), value: to_bytes(&record), lease: 0 },
+                Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))),
+            ],
             failure: Vec::new(),
         };
         let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
         if answer.succeeded {
             tracing::warn!("block {} of pool {} was gone from etcd: claimed again", b.block, b.pool);
-            let again =
-                NodeBlock { state: BlockState::Owned, revision: answer.revision, taken: Vec::new(), ..b.clone() };
-            store.write(|tx| tx.put_node_block(&again))?;
+            let taken = match answer.responses.get(1) {
+                Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
+                _ => Vec::new(),
+            };
+            let again = self.owned_block(g, b.block, answer.revision, taken);
+            store.write(|tx| {
+                self.stamp_boot(tx)?;
+                tx.put_node_block(&NodeBlock { since: b.since, ..again })
+            })?;
+            // What this node recorded in the block went with it.
+            self.rewrite_records(store, Some(b))?;
         }
         Ok(answer.succeeded)
     }
 
-    /// A block that holds leases of this node but is another's in etcd: it
-    /// is never handed to the allocators again, and each lease is published
-    /// as this node's address record in it, so that its owner's allocators
-    /// skip the address (they read the block's records at each ADD). An
-    /// address another attachment already holds in the cluster is logged as
-    /// held twice: etcd's loss made that, and the operator must resolve it.
+    /// A block that holds leases of this node but is another's in etcd (or
+    /// that etcd lost, and this call cannot claim back): it is never handed
+    /// to the allocators again, and each lease is published as this node's
+    /// address record in it, so that its owner's allocators skip the address
+    /// (they read the block's records at each ADD). Marked first and
+    /// published after: [`Node::settle`] publishes what a kill or an etcd
+    /// failure left unpublished, at every later call. An address another
+    /// attachment already holds in the cluster is logged as held twice.
     fn contest(
         &self,
         store: &mut StoreHandle,
@@ -586,20 +712,24 @@ impl<'s> Node<'s> {
         held: &[Lease],
         why: &str,
     ) -> Result<()> {
-        tracing::error!(
-            "block {} of pool {} holds {} lease(s) of this node but {why}: their addresses are published as this \
-             node's, and the block is not used again",
-            b.block,
-            b.pool,
-            held.len()
-        );
-        store.write(|tx| {
-            tx.put_node_block(&NodeBlock { state: BlockState::Contested, since: unix_now(), ..b.clone() })
-        })?;
+        if b.state != BlockState::Contested {
+            tracing::error!(
+                "block {} of pool {} holds {} lease(s) of this node but {why}: their addresses are published as \
+                 this node's, and the block is not used again",
+                b.block,
+                b.pool,
+                held.len()
+            );
+            store.write(|tx| {
+                tx.put_node_block(&NodeBlock { state: BlockState::Contested, since: unix_now(), ..b.clone() })
+            })?;
+        }
         for lease in held {
             let key = keys.address(&b.block, lease.address);
-            if store.read(|tx| tx.node_record(&key))?.is_some() {
-                continue;
+            match store.read(|tx| tx.node_record(&key))? {
+                Some(r) if r.state == RecordState::Writing && r.owner == lease.owner => {}
+                Some(_) => continue,
+                None => {}
             }
             let value = to_text(&AddressRecord {
                 kind: Kind::Static,
@@ -624,13 +754,11 @@ impl<'s> Node<'s> {
                 success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
                 failure: vec![Op::Range(RangeRequest::key(key.clone()))],
             };
-            let answer = match self.etcd.txn(&txn) {
-                Ok(answer) => answer,
-                Err(e) => {
-                    forget_unsure(store, &key)?;
-                    return Err(etcd_error(e));
-                }
-            };
+            // Unsure (no answer): the row stays `writing`, and publishing is
+            // tried again (create if absent: a write that did happen is
+            // found as ours). Never `releasing`: releasing a record releases
+            // its lease, which a running container holds.
+            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
             let theirs = match answer.responses.into_iter().next() {
                 Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
                 _ => None,
@@ -641,7 +769,7 @@ impl<'s> Node<'s> {
                 store.write(|tx| tx.drop_node_record(&key))?;
                 tracing::error!(
                     "{} is leased here to container {} interface {} and held in the cluster too ({}): an address \
-                     held twice since etcd lost history",
+                     held twice",
                     lease.address,
                     shown(&lease.owner.container_id),
                     shown(&lease.owner.ifname),
@@ -762,6 +890,21 @@ impl<'s> Node<'s> {
             self.stamp(tx)?;
             for b in &changes {
                 tx.put_node_block(b)?;
+                // Another node's record for an address leased here: one
+                // address, two attachments (etcd lost history, or this node
+                // came back after release-node). Only the operator can choose.
+                for &address in &b.taken {
+                    if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network) {
+                        tracing::error!(
+                            "{address} is leased here to container {} interface {} and recorded in the cluster for \
+                             another node: an address held twice (block {} of pool {})",
+                            shown(&lease.owner.container_id),
+                            shown(&lease.owner.ifname),
+                            b.block,
+                            b.pool
+                        );
+                    }
+                }
             }
             let mut held = Vec::new();
             for (g, b, why, kv) in &lost {
@@ -772,6 +915,10 @@ impl<'s> Node<'s> {
                         b.block,
                         b.pool
                     );
+                    let holder = lend_holder(&self.network);
+                    for lent in tx.leases_of(&holder)?.into_iter().filter(|l| b.block.contains(&l.address)) {
+                        tx.release_address(lent.address, &holder)?;
+                    }
                     tx.drop_node_block(&b.network, &b.pool, &b.block)?;
                 } else {
                     held.push((*g, b.clone(), why.clone(), kv.clone(), leases));
@@ -784,7 +931,7 @@ impl<'s> Node<'s> {
         // its addresses are ours.
         for (g, b, why, kv, leases) in held {
             tracing::warn!("block {} of pool {} holds leases of this node but {why}", b.block, b.pool);
-            self.take_back(store, g, &b, &leases, kv.as_ref())?;
+            self.take_back(store, Some(g), &b, &leases, kv.as_ref())?;
         }
         Ok(())
     }
@@ -796,14 +943,29 @@ impl<'s> Node<'s> {
         Ok(tx.leases(&filter)?.into_iter().filter(|l| b.block.contains(&l.address)).collect())
     }
 
+    /// Before a confirmation of this boot is written: those of another boot
+    /// (or of a build that stamped them by the wall clock) are voided.
+    fn stamp_boot(&self, tx: &Tx) -> Result<()> {
+        if tx.note(BOOT_NOTE)?.as_deref() != Some(self.clock.boot_id.as_str()) {
+            tx.void_block_confirmations()?;
+            tx.set_note(BOOT_NOTE, &self.clock.boot_id)?;
+        }
+        Ok(())
+    }
+
     /// With every write of what etcd said: confirmations of another boot
     /// (or of a build that stamped them by the wall clock) are voided, and
     /// the highest revision etcd answered at is kept, the mark below which
     /// an answer means etcd lost history.
     fn stamp(&self, tx: &Tx) -> Result<()> {
-        if tx.note(BOOT_NOTE)?.as_deref() != Some(self.clock.boot_id.as_str()) {
-            tx.void_block_confirmations()?;
-            tx.set_note(BOOT_NOTE, &self.clock.boot_id)?;
+        self.stamp_boot(tx)?;
+        // The grace etcd's entry of this node now says (it was registered
+        // before any write of what etcd said): offline, the node never
+        // allocates longer than release-node, reading that entry, waits.
+        let grace = self.settings.offline_grace.as_millis().to_string();
+        let grace_note = grace_note(&self.network);
+        if tx.note(&grace_note)?.as_deref() != Some(grace.as_str()) {
+            tx.set_note(&grace_note, &grace)?;
         }
         if let Some((_, high)) = self.etcd.revisions() {
             let note = revision_note(&self.network);
@@ -1482,7 +1644,12 @@ impl<'s> Node<'s> {
         // a row that DEL and GC release.
         store.write(|tx| tx.put_node_record(&row))?;
         let txn = Txn {
-            compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+            // Not while nodes re-claim after etcd lost history: the lent
+            // record may be one its lender has taken back since the backup.
+            compare: vec![
+                Compare::mod_revision_is(kv.key.clone(), kv.mod_revision),
+                Compare::absent(NetworkKeys::new(&self.settings.prefix, &self.network).recovery()),
+            ],
             success: vec![Op::Put { key: kv.key.clone(), value: row.value.clone().into_bytes(), lease: 0 }],
             failure: Vec::new(),
         };
@@ -1580,19 +1747,30 @@ impl<'s> Node<'s> {
                 .into_iter()
                 .filter(|r| r.state == RecordState::Releasing && r.owner.network == self.network)
                 .collect();
-            let (mut blocks, mut contested_done) = (Vec::new(), Vec::new());
+            let (mut blocks, mut contested) = (Vec::new(), Vec::new());
             for b in tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network) {
                 match b.state {
                     BlockState::Releasing => blocks.push(b),
-                    // Its leases are gone (their records released with them):
-                    // nothing of this node is left in it.
-                    BlockState::Contested if self.leases_in(tx, &b)?.is_empty() => contested_done.push(b),
+                    BlockState::Contested => {
+                        // Leases still unpublished (a kill, or etcd away, during
+                        // its contest), or none left: nothing of this node in it.
+                        let held = self.leases_in(tx, &b)?;
+                        let keys = self.keys(&b.pool);
+                        let mut unpublished = false;
+                        for l in &held {
+                            let row = tx.node_record(&keys.address(&b.block, l.address))?;
+                            unpublished |= row.is_none_or(|r| r.state == RecordState::Writing);
+                        }
+                        if held.is_empty() || unpublished {
+                            contested.push((b, held));
+                        }
+                    }
                     _ => {}
                 }
             }
-            Ok((records, blocks, contested_done))
+            Ok((records, blocks, contested))
         });
-        let (records, blocks, contested_done) = match pending {
+        let (records, blocks, contested) = match pending {
             Ok(pending) => pending,
             Err(e) => {
                 tracing::warn!("cannot read what is left to settle with etcd: {e}");
@@ -1602,14 +1780,15 @@ impl<'s> Node<'s> {
         if let Err(e) = self.release(store, &records) {
             tracing::warn!("releases left for a later call: {e}");
         }
-        for b in contested_done {
-            tracing::info!(
-                "contested block {} of pool {} holds no lease of this node any more: dropped",
-                b.block,
-                b.pool
-            );
-            if let Err(e) = store.write(|tx| tx.drop_node_block(&b.network, &b.pool, &b.block)) {
-                tracing::warn!("contested block {} of pool {} is dropped later: {e}", b.block, b.pool);
+        for (b, held) in contested {
+            let done = if held.is_empty() {
+                tracing::info!("contested block {} of pool {} holds no lease of this node any more", b.block, b.pool);
+                self.drop_block(store, &b)
+            } else {
+                self.contest(store, &self.keys(&b.pool), &b, &held, "")
+            };
+            if let Err(e) = done {
+                tracing::warn!("contested block {} of pool {} is settled later: {e}", b.block, b.pool);
             }
         }
         // While a block being given back waits, an ADD that saw it as this

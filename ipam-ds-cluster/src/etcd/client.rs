@@ -131,6 +131,10 @@ impl Client {
     }
 
     fn saw(&self, revision: i64) {
+        // 0: an answer without a header (no revision to go by).
+        if revision <= 0 {
+            return;
+        }
         let mut state = self.state();
         state.revisions = Some(match state.revisions {
             Some((low, high)) => (low.min(revision), high.max(revision)),
@@ -144,6 +148,12 @@ impl Client {
     /// an older backup, or its data wiped).
     pub fn revisions(&self) -> Option<(i64, i64)> {
         self.state().revisions
+    }
+
+    /// Forgets the revisions seen so far: what [`Client::revisions`] says
+    /// from now on is about answers given after this call.
+    pub fn forget_revisions(&self) {
+        self.state().revisions = None;
     }
 
     /// Reads `groups` of range operations in as few transactions as etcd

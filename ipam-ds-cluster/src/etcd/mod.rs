@@ -27,6 +27,9 @@ pub use client::Client;
 /// compare, success or failure list is refused, for good.
 pub const MAX_TXN_OPS: usize = 128;
 
+/// The node database's notes that hold cached auth tokens start so.
+pub const TOKEN_NOTE_PREFIX: &str = "etcd-token:";
+
 /// What a client needs, as read from the `cluster.etcd` settings.
 #[derive(Clone)]
 pub struct Settings {
@@ -57,7 +60,7 @@ impl Settings {
             digest.update(part.as_bytes());
         }
         let hex: String = digest.finish().as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect();
-        Some(format!("etcd-token:{hex}"))
+        Some(format!("{TOKEN_NOTE_PREFIX}{hex}"))
     }
 }
 

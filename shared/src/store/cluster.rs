@@ -288,6 +288,15 @@ impl Tx<'_> {
         rows.next().transpose().in_db(self.path)
     }
 
+    /// Drops the notes whose names start with `prefix`, but `keep`.
+    pub fn drop_notes_with_prefix(&self, prefix: &str, keep: &str) -> Result<()> {
+        self.sql
+            .prepare_cached("DELETE FROM cluster_notes WHERE substr(name, 1, length(?1)) = ?1 AND name != ?2")
+            .and_then(|mut stmt| stmt.execute([prefix, keep]))
+            .in_db(self.path)
+            .map(drop)
+    }
+
     pub fn set_note(&self, name: &str, value: &str) -> Result<()> {
         self.sql
             .prepare_cached("INSERT OR REPLACE INTO cluster_notes (name, value) VALUES (?1, ?2)")

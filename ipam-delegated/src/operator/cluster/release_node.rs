@@ -109,9 +109,11 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, go
         claimable_at: None,
         gone,
     };
-    let mut lease: Option<i64> = None;
     let mut failure = None;
     for pool in &conf.pools {
+        // A lease of its own per pool: one granted for an earlier pool would
+        // end before the full wait for this pool's tombstones.
+        let mut lease = None;
         if let Err(Failure(problem)) = release_pool(conf, client, pool, node, ttl, &mut lease, &mut done) {
             failure = Some(problem);
             break;
