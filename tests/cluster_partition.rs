@@ -40,15 +40,9 @@ fn failed(out: &Outcome, what: &str) -> (u64, String) {
 /// An ADD that must succeed while the cluster recovers (a member back from
 /// a pause may call an election): tried again for a while.
 fn add_eventually(c: &Cluster<TestEtcdCluster>, node: &str, container: &str) -> IpAddr {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = c.add(node, container);
-        if out.status == 0 {
-            return ipv4_of(out.result());
-        }
-        assert!(Instant::now() < deadline, "ADD {container} on {node}: {}", brief(&out));
-        thread::sleep(Duration::from_millis(200));
-    }
+    let out = c.add_within(node, container, Duration::from_secs(20));
+    assert_eq!(out.status, 0, "ADD {container} on {node}: {}", brief(&out));
+    ipv4_of(out.result())
 }
 
 #[test]

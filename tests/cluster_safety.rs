@@ -13,11 +13,11 @@ mod stack;
 mod support;
 
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 
 use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
-use support::Outcome;
 
 /// `c`'s configuration of `node` with pool blue's `blockSize` set.
 fn with_block_size(c: &Cluster, node: &str, block_size: u8) -> Value {
@@ -84,16 +84,9 @@ fn a_confirmation_stamped_by_a_clock_ahead_is_no_confirmation() {
     }
     // The operator declares n1 dead; once the tombstone is gone n2 claims the block.
     release_node(&c, "n1", "op");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut n2_addresses = Vec::new();
-    while n2_addresses.len() < 3 {
-        let out = c.add("n2", &format!("n2-{}", n2_addresses.len()));
-        if out.status == 0 {
-            n2_addresses.push(ipv4_of(out.result()));
-        } else {
-            assert!(std::time::Instant::now() < deadline, "n2 never got the released block: {}", brief(&out));
-            std::thread::sleep(std::time::Duration::from_millis(500));
-        }
+    for i in 0..3 {
+        let out = c.add_within("n2", &format!("n2-{i}"), Duration::from_secs(20));
+        assert_eq!(out.status, 0, "n2 never got the released block: {}", brief(&out));
     }
     // n1, with the right clock again and etcd out of reach, must not
     // allocate in the block it lost: its last confirmation is not "a day
@@ -158,11 +151,11 @@ fn release_node_waits_out_the_nodes_own_grace() {
     n1["ipam"]["cluster"]["offlineGrace"] = json!(8);
     let out = c.run("ADD", "c1", &n1, &[]);
     assert_eq!(out.status, 0, "n1's ADD: {}", brief(&out));
-    let released = std::time::Instant::now();
+    let released = Instant::now();
     release_node(&c, "n1", "op");
     // n1, cut off from etcd, could allocate in its block for 8 s: nobody else may.
     let mut attempts = 0;
-    while released.elapsed() < std::time::Duration::from_secs(7) {
+    while released.elapsed() < Duration::from_secs(7) {
         let out = c.add("n2", &format!("early-{attempts}"));
         assert_ne!(
             out.status,
@@ -172,19 +165,12 @@ fn release_node_waits_out_the_nodes_own_grace() {
             brief(&out)
         );
         attempts += 1;
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(500));
     }
     // And after it, the block is claimable again.
-    let deadline = released + std::time::Duration::from_secs(25);
-    loop {
-        let out = c.add("n2", "late");
-        if out.status == 0 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "n2 never got the block: {}", brief(&out));
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
-    assert!(released.elapsed() >= std::time::Duration::from_secs(11), "claimed after {:?}", released.elapsed());
+    let out = c.add_within("n2", "late", Duration::from_secs(25));
+    assert_eq!(out.status, 0, "n2 never got the block: {}", brief(&out));
+    assert!(released.elapsed() >= Duration::from_secs(11), "claimed after {:?}", released.elapsed());
 }
 
 #[test]
@@ -223,19 +209,6 @@ fn only_block_of(c: &Cluster, node: &str) -> Net4 {
     blocks[0]
 }
 
-/// `tries` ADDs of `node` for `container`, half a second apart, until one succeeds.
-fn add_until_ok(c: &Cluster, node: &str, container: &str, tries: usize) -> Outcome {
-    let mut out = c.add(node, container);
-    for _ in 1..tries {
-        if out.status == 0 {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        out = c.add(node, container);
-    }
-    out
-}
-
 #[test]
 fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     let _took = Took::new("etcd_wiped_blocks_are_claimed_back_by_their_nodes_first");
@@ -271,7 +244,7 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     assert_eq!(code, 11, "n3's ADD while the nodes re-claim: {msg}");
     assert!(msg.contains("re-claim"), "{msg}");
     // n1 notices too and claims its block back; then both go on as before.
-    let out = add_until_ok(&c, "n1", "n1-after", 4);
+    let out = c.add_within("n1", "n1-after", Duration::from_secs(2));
     assert_eq!(out.status, 0, "n1 after the wipe: {}", brief(&out));
     assert_eq!(c.blocks_of("n1"), vec![x], "n1 claimed its block back");
     assert!(
@@ -279,11 +252,11 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
         "n1 wrote its static record again: {:?}",
         c.addrs()
     );
-    let out = add_until_ok(&c, "n2", "n2-after", 4);
+    let out = c.add_within("n2", "n2-after", Duration::from_secs(2));
     assert_eq!(out.status, 0, "n2 after the wipe: {}", brief(&out));
     // Once the quarantine is over n3 gets nothing of n1's or n2's: the
     // pool's two blocks are theirs.
-    std::thread::sleep(std::time::Duration::from_secs(6));
+    std::thread::sleep(Duration::from_secs(6));
     let out = c.add("n3", "n3-1");
     assert_ne!(out.status, 0, "n3 after the quarantine: every block is n1's or n2's: {}", brief(&out));
     let held = held_once(&c, &["n1", "n2", "n3"]);
@@ -314,10 +287,10 @@ fn etcd_restored_from_an_older_backup_is_noticed_and_no_claim_is_adopted_again()
         let config = stack::gc_config(&config(c, node), &[]);
         c.run("GC", "gc", &config, &[])
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while !c.blocks_of("n1").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "n1 never gave its empty block back: {:?}", c.blocks());
-        std::thread::sleep(std::time::Duration::from_millis(700));
+        assert!(Instant::now() < deadline, "n1 never gave its empty block back: {:?}", c.blocks());
+        std::thread::sleep(Duration::from_millis(700));
         let out = gc(&c, "n1");
         assert_eq!(out.status, 0, "n1's GC: {}", brief(&out));
     }

@@ -153,16 +153,10 @@ impl Plugin for ClusterSelector {
         };
         let pools = pool::all_pools(&req.config)?;
         let room = store.read(|tx| {
-            let boot = tx.note(clock::BOOT_NOTE)?;
+            let window = node.offline_window(tx)?;
             for p in &pools {
-                let confirmed: Vec<_> = tx
-                    .node_blocks(network, &p.name)?
-                    .into_iter()
-                    .filter(|b| {
-                        b.state == shared::store::BlockState::Owned
-                            && node.clock.within(boot.as_deref(), b.confirmed, settings.offline_grace)
-                    })
-                    .collect();
+                let confirmed: Vec<_> =
+                    tx.node_blocks(network, &p.name)?.into_iter().filter(|b| window.allows(b)).collect();
                 if !node::blocks_with_room(tx, &blocks::Geometry::of(p), &confirmed)?.is_empty() {
                     return Ok(true);
                 }

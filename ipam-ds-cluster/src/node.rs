@@ -9,6 +9,7 @@
 //! goes only after its etcd record is deleted. So nothing in etcd is this
 //! node's without the node knowing, and DEL, GC and `release-node` find it.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -60,12 +61,26 @@ pub struct Node<'s> {
     pub etcd: etcd::Client,
     /// The auth token the call started with, to save a new one once.
     cached_token: Option<String>,
-    /// When this call started, on the clock that times confirmations.
-    pub clock: BootClock,
+    /// The clock that times confirmations, read at first need (DEL, GC
+    /// and CHECK never need it).
+    clock: OnceCell<BootClock>,
     /// This node database's identity ([`DB_NOTE`]).
     pub db: String,
     /// Where that token is kept: one per endpoints, user and password.
     token_note: Option<String>,
+}
+
+/// See [`Node::offline_window`].
+pub struct OfflineWindow<'n> {
+    clock: &'n BootClock,
+    boot: Option<String>,
+    grace: Duration,
+}
+
+impl OfflineWindow<'_> {
+    pub fn allows(&self, b: &NodeBlock) -> bool {
+        b.state == BlockState::Owned && self.clock.within(self.boot.as_deref(), b.confirmed, self.grace)
+    }
 }
 
 /// Every claimed block of a pool, with its record and key.
@@ -121,15 +136,18 @@ impl<'s> Node<'s> {
             }
         };
         let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(Node {
-            settings,
-            network: network.to_string(),
-            etcd,
-            cached_token,
-            token_note,
-            clock: BootClock::read(),
-            db,
-        })
+        Ok(Node { settings, network: network.to_string(), etcd, cached_token, token_note, clock: OnceCell::new(), db })
+    }
+
+    /// Which blocks may be allocated in without etcd: confirmed in this boot
+    /// within offlineGrace, the smaller of this call's and the one last
+    /// registered in etcd (a grace raised while etcd is away is not what
+    /// `release-node` waits out).
+    pub fn offline_window(&self, tx: &Tx) -> Result<OfflineWindow<'_>> {
+        let registered = tx.note(&grace_note(&self.network))?.and_then(|n| n.parse::<u64>().ok());
+        let grace = registered
+            .map_or(self.settings.offline_grace, |ms| Duration::from_millis(ms).min(self.settings.offline_grace));
+        Ok(OfflineWindow { clock: self.clock(), boot: tx.note(BOOT_NOTE)?, grace })
     }
 
     /// What etcd's entry of this node name must say.
@@ -145,7 +163,7 @@ impl<'s> Node<'s> {
     /// call's settings (`found`: the entry as just read). Error 7 when
     /// another node database runs under the name.
     fn register(&self, mut found: Option<Kv>) -> Result<()> {
-        let key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
+        let key = self.net_keys().node(&self.settings.node);
         let entry = self.entry();
         for _ in 0..CLAIM_ROUNDS {
             let compare = match &found {
@@ -190,6 +208,15 @@ impl<'s> Node<'s> {
                 self.db
             ),
         )
+    }
+
+    fn clock(&self) -> &BootClock {
+        self.clock.get_or_init(BootClock::read)
+    }
+
+    /// The keys of this node's network that belong to no pool.
+    fn net_keys(&self) -> NetworkKeys {
+        NetworkKeys::new(&self.settings.prefix, &self.network)
     }
 
     pub fn keys(&self, pool: &str) -> PoolKeys {
@@ -249,11 +276,10 @@ impl<'s> Node<'s> {
                 owned.push(all);
             }
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
-            let grace = tx.note(&grace_note(&self.network))?.and_then(|n| n.parse::<u64>().ok());
-            let notes = (tx.note(BOOT_NOTE)?, watermark, grace.map(Duration::from_millis));
+            let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
             Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, notes))
         })?;
-        let (boot, watermark, registered_grace) = notes;
+        let (boot, watermark, offline_window) = notes;
         // Only answers given after the watermark was read count against it
         // (settle, before this, may have heard etcd at an earlier revision
         // while another process of this node wrote a later one down).
@@ -275,12 +301,8 @@ impl<'s> Node<'s> {
                 None
             }
             Err(etcd::Error::Unavailable(why)) => {
-                // A grace raised while etcd is away is not what release-node
-                // waits out: the one registered in etcd is.
-                let grace =
-                    registered_grace.map_or(self.settings.offline_grace, |g| g.min(self.settings.offline_grace));
                 for pool_blocks in &mut blocks {
-                    pool_blocks.retain(|b| self.clock.within(boot.as_deref(), b.confirmed, grace));
+                    pool_blocks.retain(|b| offline_window.allows(b));
                 }
                 tracing::warn!(
                     "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
@@ -400,7 +422,7 @@ impl<'s> Node<'s> {
         // confirmation by a quorum. The node's entry is always read, so that
         // every ADD that reaches etcd learns whether etcd lost history and
         // whether another database runs under the node's name.
-        let entry_key = NetworkKeys::new(&self.settings.prefix, &self.network).node(&self.settings.node);
+        let entry_key = self.net_keys().node(&self.settings.node);
         let mut reads: Vec<Vec<Op>> = vec![vec![Op::Range(RangeRequest::key(entry_key))]];
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
             let keys = self.keys(&g.pool.name);
@@ -625,11 +647,17 @@ impl<'s> Node<'s> {
                     kv.create_revision
                 );
                 let kept = NodeBlock { state: BlockState::Owned, revision: kv.create_revision, ..b.clone() };
-                store.write(|tx| tx.put_node_block(&kept))
+                store.write(|tx| tx.put_node_block(&kept))?;
+                // Claimed again (by this node's own recovery, killed before it
+                // wrote the block down): what it recorded in it may be gone.
+                if kv.create_revision != b.revision {
+                    self.rewrite_records(store, Some(b))?;
+                }
+                Ok(())
             }
             _ if held.is_empty() => {
                 tracing::warn!("block {} of pool {} holds no lease here: left to the cluster", b.block, b.pool);
-                self.drop_block(store, b)
+                store.write(|tx| self.drop_block(tx, b))
             }
             (None, _) => match g {
                 Some(g) if self.reclaim(store, &keys, g, b)? => Ok(()),
@@ -646,14 +674,12 @@ impl<'s> Node<'s> {
 
     /// Forgets block `b`, with the addresses held in it for lending (nobody
     /// borrows from a block that is not ours).
-    fn drop_block(&self, store: &mut StoreHandle, b: &NodeBlock) -> Result<()> {
+    fn drop_block(&self, tx: &Tx, b: &NodeBlock) -> Result<()> {
         let holder = lend_holder(&self.network);
-        store.write(|tx| {
-            for lent in tx.leases_of(&holder)?.into_iter().filter(|l| b.block.contains(&l.address)) {
-                tx.release_address(lent.address, &holder)?;
-            }
-            tx.drop_node_block(&b.network, &b.pool, &b.block)
-        })
+        for lent in tx.leases_of(&holder)?.into_iter().filter(|l| b.block.contains(&l.address)) {
+            tx.release_address(lent.address, &holder)?;
+        }
+        tx.drop_node_block(&b.network, &b.pool, &b.block)
     }
 
     /// A block record that names this node and this database (or none: a
@@ -783,7 +809,7 @@ impl<'s> Node<'s> {
     /// Keeps the network's nodes from claiming or adopting blocks while they
     /// re-claim their own, for as long as a node may allocate unconfirmed.
     fn quarantine(&self, seen: i64, now_at: i64) -> Result<()> {
-        let key = NetworkKeys::new(&self.settings.prefix, &self.network).recovery();
+        let key = self.net_keys().recovery();
         let window = self.settings.offline_grace + self.settings.call_timeout * 3;
         let ttl = (window.as_secs_f64().ceil() as i64).max(1);
         let lease = self.etcd.lease_grant(ttl).map_err(etcd_error)?;
@@ -860,9 +886,9 @@ impl<'s> Node<'s> {
         confirmed: Vec<Confirmed>,
         boot: Option<&str>,
     ) -> Result<()> {
-        let now = self.clock.now_ms;
+        let now = self.clock().now_ms;
         let refresh = i64::try_from(self.settings.offline_grace.as_millis() / 10).unwrap_or(i64::MAX).max(1000);
-        let same_boot = boot == Some(self.clock.boot_id.as_str());
+        let same_boot = boot == Some(self.clock().boot_id.as_str());
         let mut changes: Vec<NodeBlock> = Vec::new();
         let mut lost: Vec<(&Geometry, NodeBlock, String, Option<Kv>)> = Vec::new();
         for ((pool_blocks, c), g) in blocks.iter_mut().zip(confirmed).zip(geometries) {
@@ -915,11 +941,7 @@ impl<'s> Node<'s> {
                         b.block,
                         b.pool
                     );
-                    let holder = lend_holder(&self.network);
-                    for lent in tx.leases_of(&holder)?.into_iter().filter(|l| b.block.contains(&l.address)) {
-                        tx.release_address(lent.address, &holder)?;
-                    }
-                    tx.drop_node_block(&b.network, &b.pool, &b.block)?;
+                    self.drop_block(tx, b)?;
                 } else {
                     held.push((*g, b.clone(), why.clone(), kv.clone(), leases));
                 }
@@ -946,9 +968,9 @@ impl<'s> Node<'s> {
     /// Before a confirmation of this boot is written: those of another boot
     /// (or of a build that stamped them by the wall clock) are voided.
     fn stamp_boot(&self, tx: &Tx) -> Result<()> {
-        if tx.note(BOOT_NOTE)?.as_deref() != Some(self.clock.boot_id.as_str()) {
+        if tx.note(BOOT_NOTE)?.as_deref() != Some(self.clock().boot_id.as_str()) {
             tx.void_block_confirmations()?;
-            tx.set_note(BOOT_NOTE, &self.clock.boot_id)?;
+            tx.set_note(BOOT_NOTE, &self.clock().boot_id)?;
         }
         Ok(())
     }
@@ -1013,12 +1035,7 @@ impl<'s> Node<'s> {
                 };
                 let adopted: Vec<(IpNet, i64)> = owners
                     .iter()
-                    .filter(|(block, (r, _))| {
-                        r.node == self.settings.node
-                            && !r.released
-                            && (r.db.is_empty() || r.db == self.db)
-                            && !now_mine.iter().any(|b| b.block == **block)
-                    })
+                    .filter(|(block, (r, _))| self.is_ours(r) && !now_mine.iter().any(|b| b.block == **block))
                     .map(|(block, (_, kv))| (*block, kv.create_revision))
                     .collect();
                 let (adopted, given_back): (Vec<_>, Vec<_>) = adopted
@@ -1095,7 +1112,7 @@ impl<'s> Node<'s> {
     /// nodes cutting a pool differently would hand out overlapping blocks)
     /// and every block with its owner.
     fn read_pool(&self, keys: &PoolKeys, definition: &[u8], g: &Geometry) -> Result<(Option<Kv>, Owners, bool)> {
-        let net = NetworkKeys::new(&self.settings.prefix, &self.network);
+        let net = self.net_keys();
         let txn = Txn {
             success: vec![
                 Op::Range(RangeRequest::key(keys.definition())),
@@ -1157,7 +1174,7 @@ impl<'s> Node<'s> {
     /// on some nodes) would each hand out its addresses: error 7 naming
     /// both. A pool defined by an older build gets its index entry here too.
     fn define(&self, keys: &PoolKeys, g: &Geometry) -> Result<()> {
-        let net = NetworkKeys::new(&self.settings.prefix, &self.network);
+        let net = self.net_keys();
         let ours = PoolRecord::of(g.pool, g.block_size);
         let definition = to_bytes(&ours);
         for _ in 0..CLAIM_ROUNDS {
@@ -1253,7 +1270,7 @@ impl<'s> Node<'s> {
             compare: vec![
                 Compare::absent(keys.block(&block)),
                 Compare::mod_revision_is(keys.definition(), known.mod_revision),
-                Compare::absent(NetworkKeys::new(&self.settings.prefix, &self.network).recovery()),
+                Compare::absent(self.net_keys().recovery()),
             ],
             success: vec![
                 Op::Put { key: keys.block(&block).into_bytes(), value: to_bytes(&record), lease: 0 },
@@ -1284,7 +1301,7 @@ impl<'s> Node<'s> {
             block,
             state: BlockState::Owned,
             revision,
-            confirmed: self.clock.now_ms,
+            confirmed: self.clock().now_ms,
             taken,
             since: unix_now(),
         }
@@ -1374,7 +1391,7 @@ impl<'s> Node<'s> {
         // that node cuts the pool, where it never looks for records. A pool
         // not yet in etcd is defined first.
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
-        let recovery_key = NetworkKeys::new(&self.settings.prefix, &self.network).recovery();
+        let recovery_key = self.net_keys().recovery();
         let mut defined = false;
         let (holder, owner) = loop {
             let txn = Txn {
@@ -1648,7 +1665,7 @@ impl<'s> Node<'s> {
             // record may be one its lender has taken back since the backup.
             compare: vec![
                 Compare::mod_revision_is(kv.key.clone(), kv.mod_revision),
-                Compare::absent(NetworkKeys::new(&self.settings.prefix, &self.network).recovery()),
+                Compare::absent(self.net_keys().recovery()),
             ],
             success: vec![Op::Put { key: kv.key.clone(), value: row.value.clone().into_bytes(), lease: 0 }],
             failure: Vec::new(),
@@ -1783,7 +1800,7 @@ impl<'s> Node<'s> {
         for (b, held) in contested {
             let done = if held.is_empty() {
                 tracing::info!("contested block {} of pool {} holds no lease of this node any more", b.block, b.pool);
-                self.drop_block(store, &b)
+                store.write(|tx| self.drop_block(tx, &b))
             } else {
                 self.contest(store, &self.keys(&b.pool), &b, &held, "")
             };

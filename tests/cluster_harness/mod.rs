@@ -147,6 +147,19 @@ impl<E: Etcd> Cluster<E> {
         self.run("ADD", container, &self.config(node), &[])
     }
 
+    /// ADD of `container` on `node`, tried again every 200 ms as a runtime
+    /// would, until it succeeds or `within` has passed: the last outcome.
+    pub fn add_within(&self, node: &str, container: &str, within: Duration) -> Outcome {
+        let deadline = Instant::now() + within;
+        loop {
+            let out = self.add(node, container);
+            if out.status == 0 || Instant::now() >= deadline {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// ADD asking for `ip` by name, through CNI_ARGS as a runtime passes it.
     pub fn add_static(&self, node: &str, container: &str, ip: IpAddr) -> Outcome {
         let args = format!("IgnoreUnknown=1;IP={ip}");
