@@ -166,7 +166,7 @@ impl<'p> Geometry<'p> {
 }
 
 /// FNV-1a: stable across builds and processes, unlike std's hasher.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 

@@ -4,8 +4,8 @@
 //!
 //! ```text
 //! <prefix>/v1/<network>/<pool>/pool                  the pool's geometry (ranges, blockSize)
-//! <prefix>/v1/<network>/<pool>/blocks/<block>        {"node": …, "at": …}: the block is that node's
-//! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent, "node", "container", "ifname"}
+//! <prefix>/v1/<network>/<pool>/blocks/<block>        {"node": …, "at": …, "shared": true?}: the block is that node's
+//! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent|allocated, "node", "container", "ifname"}
 //! <prefix>/v1/<network>/<pool>/wanted                a node found no free address (lenders lend)
 //! <prefix>/v1/<network>/_nodes/<node>                {"db": …, "offlineGrace": …, "timeout": …}: who runs as <node>
 //! <prefix>/v1/<network>/_pools/<pool>                the pool's geometry again: the network's pools, checked for overlap
@@ -144,6 +144,11 @@ pub struct BlockRecord {
     /// records of builds before it was recorded.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub db: String,
+    /// A shared block: every address handed out in it has its record, and
+    /// any node may allocate in it (an `allocated` record, created if absent
+    /// while this record is unchanged). Earlier builds never write it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 /// `_recovery`: which node saw etcd's revision go back from `from` to `to`,
@@ -313,7 +318,7 @@ mod tests {
     fn records_are_small_json() {
         let r = AddressRecord { kind: Kind::Lent, node: "n1".into(), ..AddressRecord::default() };
         assert_eq!(String::from_utf8(to_bytes(&r)).unwrap(), r#"{"kind":"lent","node":"n1"}"#);
-        let b = BlockRecord { node: "n1".into(), at: 5, released: false, db: String::new() };
+        let b = BlockRecord { node: "n1".into(), at: 5, released: false, db: String::new(), shared: false };
         assert_eq!(String::from_utf8(to_bytes(&b)).unwrap(), r#"{"node":"n1","at":5}"#);
     }
 

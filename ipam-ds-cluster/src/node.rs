@@ -31,6 +31,8 @@ use crate::layout::{
 };
 use crate::settings::Settings;
 
+mod sharing;
+
 /// How many unclaimed blocks one call tries before reading the pool again.
 const CLAIM_ATTEMPTS: usize = 4;
 /// How many times a call reads the pool's blocks while others claim them.
@@ -79,7 +81,9 @@ pub struct OfflineWindow<'n> {
 
 impl OfflineWindow<'_> {
     pub fn allows(&self, b: &NodeBlock) -> bool {
-        b.state == BlockState::Owned && self.clock.within(self.boot.as_deref(), b.confirmed, self.grace)
+        // A shared block is never used without etcd: what others hand out in
+        // it is known only there.
+        b.state == BlockState::Owned && !b.shared && self.clock.within(self.boot.as_deref(), b.confirmed, self.grace)
     }
 }
 
@@ -97,6 +101,15 @@ struct Confirmed {
     /// Lent records in our blocks that name another node: lent by a former
     /// owner (given back by a borrower after the block changed hands).
     stale: Vec<Kv>,
+}
+
+/// What became of writing an address record (see [`Node::write_record`]).
+enum RecordWrite {
+    Written,
+    /// etcd's compares failed: the transaction's failure responses.
+    Refused(Vec<OpResponse>),
+    /// Another attachment of this node has a row at the key.
+    Busy,
 }
 
 /// Most addresses an owner lends at once.
@@ -263,9 +276,10 @@ impl<'s> Node<'s> {
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.
-        let (owned, mut blocks, records, held, notes) = store.read(|tx| {
+        let (owned, mut blocks, mut shared, records, held, notes) = store.read(|tx| {
             let mut owned = Vec::with_capacity(pools.len());
             let mut with_room = Vec::with_capacity(pools.len());
+            let mut shared = Vec::with_capacity(pools.len());
             for g in &geometries {
                 let all: Vec<NodeBlock> = tx
                     .node_blocks(&self.network, &g.pool.name)?
@@ -273,19 +287,25 @@ impl<'s> Node<'s> {
                     .filter(|b| b.state == BlockState::Owned)
                     .collect();
                 with_room.push(blocks_with_room(tx, g, &all)?);
+                shared.push(all.iter().filter(|b| b.shared).cloned().collect::<Vec<_>>());
                 owned.push(all);
             }
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
             let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
-            Ok((owned, with_room, tx.node_records_of(who)?, tx.leases_of(who)?, notes))
+            Ok((owned, with_room, shared, tx.node_records_of(who)?, tx.leases_of(who)?, notes))
         })?;
         let (boot, watermark, offline_window) = notes;
+        let needed = needed_families(pools, prev, requests, &held);
         // Only answers given after the watermark was read count against it
         // (settle, before this, may have heard etcd at an earlier revision
         // while another process of this node wrote a later one down).
         self.etcd.forget_revisions();
-        let offline = match self.confirm(&geometries, &blocks) {
-            Ok((confirmed, entry)) => {
+        let skipped = self.needs_no_confirmation(pools, &blocks, &shared, &needed, boot.as_deref());
+        let confirmation = (!skipped).then(|| self.confirm(&geometries, &blocks));
+        let offline = match confirmation {
+            // Every block this ADD may use was confirmed moments ago.
+            None => None,
+            Some(Ok((confirmed, entry))) => {
                 // Before anything is decided from what etcd said.
                 self.check_history(store, &geometries, watermark, &confirmed)?;
                 self.register(entry)?;
@@ -300,7 +320,7 @@ impl<'s> Node<'s> {
                 }
                 None
             }
-            Err(etcd::Error::Unavailable(why)) => {
+            Some(Err(etcd::Error::Unavailable(why))) => {
                 for pool_blocks in &mut blocks {
                     pool_blocks.retain(|b| offline_window.allows(b));
                 }
@@ -310,96 +330,166 @@ impl<'s> Node<'s> {
                 );
                 Some(why)
             }
-            Err(e) => return Err(etcd_error(e)),
+            Some(Err(e)) => return Err(etcd_error(e)),
         };
         for &address in requests {
             self.reserve_static(store, &geometries, address, who)?;
         }
-        let mut borrowed: Vec<(String, IpAddr)> = Vec::new();
-        let singles = |pool: &Pool, borrowed: &[(String, IpAddr)]| -> Vec<IpAddr> {
+        // Addresses this call got published for `who`: in a shared block, or
+        // lent by another node. The allocators get each as a single address.
+        let mut granted: Vec<(String, IpAddr)> = Vec::new();
+        let singles = |pool: &Pool, granted: &[(String, IpAddr)]| -> Vec<IpAddr> {
             let mut singles: Vec<IpAddr> = records
                 .iter()
                 .filter(|r| r.pool == pool.name && r.state != RecordState::Releasing)
                 .map(|r| r.address)
                 .collect();
-            singles.extend(borrowed.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));
+            singles.extend(granted.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));
             singles.extend(held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
             singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
             singles
         };
-        let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], borrowed: &[(String, IpAddr)]| -> Option<Pool> {
-            view(&geometries[i], &blocks[i], &singles(geometries[i].pool, borrowed))
+        let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], granted: &[(String, IpAddr)]| -> Option<Pool> {
+            view(&geometries[i], &blocks[i], &singles(geometries[i].pool, granted))
         };
-        for family in needed_families(pools, prev, requests, &held) {
-            let mut needs_etcd = false;
-            let mut found = false;
-            // Room in any pool of the family first (no etcd request), so
-            // that a node with room never claims or asks on ADD; then a new
-            // block, then a lent address, each in pool order.
+        for family in needed {
             let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
+            // An address an earlier ADD of this attachment got published and
+            // then did not lease (killed in between): it is in the view.
+            let mut found = records.iter().any(|r| {
+                r.kind == Kind::Allocated
+                    && r.state == RecordState::Held
+                    && of_family.iter().any(|&i| pools[i].name == r.pool)
+            });
+            // Room in any pool of the family first: in this node's own
+            // blocks (no etcd request), then in its shared ones (one), so
+            // that a node with room never claims; then a new block, then
+            // room in another node's shared block or a lent address, each in
+            // pool order.
             let mut running_low = None;
             for &i in &of_family {
-                if let Some(v) = pool_view(i, &blocks, &borrowed) {
+                if found {
+                    break;
+                }
+                if let Some(v) = view(&geometries[i], &blocks[i], &[]) {
                     let headroom = headroom(&geometries[i]);
                     let free = store.read(|tx| free_addresses(tx, &v, headroom + 1))?.len();
                     if free > 0 {
                         found = true;
                         running_low = (free <= headroom).then_some(i);
-                        break;
                     }
+                }
+            }
+            let online = offline.is_none();
+            for &i in &of_family {
+                if found || !online {
+                    break;
+                }
+                if let Some(address) = self.grant_in_own(store, &geometries[i], &mut shared[i], who)? {
+                    granted.push((pools[i].name.clone(), address));
+                    found = true;
                 }
             }
             // Nearly full: claim the next block now. The allocators take
             // their address after this call, so concurrent ADDs of this node
             // that all saw its last free address would otherwise all but
-            // one fail with 100 while blocks are left.
-            if let (Some(i), None) = (running_low, &offline) {
-                if let Err(e) = self.claim(store, &geometries[i], &owned[i], &mut blocks[i]) {
-                    tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name);
+            // one fail with 100 while blocks are left. (A shared block needs
+            // none: each ADD's address is published before it returns.)
+            if let (Some(i), true) = (running_low, online) {
+                match self.claim(store, &geometries[i], &owned[i]) {
+                    Ok(new) => file_new_blocks(new, &mut blocks[i], &mut shared[i]),
+                    Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
                 }
             }
-            if !found && offline.is_some() {
-                needs_etcd = true;
-            }
-            if !found && offline.is_none() {
-                for &i in &of_family {
-                    if self.claim(store, &geometries[i], &owned[i], &mut blocks[i])? {
-                        found = true;
-                        break;
-                    }
+            for &i in &of_family {
+                if found || !online {
+                    break;
+                }
+                let new = self.claim(store, &geometries[i], &owned[i])?;
+                let exclusive = new.iter().any(|b| !b.shared);
+                file_new_blocks(new, &mut blocks[i], &mut shared[i]);
+                if exclusive {
+                    found = true;
+                } else if let Some(address) = self.grant_in_own(store, &geometries[i], &mut shared[i], who)? {
+                    granted.push((pools[i].name.clone(), address));
+                    found = true;
                 }
             }
-            if !found && offline.is_none() {
-                for &i in &of_family {
-                    if let Some(address) = self.borrow(store, &geometries[i], &owned[i], who)? {
-                        borrowed.push((pools[i].name.clone(), address));
-                        found = true;
-                        break;
-                    }
+            for &i in &of_family {
+                if found || !online {
+                    break;
+                }
+                if let Some(address) = self.grant_in_others(store, &geometries[i], who)? {
+                    granted.push((pools[i].name.clone(), address));
+                    found = true;
+                }
+            }
+            for &i in &of_family {
+                if found || !online {
+                    break;
+                }
+                if let Some(address) = self.borrow(store, &geometries[i], &owned[i], who)? {
+                    granted.push((pools[i].name.clone(), address));
+                    found = true;
                 }
             }
             if !found {
                 let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
-                return Err(match (&offline, needs_etcd) {
-                    (Some(why), true) => CniError::new(
+                return Err(match &offline {
+                    Some(why) => CniError::new(
                         Code::TryAgainLater,
                         format!(
                             "etcd is unreachable and no {family} block of this node confirmed within offlineGrace \
-                             has a free address (cluster pools {names}): {why}"
+                             has a free address (cluster pools {names}; shared blocks are used only with etcd): {why}"
                         ),
                     ),
-                    _ => CniError::new(
+                    None => CniError::new(
                         Code::NoFreeAddress,
                         format!(
                             "no free {family} address in the cluster pools ({names}): this node's blocks are full, \
-                             no block is left to claim and no node has an address lent out; nodes with room lend \
-                             some at their next ADD"
+                             no block is left to claim, no shared block has room and no node has an address lent \
+                             out; nodes with room of their own lend some at their next ADD"
                         ),
                     ),
                 });
             }
         }
-        Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &borrowed)).collect())
+        // Without a confirming read, the answers of this call's other
+        // requests tell whether etcd lost history.
+        if skipped {
+            self.check_history(store, &geometries, watermark, &[])?;
+        }
+        Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &granted)).collect())
+    }
+
+    /// Whether this ADD may skip the confirming read:
+    /// - every block of its own with room was confirmed within
+    ///   [`Settings::confirmation_cache`] and each family it needs has one.
+    ///   Safe as offline allocation is, within a tenth of its window: a block
+    ///   confirmed ours stays ours for offlineGrace at least (`release-node`
+    ///   waits that out, and nothing else takes a block from its owner), and
+    ///   nobody else writes in it but where its owner lent (see the README,
+    ///   "Why no address is handed out twice");
+    /// - or it has no block of its own with room, and shared blocks in each
+    ///   family it needs: their addresses are granted by transactions that
+    ///   compare the block unchanged, which confirms it.
+    fn needs_no_confirmation(
+        &self,
+        pools: &[Pool],
+        blocks: &[Vec<NodeBlock>],
+        shared: &[Vec<NodeBlock>],
+        needed: &[Family],
+        boot: Option<&str>,
+    ) -> bool {
+        let has =
+            |of: &[Vec<NodeBlock>], f: &Family| pools.iter().zip(of).any(|(p, b)| p.family() == *f && !b.is_empty());
+        if blocks.iter().all(Vec::is_empty) {
+            return !needed.is_empty() && needed.iter().all(|f| has(shared, f));
+        }
+        let cache = self.settings.confirmation_cache();
+        !cache.is_zero()
+            && needed.iter().all(|f| has(blocks, f))
+            && blocks.iter().flatten().all(|b| self.clock().within(boot, b.confirmed, cache))
     }
 
     /// One etcd read for every block this node uses: its record (still
@@ -694,8 +784,7 @@ impl<'s> Node<'s> {
     fn reclaim(&self, store: &mut StoreHandle, keys: &PoolKeys, g: &Geometry, b: &NodeBlock) -> Result<bool> {
         self.define(keys, g)?;
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
-        let record =
-            BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone() };
+        let record = self.block_record(g);
         let txn = Txn {
             compare: vec![Compare::absent(keys.block(&b.block)), Compare::value_is(keys.definition(), definition)],
             success: vec![
@@ -711,7 +800,7 @@ impl<'s> Node<'s> {
                 Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
                 _ => Vec::new(),
             };
-            let again = self.owned_block(g, b.block, answer.revision, taken);
+            let again = self.owned_block(g, b.block, answer.revision, taken, record.shared);
             store.write(|tx| {
                 self.stamp_boot(tx)?;
                 tx.put_node_block(&NodeBlock { since: b.since, ..again })
@@ -887,7 +976,9 @@ impl<'s> Node<'s> {
         boot: Option<&str>,
     ) -> Result<()> {
         let now = self.clock().now_ms;
-        let refresh = i64::try_from(self.settings.offline_grace.as_millis() / 10).unwrap_or(i64::MAX).max(1000);
+        // Written down as often as the cache needs it: a tenth of
+        // offlineGrace at most, so that offline the node still has 0.9 of it.
+        let refresh = i64::try_from(self.settings.confirmation_cache().as_millis()).unwrap_or(i64::MAX).max(1000);
         let same_boot = boot == Some(self.clock().boot_id.as_str());
         let mut changes: Vec<NodeBlock> = Vec::new();
         let mut lost: Vec<(&Geometry, NodeBlock, String, Option<Kv>)> = Vec::new();
@@ -1001,14 +1092,9 @@ impl<'s> Node<'s> {
     /// Claims a block of `g`'s pool for this node, unless another process of
     /// this node has just done so: claims are made holding the node
     /// database's lock, so concurrent ADDs of one node claim one block, not
-    /// one each. True when the node has a block with room afterwards.
-    fn claim(
-        &self,
-        store: &mut StoreHandle,
-        g: &Geometry,
-        known: &[NodeBlock],
-        mine: &mut Vec<NodeBlock>,
-    ) -> Result<bool> {
+    /// one each. The blocks the node has that `known` lacks (none: no block
+    /// is left to claim).
+    fn claim(&self, store: &mut StoreHandle, g: &Geometry, known: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
         let keys = self.keys(&g.pool.name);
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
         let network = self.network.clone();
@@ -1062,7 +1148,8 @@ impl<'s> Node<'s> {
                         g.pool.name
                     );
                     let taken = self.block_addresses(&keys, &block)?;
-                    let b = self.owned_block(g, block, revision, taken);
+                    let shared = owners.get(&block).is_some_and(|(r, _)| r.shared);
+                    let b = self.owned_block(g, block, revision, taken, shared);
                     self.stamp(tx)?;
                     tx.put_node_block(&b)?;
                     return Ok(Some(vec![b]));
@@ -1093,19 +1180,9 @@ impl<'s> Node<'s> {
                 ),
             ))
         })?;
-        match claimed {
-            Some(new) => {
-                // The new ones (claimed by this call, or by another call of
-                // this node just now): confirmed at their claim.
-                for b in new {
-                    if !mine.iter().any(|m| m.block == b.block) {
-                        mine.push(b);
-                    }
-                }
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        // The new ones (claimed by this call, or by another call of this
+        // node just now): confirmed at their claim.
+        Ok(claimed.unwrap_or_default())
     }
 
     /// The pool's definition in etcd (refusing one that differs from ours:
@@ -1264,8 +1341,7 @@ impl<'s> Node<'s> {
         definition: &[u8],
         known: &Kv,
     ) -> Result<Option<NodeBlock>> {
-        let record =
-            BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone() };
+        let record = self.block_record(g);
         let txn = Txn {
             compare: vec![
                 Compare::absent(keys.block(&block)),
@@ -1291,11 +1367,12 @@ impl<'s> Node<'s> {
             Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
             _ => Vec::new(),
         };
-        Ok(Some(self.owned_block(g, block, answer.revision, taken)))
+        Ok(Some(self.owned_block(g, block, answer.revision, taken, record.shared)))
     }
 
-    fn owned_block(&self, g: &Geometry, block: IpNet, revision: i64, taken: Vec<IpAddr>) -> NodeBlock {
+    fn owned_block(&self, g: &Geometry, block: IpNet, revision: i64, taken: Vec<IpAddr>, shared: bool) -> NodeBlock {
         NodeBlock {
+            shared,
             network: self.network.clone(),
             pool: g.pool.name.clone(),
             block,
@@ -1304,6 +1381,17 @@ impl<'s> Node<'s> {
             confirmed: self.clock().now_ms,
             taken,
             since: unix_now(),
+        }
+    }
+
+    /// The record of a claim of this node, shared as its settings say for `g`.
+    fn block_record(&self, g: &Geometry) -> BlockRecord {
+        BlockRecord {
+            node: self.settings.node.clone(),
+            at: unix_now(),
+            released: false,
+            db: self.db.clone(),
+            shared: self.settings.shares(g.block_count()),
         }
     }
 
@@ -1378,7 +1466,7 @@ impl<'s> Node<'s> {
         // Written down before etcd has it: a kill after the etcd write leaves
         // a row that DEL and GC release.
         store.write(|tx| tx.put_node_record(&row))?;
-        let block_compare = match &own_block {
+        let mut block_compare = match &own_block {
             Some(b) => Compare::CreateRevision {
                 key: keys.block(&block).into_bytes(),
                 cmp: etcd::Cmp::Equal,
@@ -1393,6 +1481,7 @@ impl<'s> Node<'s> {
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
         let recovery_key = self.net_keys().recovery();
         let mut defined = false;
+        let mut in_shared = false;
         let (holder, owner) = loop {
             let txn = Txn {
                 compare: [
@@ -1415,7 +1504,7 @@ impl<'s> Node<'s> {
             let answer = match self.etcd.txn(&txn) {
                 Ok(answer) => answer,
                 Err(e) => {
-                    forget_unsure(store, &key)?;
+                    release_later(store, &key)?;
                     return Err(etcd_error(e));
                 }
             };
@@ -1441,6 +1530,14 @@ impl<'s> Node<'s> {
             if let Some(e) = refused {
                 store.write(|tx| tx.drop_node_record(&key))?;
                 return Err(e);
+            }
+            // Free in another node's shared block: granted as any address
+            // of it is, while the block's record is as read.
+            if let (None, Some(kv), None, false) = (&holder, &owner, &own_block, in_shared) {
+                if serde_json::from_slice::<BlockRecord>(&kv.value).is_ok_and(|r| r.shared && !r.released) {
+                    block_compare = Compare::mod_revision_is(keys.block(&block), kv.mod_revision);
+                    (in_shared, again) = (true, true);
+                }
             }
             if again {
                 continue;
@@ -1649,17 +1746,9 @@ impl<'s> Node<'s> {
     /// to whom releasing it gives it back. False when another node was first.
     fn take_lent(&self, store: &mut StoreHandle, kv: &Kv, row: &NodeRecord) -> Result<bool> {
         let Ok(lent) = serde_json::from_slice::<AddressRecord>(&kv.value) else { return Ok(false) };
-        // A row of another attachment of this node at this key is not ours
-        // to replace (its write may have reached etcd meanwhile).
-        if store.read(|tx| tx.node_record(&row.key))?.is_some_and(|r| r.owner != row.owner) {
-            return Ok(false);
-        }
         let Ok(mut record) = serde_json::from_str::<AddressRecord>(&row.value) else { return Ok(false) };
         record.lender = lent.node;
         let row = NodeRecord { value: to_text(&record), state: RecordState::Writing, ..row.clone() };
-        // Written down before etcd has it: a kill after the etcd write leaves
-        // a row that DEL and GC release.
-        store.write(|tx| tx.put_node_record(&row))?;
         let txn = Txn {
             // Not while nodes re-claim after etcd lost history: the lent
             // record may be one its lender has taken back since the backup.
@@ -1670,17 +1759,54 @@ impl<'s> Node<'s> {
             success: vec![Op::Put { key: kv.key.clone(), value: row.value.clone().into_bytes(), lease: 0 }],
             failure: Vec::new(),
         };
-        match self.etcd.txn(&txn) {
+        Ok(matches!(self.write_record(store, &row, &txn)?, RecordWrite::Written))
+    }
+
+    /// The record protocol, for a record this node writes for an attachment:
+    /// its row is written `writing` before etcd has the record (a kill after
+    /// the etcd write leaves a row that DEL and GC release), then `held`
+    /// when etcd took it, dropped when etcd refused it, and left to be
+    /// released when etcd's answer did not come (it may have taken it).
+    fn write_record(&self, store: &mut StoreHandle, row: &NodeRecord, txn: &Txn) -> Result<RecordWrite> {
+        let ours = store.write(|tx| match tx.node_record(&row.key)? {
+            // Another attachment's row: its write may have reached etcd.
+            Some(r) if r.owner != row.owner => Ok(false),
+            _ => tx.put_node_record(row).map(|()| true),
+        })?;
+        if !ours {
+            return Ok(RecordWrite::Busy);
+        }
+        match self.etcd.txn(txn) {
             Ok(answer) if answer.succeeded => {
-                store.write(|tx| tx.set_node_record_state(&row.key, RecordState::Held))?;
-                Ok(true)
+                let kept = store.write(|tx| match tx.node_record(&row.key)? {
+                    Some(now) if now.value == row.value => {
+                        tx.set_node_record_state(&row.key, RecordState::Held)?;
+                        self.stamp(tx).map(|()| true)
+                    }
+                    _ => Ok(false),
+                })?;
+                if kept {
+                    return Ok(RecordWrite::Written);
+                }
+                // A GC that did not list the attachment released its row
+                // while the record was being written: the record must go too.
+                let releasing = NodeRecord { state: RecordState::Releasing, ..row.clone() };
+                store.write(|tx| tx.put_node_record(&releasing))?;
+                self.release(store, std::slice::from_ref(&releasing))?;
+                Err(CniError::new(
+                    Code::TryAgainLater,
+                    format!(
+                        "{} was released by a GC or DEL of this attachment while it was being recorded: try again",
+                        row.address
+                    ),
+                ))
             }
-            Ok(_) => {
-                store.write(|tx| tx.drop_node_record(&row.key))?;
-                Ok(false)
+            Ok(answer) => {
+                store.write(|tx| tx.drop_node_record_if(&row.key, &row.value))?;
+                Ok(RecordWrite::Refused(answer.responses))
             }
             Err(e) => {
-                forget_unsure(store, &row.key)?;
+                release_later(store, &row.key)?;
                 Err(etcd_error(e))
             }
         }
@@ -1698,14 +1824,22 @@ impl<'s> Node<'s> {
         if records.is_empty() {
             return Ok(());
         }
-        store.write(|tx| {
+        // Only the rows still as read: another call may have released one
+        // meanwhile and handed its address out again, under a row of the
+        // same key that is not this call's to release.
+        let records: Vec<NodeRecord> = store.write(|tx| {
+            let mut current = Vec::with_capacity(records.len());
             for r in records {
+                if tx.node_record(&r.key)?.is_none_or(|now| now.value != r.value) {
+                    continue;
+                }
                 tx.set_node_record_state(&r.key, RecordState::Releasing)?;
                 if tx.release_address(r.address, &r.owner)? {
                     tracing::info!("released {} of pool {}", r.address, r.pool);
                 }
+                current.push(r.clone());
             }
-            Ok(())
+            Ok(current)
         })?;
         // In transactions etcd takes (a GC after a reboot, or the releases
         // an outage left, can be hundreds): each record's release stands alone.
@@ -1726,7 +1860,9 @@ impl<'s> Node<'s> {
                 }
             }
         }
-        store.write(|tx| done.iter().try_for_each(|r| tx.drop_node_record(&r.key)))?;
+        // Only the rows released: another call may have released one of
+        // them too meanwhile, and handed its address out again.
+        store.write(|tx| done.iter().try_for_each(|r| tx.drop_node_record_if(&r.key, &r.value)))?;
         for r in done {
             tracing::info!("released {} ({}) of pool {} in the cluster", r.address, r.kind.as_str(), r.pool);
         }
@@ -1908,7 +2044,7 @@ fn new_db_id() -> Result<String> {
 /// the commit): the row stays, to be released, so that a record etcd did
 /// take is not left without its row. Releasing compares the value, so a
 /// write that did not happen costs one request later.
-fn forget_unsure(store: &mut StoreHandle, key: &str) -> Result<()> {
+fn release_later(store: &mut StoreHandle, key: &str) -> Result<()> {
     store.write(|tx| tx.set_node_record_state(key, RecordState::Releasing))
 }
 
@@ -1923,6 +2059,17 @@ fn release_op(r: &NodeRecord) -> Op {
     match back {
         Some(lent) => Op::Put { key: r.key.clone().into_bytes(), value: to_bytes(&lent), lease: 0 },
         None => Op::Delete { key: r.key.clone().into_bytes(), range_end: None },
+    }
+}
+
+/// Files blocks just claimed: shared ones apart from those handed whole to
+/// the allocators.
+fn file_new_blocks(new: Vec<NodeBlock>, blocks: &mut Vec<NodeBlock>, shared: &mut Vec<NodeBlock>) {
+    for b in new {
+        let list = if b.shared { &mut *shared } else { &mut *blocks };
+        if !list.iter().any(|m| m.block == b.block) {
+            list.push(b);
+        }
     }
 }
 
@@ -1981,10 +2128,11 @@ pub fn view(g: &Geometry, blocks: &[NodeBlock], singles: &[IpAddr]) -> Option<Po
 /// several pools they may take several (see `Client::read_in_txns`).
 const MAX_IN_VIEW: usize = 32;
 
-/// The blocks among `blocks` that have a free address, at most [`MAX_IN_VIEW`].
+/// The blocks among `blocks` that are this node's alone (not shared) and
+/// have a free address, at most [`MAX_IN_VIEW`].
 pub fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
     let mut with_room = Vec::new();
-    for b in blocks {
+    for b in blocks.iter().filter(|b| !b.shared) {
         if with_room.len() == MAX_IN_VIEW {
             break;
         }
@@ -2025,6 +2173,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Static => "asked for by name",
         Kind::Borrowed => "borrowed",
         Kind::Lent => "lent",
+        Kind::Allocated => "allocated in a shared block",
     }
 }
 

@@ -20,12 +20,31 @@ pub const DEFAULT_PREFIX: &str = "/ipam-delegated";
 pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_OFFLINE_GRACE: Duration = Duration::from_secs(300);
 pub const DEFAULT_EMPTY_BLOCK_HOLD: Duration = Duration::from_secs(600);
+/// The longest a confirmation stands while etcd answers: how late a node
+/// learns that a node asks it to lend, or that etcd lost history.
+pub const CONFIRMATION_CACHE_MAX: Duration = Duration::from_secs(10);
 /// Most bytes read from `passwordFile` or `nodeFile`, which hold one line: a
 /// device such as /dev/zero, or a huge file named by mistake, must not keep
 /// the call reading until its deadline.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 
-const CLUSTER_KEYS: &[&str] = &["etcd", "node", "nodeFile", "offlineGrace", "emptyBlockHold"];
+const CLUSTER_KEYS: &[&str] = &["etcd", "node", "nodeFile", "offlineGrace", "emptyBlockHold", "shareBlocks"];
+
+/// Pools of at most this many blocks share them under `shareBlocks: "auto"`.
+pub const AUTO_SHARE_MAX_BLOCKS: u128 = 64;
+
+/// `shareBlocks`: whether the blocks this node claims are shared (every
+/// address handed out in them recorded in etcd, any node allocating in them)
+/// or its own (allocated from its database alone, without etcd writes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShareBlocks {
+    /// Shared in pools of at most [`AUTO_SHARE_MAX_BLOCKS`] blocks.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
 const ETCD_KEYS: &[&str] = &["endpoints", "prefix", "timeout", "username", "passwordFile", "tls"];
 const TLS_KEYS: &[&str] = &["ca", "cert", "key"];
 
@@ -37,6 +56,7 @@ struct ClusterConf {
     node_file: Option<AbsolutePath>,
     offline_grace: Option<GraceSeconds>,
     empty_block_hold: Option<Seconds>,
+    share_blocks: Option<ShareBlocks>,
 }
 
 #[derive(Deserialize)]
@@ -81,6 +101,7 @@ pub struct Settings {
     pub node: String,
     pub offline_grace: Duration,
     pub empty_block_hold: Duration,
+    pub share_blocks: ShareBlocks,
     /// `ipam.timeout`: the longest one delegate call may still run, which a
     /// block given back or released waits out three times over.
     pub call_timeout: Duration,
@@ -90,6 +111,23 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// How long a block's confirmation stands for ADD with etcd reachable: a
+    /// tenth of offlineGrace, at most [`CONFIRMATION_CACHE_MAX`]. Within it an
+    /// ADD allocates in the block without asking etcd, as it would offline
+    /// (see ipam-ds-cluster's README, "One read per ADD").
+    pub fn confirmation_cache(&self) -> Duration {
+        (self.offline_grace / 10).min(CONFIRMATION_CACHE_MAX)
+    }
+
+    /// Whether a block this node claims in a pool of `blocks` blocks is shared.
+    pub fn shares(&self, blocks: u128) -> bool {
+        match self.share_blocks {
+            ShareBlocks::Auto => blocks <= AUTO_SHARE_MAX_BLOCKS,
+            ShareBlocks::Always => true,
+            ShareBlocks::Never => false,
+        }
+    }
+
     /// `ipam.cluster` of a configuration; error 7 when it is missing or wrong.
     pub fn from_config(config: &NetConf) -> Result<Settings> {
         let ipam = config.ipam()?;
@@ -141,6 +179,7 @@ impl Settings {
             node: node_name(conf.node, conf.node_file)?,
             offline_grace: conf.offline_grace.map_or(DEFAULT_OFFLINE_GRACE, |g| g.0),
             empty_block_hold: conf.empty_block_hold.map_or(DEFAULT_EMPTY_BLOCK_HOLD, |s| s.0),
+            share_blocks: conf.share_blocks.unwrap_or_default(),
             call_timeout: shared::config::DEFAULT_DELEGATE_TIMEOUT,
             weak,
         })
@@ -376,6 +415,33 @@ mod tests {
         assert!(e.contains("ipam.cluster.offlineGrace"), "{e}");
         let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "nodeFile": "/nonexistent/node"}));
         assert!(e.contains("ipam.cluster.nodeFile") && e.contains("/nonexistent/node"), "{e}");
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "shareBlocks": "sometimes"}));
+        assert!(e.contains("ipam.cluster.shareBlocks") && e.contains("sometimes"), "{e}");
+    }
+
+    #[test]
+    fn blocks_are_shared_in_pools_of_few_blocks_unless_told() {
+        let with = |share: Value| {
+            Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "shareBlocks": share}))
+                .unwrap()
+        };
+        let auto = Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n"})).unwrap();
+        assert!(auto.shares(4) && auto.shares(AUTO_SHARE_MAX_BLOCKS));
+        assert!(!auto.shares(AUTO_SHARE_MAX_BLOCKS + 1), "a pool of many blocks: each node's own");
+        assert!(with(json!("always")).shares(1024));
+        assert!(!with(json!("never")).shares(1));
+    }
+
+    #[test]
+    fn a_confirmation_stands_a_tenth_of_the_grace_and_at_most_ten_seconds() {
+        let grace = |g: f64| {
+            Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "offlineGrace": g}))
+                .unwrap()
+                .confirmation_cache()
+        };
+        assert_eq!(grace(300.0), CONFIRMATION_CACHE_MAX);
+        assert_eq!(grace(30.0), Duration::from_secs(3));
+        assert_eq!(grace(0.0), Duration::ZERO, "offlineGrace 0: every ADD asks etcd");
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub struct Cluster<E: Etcd = TestEtcd> {
     pub call_timeout: u64,
     /// The etcd endpoints of the nodes (by name) given their own.
     pub node_endpoints: HashMap<String, Vec<String>>,
+    /// `ipam.cluster.shareBlocks`, when set (else the default, auto).
+    pub share_blocks: Option<&'static str>,
 }
 
 impl Cluster {
@@ -92,7 +94,7 @@ impl<E: Etcd> Cluster<E> {
         let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
         // Built before any clock starts.
         let _ = bin_dir();
-        Cluster { etcd, dir, pools, grace, call_timeout: 5, node_endpoints: HashMap::new() }
+        Cluster { etcd, dir, pools, grace, call_timeout: 5, node_endpoints: HashMap::new(), share_blocks: None }
     }
 
     /// `node` uses `endpoints` (in order) rather than the etcd's.
@@ -109,7 +111,7 @@ impl<E: Etcd> Cluster<E> {
     }
 
     pub fn config(&self, node: &str) -> Value {
-        json!({
+        let mut config = json!({
             "cniVersion": "1.0.0",
             "name": NETWORK,
             "type": "bridge",
@@ -125,7 +127,11 @@ impl<E: Etcd> Cluster<E> {
                     "offlineGrace": self.grace
                 }
             }
-        })
+        });
+        if let Some(share) = self.share_blocks {
+            config["ipam"]["cluster"]["shareBlocks"] = json!(share);
+        }
+        config
     }
 
     /// `command` through ipam-delegated for `container` (eth0), with

@@ -54,11 +54,12 @@ pub struct ClusterSurvey {
     /// (network, pool) → count per state, in [`BLOCK_STATES`] order.
     blocks: BTreeMap<(String, String), [u64; 3]>,
     /// (network, pool) → count per kind, in [`RECORD_KINDS`] order.
-    records: BTreeMap<(String, String), [u64; 3]>,
+    records: BTreeMap<(String, String), [u64; 4]>,
 }
 
 const BLOCK_STATES: [BlockState; 3] = [BlockState::Owned, BlockState::Releasing, BlockState::Contested];
-const RECORD_KINDS: [RecordKind; 3] = [RecordKind::Static, RecordKind::Borrowed, RecordKind::Lent];
+const RECORD_KINDS: [RecordKind; 4] =
+    [RecordKind::Static, RecordKind::Borrowed, RecordKind::Lent, RecordKind::Allocated];
 
 const CLUSTER_BLOCKS: &str = "ipam_delegated_cluster_blocks";
 const CLUSTER_BLOCKS_HELP: &str = "Blocks of a cluster pool this node holds (its database's view), by state: owned \
@@ -66,7 +67,8 @@ const CLUSTER_BLOCKS_HELP: &str = "Blocks of a cluster pool this node holds (its
      another's in etcd: its leases are published, it is not used).";
 const CLUSTER_RECORDS: &str = "ipam_delegated_cluster_address_records";
 const CLUSTER_RECORDS_HELP: &str = "Address records this node holds in etcd (its database's view), by kind: static \
-     (asked for by name), borrowed (from another node's block) or lent (of its block, to another node).";
+     (asked for by name), borrowed (from another node's block), lent (of its block, to another node) or allocated \
+     (handed out in a shared block).";
 
 /// The networks are those of the registered pools and of the blocks: an
 /// address record's network has a registered pool (its allocator's view).
@@ -101,6 +103,7 @@ fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<C
                     RecordKind::Static => 0,
                     RecordKind::Borrowed => 1,
                     RecordKind::Lent => 2,
+                    RecordKind::Allocated => 3,
                 }] += 1;
             }
             let lent = LeaseFilter { network: Some(lent_network(network)), pool: None, container_id: None };
@@ -273,6 +276,7 @@ mod tests {
             confirmed: 0,
             taken: vec![],
             since: 0,
+            shared: false,
         };
         let record = |address: &str, kind| NodeRecord {
             key: format!("/k/{address}"),

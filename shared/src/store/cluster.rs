@@ -1,4 +1,4 @@
-//! Cluster mode's rows (schema v3): the blocks this node owns in etcd and the
+//! Cluster mode's rows (schema v3, `shared` v4): the blocks this node owns in etcd and the
 //! address records it wrote there, each written before the etcd write it
 //! names and dropped only after the etcd delete. `ipam-ds-cluster` decides
 //! what they mean; this records them.
@@ -46,6 +46,10 @@ pub struct NodeBlock {
     pub taken: Vec<IpAddr>,
     /// Unix seconds: since when it is in its state.
     pub since: i64,
+    /// Every address handed out in it is recorded in etcd, and any node may
+    /// allocate in it (a shared block); otherwise only this node allocates
+    /// in it, from its own database.
+    pub shared: bool,
 }
 
 /// What an address record in etcd says about its address (its `kind`, in
@@ -60,6 +64,8 @@ pub enum RecordKind {
     Borrowed,
     /// Of one of our blocks, offered to nodes that have no room.
     Lent,
+    /// Handed out in a shared block (by its owner or any other node).
+    Allocated,
 }
 
 /// Where an address record stands between this node and etcd.
@@ -103,7 +109,7 @@ macro_rules! text_enum {
 }
 
 text_enum!(BlockState { Owned = "owned", Releasing = "releasing", Contested = "contested" });
-text_enum!(RecordKind { Static = "static", Borrowed = "borrowed", Lent = "lent" });
+text_enum!(RecordKind { Static = "static", Borrowed = "borrowed", Lent = "lent", Allocated = "allocated" });
 text_enum!(RecordState { Writing = "writing", Held = "held", Releasing = "releasing" });
 
 /// A text column that must parse; one that does not was not written by us.
@@ -117,7 +123,7 @@ where
     })
 }
 
-const BLOCK_COLUMNS: &str = "network, pool, block, state, revision, confirmed, taken, since";
+const BLOCK_COLUMNS: &str = "network, pool, block, state, revision, confirmed, taken, since, shared";
 
 fn block_from_row(row: &Row) -> rusqlite::Result<NodeBlock> {
     let taken: String = row.get(6)?;
@@ -136,6 +142,7 @@ fn block_from_row(row: &Row) -> rusqlite::Result<NodeBlock> {
         confirmed: row.get(5)?,
         taken,
         since: row.get(7)?,
+        shared: row.get(8)?,
     })
 }
 
@@ -176,7 +183,7 @@ impl Tx<'_> {
         let taken = b.taken.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
         self.sql
             .prepare_cached(&format!(
-                "INSERT OR REPLACE INTO cluster_blocks ({BLOCK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                "INSERT OR REPLACE INTO cluster_blocks ({BLOCK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
             ))
             .and_then(|mut stmt| {
                 stmt.execute(params![
@@ -187,7 +194,8 @@ impl Tx<'_> {
                     b.revision,
                     b.confirmed,
                     taken,
-                    b.since
+                    b.since,
+                    b.shared
                 ])
             })
             .in_db(self.path)
@@ -265,6 +273,17 @@ impl Tx<'_> {
         self.sql
             .prepare_cached("UPDATE cluster_records SET state = ?2 WHERE key = ?1")
             .and_then(|mut stmt| stmt.execute(params![key, state.as_str()]))
+            .in_db(self.path)
+            .map(drop)
+    }
+
+    /// Drops the row at `key` only while it holds `value`: a call that
+    /// released an etcd record must not drop the row another call has since
+    /// written at the same key (the address handed out again).
+    pub fn drop_node_record_if(&self, key: &str, value: &str) -> Result<()> {
+        self.sql
+            .prepare_cached("DELETE FROM cluster_records WHERE key = ?1 AND value = ?2")
+            .and_then(|mut stmt| stmt.execute(params![key, value]))
             .in_db(self.path)
             .map(drop)
     }

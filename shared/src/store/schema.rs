@@ -16,7 +16,7 @@ use crate::addr::to_key;
 use crate::error::{CniError, Code, Result};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// `PRAGMA application_id` of the suite's databases ("IPMD"): a SQLite file
 /// without it is someone else's and is never written to.
@@ -24,7 +24,7 @@ pub const APPLICATION_ID: i32 = 0x4950_4D44;
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
 /// entries never change, new versions append.
-const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] = [to_v1, to_v2, to_v3];
+const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] = [to_v1, to_v2, to_v3, to_v4];
 
 const V1: &str = "
 -- A pool belongs to the network whose configuration defines it: two networks
@@ -144,6 +144,16 @@ fn to_v2(tx: &Transaction) -> rusqlite::Result<()> {
 
 fn to_v3(tx: &Transaction) -> rusqlite::Result<()> {
     tx.execute_batch(V3)
+}
+
+/// Shared blocks (ipam-ds-cluster): blocks in which every address handed out
+/// is recorded in etcd, so that any node may allocate in them.
+const V4: &str = "
+ALTER TABLE cluster_blocks ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;
+";
+
+fn to_v4(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V4)
 }
 
 /// What the file at the database path is, judged before anything is written.

@@ -71,6 +71,7 @@ struct RecordCounts {
     fixed: usize,
     borrowed: usize,
     lent: usize,
+    allocated: usize,
 }
 
 impl RecordCounts {
@@ -79,6 +80,7 @@ impl RecordCounts {
             Kind::Static => self.fixed += 1,
             Kind::Borrowed => self.borrowed += 1,
             Kind::Lent => self.lent += 1,
+            Kind::Allocated => self.allocated += 1,
         }
     }
 }

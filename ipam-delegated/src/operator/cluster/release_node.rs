@@ -179,8 +179,13 @@ fn release_pool(
         };
         let mut changed = false;
         for o in blocks {
-            let tombstone =
-                BlockRecord { node: node.to_string(), at: unix_now(), released: true, db: o.record.db.clone() };
+            let tombstone = BlockRecord {
+                node: node.to_string(),
+                at: unix_now(),
+                released: true,
+                db: o.record.db.clone(),
+                shared: o.record.shared,
+            };
             let op = match ttl {
                 0 => Op::Delete { key: o.kv.key.clone(), range_end: None },
                 _ => Op::Put { key: o.kv.key.clone(), value: to_bytes(&tombstone), lease: lease_id },

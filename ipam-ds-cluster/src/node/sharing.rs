@@ -1,0 +1,270 @@
+//! Shared blocks: every address handed out in one has its `allocated`
+//! record in etcd, written before the address is handed out, so that any
+//! node may allocate in it and no address is stranded by an owner that
+//! stops calling (see the README, "Shared blocks").
+//!
+//! An address is granted by one transaction: its record created if absent,
+//! while the block's record is unchanged since read (still claimed, still
+//! shared, not released) and etcd is not recovering lost history. So two
+//! grants of one address cannot both succeed, and none succeeds in a block
+//! that changed hands. The grant is the confirmation: a shared block needs
+//! no confirming read, and is never used without etcd.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use shared::args::Attachment;
+use shared::store::{NodeBlock, NodeRecord, RecordState, StoreHandle};
+use shared::{CniError, Code, Result};
+
+use super::{etcd_error, free_addresses, not_ranges, Node, RecordWrite};
+use crate::blocks::{fnv1a, Geometry};
+use crate::etcd::{Compare, Kv, Op, OpResponse, RangeRequest, Txn};
+use crate::layout::{to_text, AddressRecord, BlockRecord, Kind};
+
+/// How many times one block is tried while others take the addresses picked.
+const GRANT_ROUNDS: usize = 4;
+/// Among how many free addresses a node picks, so that nodes granting in one
+/// block at once seldom pick the same one.
+const GRANT_CHOICES: usize = 16;
+/// How many other nodes' shared blocks one call tries.
+const OTHERS_TRIED: usize = 8;
+
+/// What became of a grant in one block.
+pub(super) enum Grant {
+    Granted(IpAddr),
+    /// No free address (or every one picked was taken first).
+    Full,
+    /// The block is no longer what it was read as: its record now (none:
+    /// deleted).
+    Changed(Option<Kv>),
+}
+
+impl Node<'_> {
+    /// An address for `who` in one of this node's shared blocks of `g`'s
+    /// pool. A block found no longer this node's is dealt with as a lost
+    /// block is (dropped, claimed back or contested) and left out.
+    pub(super) fn grant_in_own(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        own: &mut Vec<NodeBlock>,
+        who: &Attachment,
+    ) -> Result<Option<IpAddr>> {
+        let mut i = 0;
+        while i < own.len() {
+            let b = own[i].clone();
+            match self.grant_in(store, g, b.block, b.revision, &b.taken, who, true)? {
+                Grant::Granted(address) => return Ok(Some(address)),
+                Grant::Full => i += 1,
+                Grant::Changed(kv) => {
+                    own.remove(i);
+                    tracing::warn!("shared block {} of pool {} is no longer this node's claim", b.block, b.pool);
+                    let held = store.read(|tx| self.leases_in(tx, &b))?;
+                    match held.is_empty() {
+                        true => store.write(|tx| self.drop_block(tx, &b))?,
+                        false => self.take_back(store, Some(g), &b, &held, kv.as_ref())?,
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// An address for `who` in another node's shared block of `g`'s pool
+    /// (one read of the pool's blocks and records, then a grant).
+    pub(super) fn grant_in_others(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        who: &Attachment,
+    ) -> Result<Option<IpAddr>> {
+        let keys = self.keys(&g.pool.name);
+        let read = Txn {
+            success: vec![
+                Op::Range(RangeRequest::prefix(keys.blocks())),
+                Op::Range(RangeRequest::prefix(keys.addresses()).keys_only()),
+                Op::Range(RangeRequest::key(self.net_keys().recovery()).keys_only()),
+            ],
+            ..Txn::default()
+        };
+        let answer = self.etcd.txn(&read).map_err(etcd_error)?;
+        let [blocks, addresses, recovery] = ranges(answer.responses)?;
+        if !recovery.is_empty() {
+            return Err(self.recovering());
+        }
+        let mut taken: HashMap<IpNet, Vec<IpAddr>> = HashMap::new();
+        for kv in &addresses {
+            if let Some((block, address)) = keys.parse_address(&kv.key) {
+                taken.entry(block).or_default().push(address);
+            }
+        }
+        let mut candidates: Vec<(IpNet, Kv)> = blocks
+            .into_iter()
+            .filter_map(|kv| {
+                let block = keys.parse_block(&kv.key)?;
+                let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok()?;
+                (record.shared && !record.released && record.node != self.settings.node).then_some((block, kv))
+            })
+            .collect();
+        // The fullest last; among the others, from a place of this node's own.
+        candidates.sort_by_key(|(b, _)| taken.get(b).map_or(0, Vec::len));
+        let roomy = candidates.len().min(OTHERS_TRIED);
+        if roomy > 0 {
+            candidates[..roomy].rotate_left(spread(&self.settings.node, roomy));
+        }
+        for (block, kv) in candidates.into_iter().take(OTHERS_TRIED) {
+            let none = Vec::new();
+            let taken = taken.get(&block).unwrap_or(&none);
+            if let Grant::Granted(address) = self.grant_in(store, g, block, kv.mod_revision, taken, who, false)? {
+                tracing::info!("granted {address} of pool {} in another node's shared block {block}", g.pool.name);
+                return Ok(Some(address));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Grants `who` a free address of `block`, whose record is at
+    /// `revision` (its mod revision), with `taken` held in it as last read.
+    /// `own`: the block is this node's claim (which it then must stay).
+    #[allow(clippy::too_many_arguments)]
+    fn grant_in(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        block: IpNet,
+        mut revision: i64,
+        taken: &[IpAddr],
+        who: &Attachment,
+        own: bool,
+    ) -> Result<Grant> {
+        let keys = self.keys(&g.pool.name);
+        let block_key = keys.block(&block);
+        let mut taken = taken.to_vec();
+        for _ in 0..GRANT_ROUNDS {
+            let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Grant::Full) };
+            // Free in the node database too (its own leases), and no row of
+            // another call of this node at the address.
+            let free = store.read(|tx| {
+                let mut free = Vec::new();
+                for address in free_addresses(tx, &view, GRANT_CHOICES)? {
+                    if tx.node_record(&keys.address(&block, address))?.is_none() {
+                        free.push(address);
+                    }
+                }
+                Ok(free)
+            })?;
+            if free.is_empty() {
+                return Ok(Grant::Full);
+            }
+            // The owner from the bottom, others each from a place of their own.
+            let address = if own { free[0] } else { free[spread(&self.settings.node, free.len())] };
+            let key = keys.address(&block, address);
+            let value = to_text(&AddressRecord {
+                kind: Kind::Allocated,
+                node: self.settings.node.clone(),
+                container: who.container_id.clone(),
+                ifname: who.ifname.clone(),
+                lender: String::new(),
+            });
+            let row = NodeRecord {
+                key: key.clone(),
+                value: value.clone(),
+                pool: g.pool.name.clone(),
+                address,
+                kind: Kind::Allocated,
+                owner: who.clone(),
+                added_by: None,
+                state: RecordState::Writing,
+            };
+            let txn = Txn {
+                compare: vec![
+                    Compare::absent(key.clone()),
+                    Compare::mod_revision_is(block_key.clone(), revision),
+                    Compare::absent(self.net_keys().recovery()),
+                ],
+                success: vec![Op::Put { key: key.into_bytes(), value: value.into_bytes(), lease: 0 }],
+                failure: vec![
+                    Op::Range(RangeRequest::key(block_key.clone())),
+                    Op::Range(RangeRequest::prefix(keys.block_addresses(&block)).keys_only()),
+                    Op::Range(RangeRequest::key(self.net_keys().recovery()).keys_only()),
+                ],
+            };
+            let written = self.write_record(store, &row, &txn).map_err(|mut e| {
+                if e.code == Code::TryAgainLater {
+                    e.msg = format!(
+                        "{} (block {block} of pool {} is shared: its addresses are handed out only through etcd)",
+                        e.msg, g.pool.name
+                    );
+                }
+                e
+            })?;
+            let responses = match written {
+                RecordWrite::Written => return Ok(Grant::Granted(address)),
+                // Another call of this node is writing it: pick again.
+                RecordWrite::Busy => continue,
+                RecordWrite::Refused(responses) => responses,
+            };
+            let [record, addresses, recovery] = ranges(responses)?;
+            if !recovery.is_empty() {
+                return Err(self.recovering());
+            }
+            let Some(kv) = record.into_iter().next() else { return Ok(Grant::Changed(None)) };
+            let still = serde_json::from_slice::<BlockRecord>(&kv.value).ok().is_some_and(|r| {
+                r.shared && !r.released && (!own || (self.is_ours(&r) && kv.mod_revision == revision))
+            });
+            if !still {
+                return Ok(match own {
+                    true => Grant::Changed(Some(kv)),
+                    false => Grant::Full,
+                });
+            }
+            revision = kv.mod_revision;
+            taken = addresses.iter().filter_map(|kv| keys.parse_address(&kv.key).map(|(_, a)| a)).collect();
+            if own {
+                // What others hold in it, for the next pick without a read.
+                let mut known = store.read(|tx| tx.node_blocks(&self.network, &g.pool.name))?;
+                if let Some(b) = known.iter_mut().find(|b| b.block == block) {
+                    b.taken.clone_from(&taken);
+                    let b = b.clone();
+                    store.write(|tx| tx.put_node_block(&b))?;
+                }
+            }
+        }
+        Ok(Grant::Full)
+    }
+
+    /// Error 11 while nodes re-claim their blocks after etcd lost history.
+    pub(super) fn recovering(&self) -> CniError {
+        CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "etcd lost history: while the nodes of network {:?} re-claim their blocks, no address is granted in \
+                 a shared block (for at most offlineGrace + 3 × ipam.timeout): try again later",
+                self.network
+            ),
+        )
+    }
+}
+
+/// A place in `0..len` that depends on this node's name.
+fn spread(node: &str, len: usize) -> usize {
+    usize::try_from(fnv1a(node.as_bytes()) % len.max(1) as u64).unwrap_or(0)
+}
+
+/// The key-values of each response of a transaction of `N` ranges.
+fn ranges<const N: usize>(responses: Vec<OpResponse>) -> Result<[Vec<Kv>; N]> {
+    let mut out: [Vec<Kv>; N] = std::array::from_fn(|_| Vec::new());
+    let count = responses.len();
+    for (slot, response) in out.iter_mut().zip(responses) {
+        match response {
+            OpResponse::Range(r) => *slot = r.kvs,
+            _ => return Err(etcd_error(not_ranges())),
+        }
+    }
+    if count != N {
+        return Err(etcd_error(not_ranges()));
+    }
+    Ok(out)
+}
