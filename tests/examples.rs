@@ -374,8 +374,8 @@ fn real_case(stem: &str) -> Option<RealCase> {
         },
         // It needs an etcd reachable from the namespace that plays the host:
         // tests/walkthrough.rs's example_cluster starts one there and runs the
-        // example through Debian's bridge; tests/cluster.rs's end-to-end test
-        // runs two nodes.
+        // example through Debian's bridge; tests/cluster_e2e.rs's end-to-end
+        // test runs two nodes.
         "cluster" => return None,
         "ip-ranges" => RealCase {
             runtime_config: Some(json!({"ipRanges": [[{"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.50"}]]})),
