@@ -64,9 +64,10 @@ database / dataDir per scenario, their calls interleaved. In order:
                simulated as node names with databases of their own) against
                local mode: steady-state ADD/DEL latency ({latency} each), etcd
                requests per steady-state ADD and DEL ({cluster_steady} each, counted by
-               etcd), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in flight per node
-               (throughput both ways, etcd requests per ADD), and one etcd
-               request's latency from the client
+               etcd), the same in a tight pool ({cluster_tight} each; 10.31.0.0/24 in
+               4 blocks, one node), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in
+               flight per node (throughput both ways, etcd requests per ADD),
+               and one etcd request's latency from the client
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
@@ -107,6 +108,7 @@ for the durability figures strace, and for the cluster figures etcd
         lock_wait = c.lock_wait,
         cluster_steady = c.cluster_steady,
         cluster_adds = c.cluster_adds,
+        cluster_tight = c.cluster_tight,
         nodes = crate::scenarios::cluster::NODES,
         workers_per_node = crate::scenarios::cluster::WORKERS_PER_NODE,
     )

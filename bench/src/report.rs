@@ -9,7 +9,7 @@ use std::time::Duration;
 use ipam_ds_cluster::etcd::RequestCount;
 
 use crate::harness::{stats, Stats};
-use crate::scenarios::cluster::{NODES, WORKERS_PER_NODE};
+use crate::scenarios::cluster::{BLOCK_SIZE, NODES, WORKERS_PER_NODE};
 use crate::scenarios::fill_curve::FILL_LEVELS;
 use crate::setup::{Counts, HOST_LOCAL};
 
@@ -121,12 +121,27 @@ pub struct ClusterFigures {
     pub del_local_static: Latency,
     pub steady_add: StepCount,
     pub steady_del: StepCount,
+    /// The same counts in a pool of few blocks.
+    pub tight: TightPool,
     pub fill: ClusterFill,
     /// One etcd request from the client in-process: a range on a kept-alive
     /// connection, the confirming read's txn on a fresh one, a put.
     pub floor_range: Stats,
     pub floor_fresh_txn: Stats,
     pub floor_put: Stats,
+}
+
+/// etcd requests of one node's steady-state ADDs and DELs in a pool of few
+/// blocks.
+pub struct TightPool {
+    pub subnet: &'static str,
+    /// Addresses the pool hands out, and the blocks it is cut into.
+    pub usable: u128,
+    pub blocks: u128,
+    /// Blocks in etcd afterwards (all the node's).
+    pub claimed: usize,
+    pub add: StepCount,
+    pub del: StepCount,
 }
 
 /// ADDs by the simulated nodes from empty, concurrently, in both modes.
@@ -680,6 +695,36 @@ pub fn cluster_table(fig: &Figures) -> String {
         "(counted)",
         None,
     );
+    line(
+        "etcd writes per DEL, steady state (Put, DeleteRange, writing Txn)",
+        format!("{:.2}", d.per_call(d.writes())),
+        "0".into(),
+        "—".into(),
+        "(counted)",
+        None,
+    );
+    let tp = &c.tight;
+    let pool = format!("tight pool ({} in {} blocks of /{BLOCK_SIZE}, one node", tp.subnet, tp.blocks);
+    let writes_note =
+        |step: &StepCount| if step.split() { "" } else { "; not every call logged: every Txn counted as a read" };
+    for (command, step, target) in [("ADD", &tp.add, "≤ 1"), ("DEL", &tp.del, "(counted)")] {
+        line(
+            &format!("etcd requests per {command}, {pool}; etcd's count over {} {command}s)", step.calls),
+            format!("{:.2}", step.per_call(step.total())),
+            "0".into(),
+            "—".into(),
+            target,
+            (command == "ADD").then_some(step.calls > 0 && step.total() <= step.calls as u64),
+        );
+        line(
+            &format!("etcd writes per {command}, {pool}; Put, DeleteRange, writing Txn{})", writes_note(step)),
+            format!("{:.2}", step.per_call(step.writes())),
+            "0".into(),
+            "—".into(),
+            "(counted)",
+            None,
+        );
+    }
     let f = &c.fill;
     line(
         &format!(
@@ -758,6 +803,8 @@ fn cluster_section(s: &mut String, fig: &Figures) {
         );
     }
     let _ = writeln!(s, "\n### etcd requests per call\n\nCounted by etcd itself: `grpc_server_handled_total` per method from its `/metrics`, read before and after each batch (reading the metrics is no gRPC request). The steady-state node was first given room for the counted ADDs ({n} ADDs and {n} DELs, not counted: it keeps the blocks it claimed), then made {n} ADDs and {n} DELs, each batch logging at debug level (`ipam.logFile`, `ipam.logLevel`), where ipam-ds-cluster logs its client's count per call (`etcd requests: N range, N txn (N writing), N other`): etcd does not say whether a txn wrote, the client does. The {NODES} nodes from empty are the concurrent run below (a key prefix of their own in etcd, so the pool starts with no block claimed), not logged: their writes are the block claims (blocks in etcd afterwards), plus claims that lost a race.\n", n = c.steady_add.calls);
+    let tp = &c.tight;
+    let _ = writeln!(s, "The tight pool is a pool of few blocks: {}, blockSize {BLOCK_SIZE} ({} blocks, {} addresses to hand out), under a key prefix of its own in etcd, used by one node (`node-t`, a database of its own) the same way: room first ({n} ADDs and {n} DELs, not counted), then {n} ADDs and {n} DELs, each batch counted and logged. It claimed {} of the {} blocks.\n", tp.subnet, tp.blocks, tp.usable, tp.claimed, tp.blocks, n = tp.add.calls);
     let _ = writeln!(s, "| calls | n | Range | Txn | Put | DeleteRange | LeaseGrant | Authenticate | per call | the client's count (logs) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let methods = ["Range", "Txn", "Put", "DeleteRange", "LeaseGrant", "Authenticate"];
     let count_row = |s: &mut String, name: &str, n: usize, etcd: &BTreeMap<String, u64>, client: String| {
@@ -768,7 +815,12 @@ fn cluster_section(s: &mut String, fig: &Figures) {
         let total: u64 = etcd.values().sum();
         let _ = writeln!(s, " {:.3} | {client} |", total as f64 / n.max(1) as f64);
     };
-    for (name, step) in [("ADD, steady state", &c.steady_add), ("DEL, steady state", &c.steady_del)] {
+    for (name, step) in [
+        ("ADD, steady state", &c.steady_add),
+        ("DEL, steady state", &c.steady_del),
+        ("ADD, tight pool", &c.tight.add),
+        ("DEL, tight pool", &c.tight.del),
+    ] {
         let k = step.client;
         let client = format!(
             "{} range, {} txn ({} writing), {} other; {} of {} calls logged",
@@ -1198,6 +1250,19 @@ mod tests {
                 logged: 200,
             },
             steady_del: StepCount { calls: 200, etcd: methods(0, 0, 0), client: RequestCount::default(), logged: 200 },
+            tight: TightPool {
+                subnet: "10.31.0.0/24",
+                usable: 253,
+                blocks: 4,
+                claimed: 1,
+                add: StepCount {
+                    calls: 50,
+                    etcd: methods(0, 50, 0),
+                    client: RequestCount { ranges: 0, txns: 50, writing_txns: 50, other: 0 },
+                    logged: 50,
+                },
+                del: StepCount { calls: 50, etcd: methods(0, 50, 0), client: RequestCount::default(), logged: 49 },
+            },
             fill: ClusterFill {
                 adds: 2000,
                 cluster_ok: 2000,
@@ -1216,6 +1281,38 @@ mod tests {
             floor_fresh_txn: floor(0.7),
             floor_put: floor(0.8),
         }
+    }
+
+    #[test]
+    fn the_tight_pool_has_its_rows_and_counts() {
+        let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
+        let t = cluster_table(&fig);
+        for row in [
+            "| etcd writes per DEL, steady state (Put, DeleteRange, writing Txn) | 0.00 | 0 | — | (counted) |  |",
+            "| etcd requests per ADD, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; etcd's count over 50 ADDs) | 1.00 | 0 | — | ≤ 1 | yes |",
+            "| etcd writes per ADD, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; Put, DeleteRange, writing Txn) | 1.00 | 0 | — | (counted) |  |",
+            "| etcd requests per DEL, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; etcd's count over 50 DELs) | 1.00 | 0 | — | (counted) |  |",
+            // Not every DEL logged its count: its txns are taken as reads.
+            "| etcd writes per DEL, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; Put, DeleteRange, writing Txn; not every call logged: every Txn counted as a read) | 0.00 |",
+        ] {
+            assert!(t.contains(row), "{row} missing from\n{t}");
+        }
+        let mut c = cluster_figures();
+        c.tight.add.etcd = methods_txn(60);
+        let bad = Figures { cluster: Some(c), ..Default::default() };
+        let t = cluster_table(&bad);
+        assert!(t.contains("over 50 ADDs) | 1.20 | 0 | — | ≤ 1 | **NO** |"), "{t}");
+        let md = markdown(&fig, &machine(), &table(&fig), Duration::from_secs(1));
+        for text in [
+            "| ADD, tight pool | 50 | 0 | 50 | 0 | 0 | 0 | 0 | 1.000 | 0 range, 50 txn (50 writing), 0 other; 50 of 50 calls logged |",
+            "The tight pool is a pool of few blocks: 10.31.0.0/24, blockSize 26 (4 blocks, 253 addresses to hand out)",
+        ] {
+            assert!(md.contains(text), "{text} missing from\n{md}");
+        }
+    }
+
+    fn methods_txn(txn: u64) -> BTreeMap<String, u64> {
+        BTreeMap::from([("Txn".to_string(), txn)])
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct Counts {
     /// Cluster mode: ADDs by the simulated nodes from empty (and as many in
     /// local mode), concurrently.
     pub cluster_adds: usize,
+    /// Cluster mode: steady-state ADDs (and as many DELs) whose etcd
+    /// requests are counted in the tight pool (4 blocks).
+    pub cluster_tight: usize,
 }
 
 pub const FULL: Counts = Counts {
@@ -64,6 +67,7 @@ pub const FULL: Counts = Counts {
     fsync_probes: 24,
     cluster_steady: 200,
     cluster_adds: 2000,
+    cluster_tight: 50,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
@@ -78,6 +82,7 @@ pub const QUICK: Counts = Counts {
     fsync_probes: 6,
     cluster_steady: 50,
     cluster_adds: 400,
+    cluster_tight: 25,
 };
 
 /// Builds ipam-delegated in release mode as it is installed, into this

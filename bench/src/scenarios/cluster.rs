@@ -33,6 +33,11 @@
 //!    and etcd's count over every cluster ADD (block claims included), the
 //!    blocks claimed (read from etcd afterwards) and whether any address was
 //!    handed out twice across the nodes.
+//!
+//! Between steps 3 and 4, **the tight pool**: step 3's counts (room first,
+//! then ADDs and DELs, each batch counted by etcd and logged) for one node
+//! (`node-t`, a database of its own) in a pool of few blocks,
+//! 10.31.0.0/24 with blockSize 26 (4 blocks), under a key prefix of its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -44,13 +49,17 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
 use ipam_ds_cluster::etcd::{Op, RangeRequest, RequestCount, Txn};
 use ipam_ds_cluster::layout::PoolKeys;
 use serde_json::{json, Value};
+use shared::addr::to_u128;
+use shared::pool;
+use shared::CniArgs;
 
 use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, StepCount};
+use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, StepCount, TightPool};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -63,6 +72,11 @@ pub const NODES: usize = 8;
 pub const WORKERS_PER_NODE: usize = 16;
 /// Requests of each kind the floor is measured with.
 const FLOOR_REQUESTS: usize = 200;
+/// The blockSize of the tight pool and of the waves' pool.
+pub const BLOCK_SIZE: u8 = 26;
+/// The tight pool: few blocks (4), one node; a key prefix of its own.
+pub const TIGHT_SUBNET: &str = "10.31.0.0/24";
+const TIGHT_PREFIX: &str = "/ipam-bench-tight";
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if find_in_path("etcd").is_none() {
@@ -111,28 +125,31 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
 
     phase(&format!("cluster mode: etcd requests per call, {steady} steady-state ADDs and DELs (logged at debug)"));
-    // Room for the ADDs counted: the node claims what they need now.
-    for i in 0..steady {
-        variants[0].run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
-    }
-    for i in 0..steady {
-        variants[0].run("DEL", &format!("room-{i}")).expect_ok("cluster-mode DEL (making room)");
-    }
-    let mut steps = Vec::new();
-    for command in ["ADD", "DEL"] {
-        let log = dir.join(format!("steady-{command}.log"));
-        let logged = cluster_config(ctx, &cluster_db, &endpoint, "node-a", Some(&log));
-        let p = plugin(ctx, &logged);
-        let before = etcd.handled();
-        for i in 0..steady {
-            p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
-        }
-        let after = etcd.handled();
-        let (client, lines) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
-        steps.push(StepCount { calls: steady, etcd: difference(&before, &after), client, logged: lines });
-    }
-    let steady_del = steps.pop().expect("DEL counts");
-    let steady_add = steps.pop().expect("ADD counts");
+    let [steady_add, steady_del] = count_steady(ctx, &etcd, dir, "steady", steady, &|log| {
+        cluster_config(ctx, &cluster_db, &endpoint, "node-a", log)
+    });
+
+    let tight_n = ctx.counts.cluster_tight;
+    phase(&format!(
+        "cluster mode: etcd requests per call in a tight pool ({TIGHT_SUBNET}, blockSize {BLOCK_SIZE}), \
+         {tight_n} steady-state ADDs and DELs (logged at debug)"
+    ));
+    let tight_db = dir.join("node-t.sqlite");
+    let tight_config = |log: Option<&Path>| {
+        let mut config = cluster_config(ctx, &tight_db, &endpoint, "node-t", log);
+        in_pool(&mut config, tight_pool(), TIGHT_PREFIX);
+        config
+    };
+    let (tight_usable, tight_blocks) = pool_size(&tight_config(None));
+    let [tight_add, tight_del] = count_steady(ctx, &etcd, dir, "tight", tight_n, &tight_config);
+    let tight = TightPool {
+        subnet: TIGHT_SUBNET,
+        usable: tight_usable,
+        blocks: tight_blocks,
+        claimed: claimed_blocks(&etcd, TIGHT_PREFIX),
+        add: tight_add,
+        del: tight_del,
+    };
 
     let fill = from_empty(ctx, &etcd, dir);
     fig.cluster = Some(ClusterFigures {
@@ -145,6 +162,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         del_local_static: latency(&del[2]),
         steady_add,
         steady_del,
+        tight,
         fill,
         floor_range,
         floor_fresh_txn,
@@ -170,6 +188,71 @@ fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<
 
 fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
     Plugin { exe: ctx.exe("ipam-delegated"), cni_path: ctx.bins.clone(), config: bytes(config) }
+}
+
+/// A configuration made for another pool: `pool` (an `ipam.pools` entry, as
+/// the suite reads it) under the key prefix `prefix` in etcd, so that it
+/// shares no key with the other steps' pool of the same name.
+fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
+    config["ipam"]["pools"] = json!([pool]);
+    config["ipam"]["cluster"]["etcd"]["prefix"] = json!(prefix);
+}
+
+/// The tight pool: [`TIGHT_SUBNET`] cut into /[`BLOCK_SIZE`] blocks (4).
+fn tight_pool() -> Value {
+    json!({ "name": POOL, "ranges": [{ "subnet": TIGHT_SUBNET }], "blockSize": BLOCK_SIZE })
+}
+
+/// The first pool of a configuration as the suite reads it: how many
+/// addresses it hands out, and how many blocks ipam-ds-cluster cuts it into.
+fn pool_size(config: &Value) -> (u128, u128) {
+    let conf = shared::NetConf::parse(&bytes(config)).unwrap_or_else(|e| panic!("the bench's pool configuration: {e}"));
+    let pool = pool::candidates(&conf, &CniArgs::default())
+        .ok()
+        .and_then(|pools| pools.into_iter().next())
+        .unwrap_or_else(|| panic!("the bench's pool configuration has no pool: {config}"));
+    let usable = pool.allocatable().iter().map(|&(lo, hi)| to_u128(hi) - to_u128(lo) + 1).sum();
+    (usable, Geometry::of(&pool).block_count())
+}
+
+/// Blocks of the pool recorded in etcd under `prefix`: those claimed.
+fn claimed_blocks(etcd: &TestEtcd, prefix: &str) -> usize {
+    let keys = PoolKeys::new(prefix, NETWORK, POOL);
+    etcd.dump(&keys.blocks()).iter().filter(|(key, _)| keys.parse_block(key.as_bytes()).is_some()).count()
+}
+
+/// `n` ADDs, then `n` DELs of the same containers, by one node, each batch
+/// counted: etcd's `grpc_server_handled_total` per method before and after,
+/// and the client's count from the calls' debug logs (`dir/<tag>-ADD.log`,
+/// `…-DEL.log`). First, not counted, room for them: `n` ADDs and `n` DELs
+/// (the node keeps the blocks it claimed). `config(log)`: the node's
+/// configuration, logging at debug level to `log` if given.
+fn count_steady(
+    ctx: &Ctx,
+    etcd: &TestEtcd,
+    dir: &Path,
+    tag: &str,
+    n: usize,
+    config: &dyn Fn(Option<&Path>) -> Value,
+) -> [StepCount; 2] {
+    let unlogged = plugin(ctx, &config(None));
+    for i in 0..n {
+        unlogged.run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
+    }
+    for i in 0..n {
+        unlogged.run("DEL", &format!("room-{i}")).expect_ok("cluster-mode DEL (making room)");
+    }
+    ["ADD", "DEL"].map(|command| {
+        let log = dir.join(format!("{tag}-{command}.log"));
+        let p = plugin(ctx, &config(Some(&log)));
+        let before = etcd.handled();
+        for i in 0..n {
+            p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
+        }
+        let after = etcd.handled();
+        let (client, logged) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
+        StepCount { calls: n, etcd: difference(&before, &after), client, logged }
+    })
 }
 
 /// The requests of some calls, as etcd counted them per method.
@@ -305,8 +388,7 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
             }
         }
     }
-    let keys = PoolKeys::new(FILL_PREFIX, NETWORK, POOL);
-    let blocks = etcd.dump(&keys.blocks()).iter().filter(|(key, _)| keys.parse_block(key.as_bytes()).is_some()).count();
+    let blocks = claimed_blocks(etcd, FILL_PREFIX);
     let failures = |v: usize| -> Vec<u64> {
         outcomes[v].iter().filter(|r| !r.success).map(|r| r.json()["code"].as_u64().unwrap_or(0)).collect()
     };
@@ -323,10 +405,9 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
         let answer = run.json();
         let code = answer["code"].as_u64().unwrap_or(0);
         if !failure_messages.iter().any(|(c, _)| *c == code) {
-            let msg = answer["msg"].as_str().unwrap_or_default();
-            let details = answer["details"].as_str().map(|d| format!(" ({d})")).unwrap_or_default();
-            eprintln!("    a cluster-mode ADD failed with code {code}: {msg}{details}");
-            failure_messages.push((code, format!("{msg}{details}")));
+            let message = failure_message(&answer);
+            eprintln!("    a cluster-mode ADD failed with code {code}: {message}");
+            failure_messages.push((code, message));
         }
     }
     ClusterFill {
@@ -343,6 +424,13 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
         duplicates: holders.values().filter(|&&n| n > 1).count(),
         without_address: ok(0) - holders.values().sum::<usize>(),
     }
+}
+
+/// A failed call's error answer in one line: its message and details.
+fn failure_message(answer: &Value) -> String {
+    let msg = answer["msg"].as_str().unwrap_or("(no error answer)");
+    let details = answer["details"].as_str().map(|d| format!(" ({d})")).unwrap_or_default();
+    format!("{msg}{details}")
 }
 
 fn etcd_version() -> String {
