@@ -52,6 +52,9 @@ pub struct Counts {
     /// Cluster mode: steady-state ADDs (and as many DELs) whose etcd
     /// requests are counted in the tight pool (4 blocks).
     pub cluster_tight: usize,
+    /// Cluster mode, 1000 pods into 1000 addresses: how long each wave may
+    /// retry before the pods not placed are given up, in seconds.
+    pub cluster_wave_secs: u64,
 }
 
 pub const FULL: Counts = Counts {
@@ -68,6 +71,7 @@ pub const FULL: Counts = Counts {
     cluster_steady: 200,
     cluster_adds: 2000,
     cluster_tight: 50,
+    cluster_wave_secs: 45,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
@@ -83,6 +87,7 @@ pub const QUICK: Counts = Counts {
     cluster_steady: 50,
     cluster_adds: 400,
     cluster_tight: 25,
+    cluster_wave_secs: 20,
 };
 
 /// Builds ipam-delegated in release mode as it is installed, into this

@@ -38,6 +38,18 @@
 //! then ADDs and DELs, each batch counted by etcd and logged) for one node
 //! (`node-t`, a database of its own) in a pool of few blocks,
 //! 10.31.0.0/24 with blockSize 26 (4 blocks), under a key prefix of its own.
+//!
+//! 5. **1000 pods into 1000 addresses, one wave**: 10 nodes (`node-1` …
+//!    `node-10`, fresh databases, a key prefix of their own) place 100 pods
+//!    each into a pool of exactly 1000 addresses (10.32.0.2–10.32.3.233 of
+//!    10.32.0.0/22, blockSize 26: 16 blocks), all at once. Every pod is an
+//!    ADD process with its own container id, 2 in flight per node; a failed
+//!    ADD is tried again 0.5 s later, as a runtime does, until it succeeds
+//!    or the wave's deadline has passed. Reported: pods placed, the time, the
+//!    failed attempts, and addresses answered twice (collected from every
+//!    answer).
+//! 6. **The same in two waves**: nodes 1-5 place their pods and are done;
+//!    then nodes 6-10 place theirs while nodes 1-5 make no call at all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -59,7 +71,7 @@ use shared::pool;
 use shared::CniArgs;
 
 use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, StepCount, TightPool};
+use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, PodWaves, StepCount, TightPool, Wave};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -77,6 +89,17 @@ pub const BLOCK_SIZE: u8 = 26;
 /// The tight pool: few blocks (4), one node; a key prefix of its own.
 pub const TIGHT_SUBNET: &str = "10.31.0.0/24";
 const TIGHT_PREFIX: &str = "/ipam-bench-tight";
+/// The waves' pool: [`WAVE_RANGE`] of this subnet, exactly [`WAVE_PODS`]
+/// addresses (the gateway, 10.32.0.1, and the network address outside it).
+pub const WAVE_SUBNET: &str = "10.32.0.0/22";
+pub const WAVE_RANGE: (&str, &str) = ("10.32.0.2", "10.32.3.233");
+/// Pods placed by the waves, as many as the pool's addresses.
+pub const WAVE_PODS: usize = 1000;
+pub const WAVE_NODES: usize = 10;
+/// ADDs in flight per node in the waves.
+pub const WAVE_THREADS: usize = 2;
+/// How long a failed ADD of the waves waits before it is tried again.
+pub const RETRY: Duration = Duration::from_millis(500);
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if find_in_path("etcd").is_none() {
@@ -152,6 +175,9 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     };
 
     let fill = from_empty(ctx, &etcd, dir);
+    let one_wave = pods_in_waves(ctx, &etcd, dir, "one wave", "/ipam-bench-one-wave", &[WAVE_NODES]);
+    let half = WAVE_NODES / 2;
+    let two_waves = pods_in_waves(ctx, &etcd, dir, "two waves", "/ipam-bench-two-waves", &[half, WAVE_NODES - half]);
     fig.cluster = Some(ClusterFigures {
         etcd: etcd_version(),
         add_cluster: latency(&add[0]),
@@ -164,6 +190,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         steady_del,
         tight,
         fill,
+        waves: [one_wave, two_waves],
         floor_range,
         floor_fresh_txn,
         floor_put,
@@ -201,6 +228,16 @@ fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
 /// The tight pool: [`TIGHT_SUBNET`] cut into /[`BLOCK_SIZE`] blocks (4).
 fn tight_pool() -> Value {
     json!({ "name": POOL, "ranges": [{ "subnet": TIGHT_SUBNET }], "blockSize": BLOCK_SIZE })
+}
+
+/// The pool of the waves: [`WAVE_RANGE`] of [`WAVE_SUBNET`], exactly
+/// [`WAVE_PODS`] addresses to hand out (checked by [`pool_size`]).
+fn wave_pool() -> Value {
+    json!({
+        "name": POOL,
+        "ranges": [{ "subnet": WAVE_SUBNET, "rangeStart": WAVE_RANGE.0, "rangeEnd": WAVE_RANGE.1 }],
+        "blockSize": BLOCK_SIZE,
+    })
 }
 
 /// The first pool of a configuration as the suite reads it: how many
@@ -426,11 +463,140 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
     }
 }
 
+/// Steps 5 and 6: [`WAVE_PODS`] pods on [`WAVE_NODES`] nodes into a pool of
+/// exactly as many addresses ([`wave_pool`]), under the key prefix
+/// `prefix` and with fresh node databases. `waves`: how many nodes each wave
+/// has (the nodes taken in order), one wave after the other. Each node of a
+/// wave places its share of the pods [`WAVE_THREADS`] at a time, every
+/// failed ADD retried after [`RETRY`] as a runtime does, until it is placed
+/// or the wave's deadline (`cluster_wave_secs`) has passed. The nodes of
+/// earlier waves make no call.
+fn pods_in_waves(
+    ctx: &Ctx,
+    etcd: &TestEtcd,
+    dir: &Path,
+    name: &'static str,
+    prefix: &str,
+    waves: &[usize],
+) -> PodWaves {
+    let endpoint = etcd.endpoint();
+    let node_dir = dir.join(prefix.trim_start_matches('/'));
+    fs::create_dir_all(&node_dir).expect("node dir");
+    let configs: Vec<Value> = (0..WAVE_NODES)
+        .map(|k| {
+            let node = format!("node-{}", k + 1);
+            let mut config = cluster_config(ctx, &node_dir.join(format!("{node}.sqlite")), &endpoint, &node, None);
+            in_pool(&mut config, wave_pool(), prefix);
+            config
+        })
+        .collect();
+    let nodes: Vec<Plugin> = configs.iter().map(|config| plugin(ctx, config)).collect();
+    let (usable, blocks) = configs.first().map_or((0, 0), pool_size);
+    assert_eq!(usable, WAVE_PODS as u128, "the waves' pool must hand out exactly {WAVE_PODS} addresses");
+    let per_node = WAVE_PODS / WAVE_NODES;
+    let deadline = Duration::from_secs(ctx.counts.cluster_wave_secs);
+    let before = etcd.handled();
+    let addresses: Mutex<Vec<Option<IpAddr>>> = Mutex::new(Vec::with_capacity(WAVE_PODS));
+    let failures: Mutex<BTreeMap<u64, (usize, String)>> = Mutex::new(BTreeMap::new());
+    let mut done = Vec::new();
+    let mut first = 0;
+    for &size in waves {
+        let wave = first..(first + size).min(WAVE_NODES);
+        first = wave.end;
+        phase(&format!(
+            "cluster mode, {WAVE_PODS} pods into {WAVE_PODS} addresses, {name}: nodes {}-{} place {per_node} pods \
+             each, {WAVE_THREADS} ADDs in flight per node, failed ADDs retried every {RETRY:?} (deadline {deadline:?})",
+            wave.start + 1,
+            wave.end
+        ));
+        let (placed, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let next: Vec<AtomicUsize> = wave.clone().map(|_| AtomicUsize::new(0)).collect();
+        let t0 = Instant::now();
+        let end = t0 + deadline;
+        thread::scope(|s| {
+            for (k, next) in wave.clone().zip(&next) {
+                for _ in 0..WAVE_THREADS {
+                    let (p, placed, failed, addresses, failures) = (&nodes[k], &placed, &failed, &addresses, &failures);
+                    s.spawn(move || {
+                        'pods: loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= per_node || Instant::now() >= end {
+                                break;
+                            }
+                            let container = format!("pod-{}-{i}", k + 1);
+                            loop {
+                                let run = p.run("ADD", &container);
+                                if run.success {
+                                    placed.fetch_add(1, Ordering::Relaxed);
+                                    addresses.lock().unwrap_or_else(|e| e.into_inner()).push(run.first_address());
+                                    break;
+                                }
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                let answer = run.json();
+                                let code = answer["code"].as_u64().unwrap_or(0);
+                                let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+                                failures.entry(code).or_insert_with(|| (0, failure_message(&answer))).0 += 1;
+                                drop(failures);
+                                // A runtime tries again later; past the
+                                // deadline, this pod and the rest are given up.
+                                if Instant::now() + RETRY >= end {
+                                    break 'pods;
+                                }
+                                thread::sleep(RETRY);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let wave = Wave {
+            nodes: (wave.start + 1, wave.end),
+            pods: per_node * wave.len(),
+            placed: placed.into_inner(),
+            failed: failed.into_inner(),
+            time: t0.elapsed(),
+        };
+        eprintln!(
+            "    placed {} of {} pods in {:.1?}, {} failed ADD attempts",
+            wave.placed, wave.pods, wave.time, wave.failed
+        );
+        done.push(wave);
+    }
+    let etcd_count = difference(&before, &etcd.handled());
+    let addresses = addresses.into_inner().unwrap_or_else(|e| e.into_inner());
+    let (first, last) = (to_u128(ip(WAVE_RANGE.0)), to_u128(ip(WAVE_RANGE.1)));
+    let mut holders: HashMap<IpAddr, usize> = HashMap::new();
+    for address in addresses.iter().flatten() {
+        *holders.entry(*address).or_default() += 1;
+    }
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    for (code, (n, msg)) in &failures {
+        eprintln!("    {n} ADD attempt(s) failed with code {code}, the first: {msg}");
+    }
+    PodWaves {
+        name,
+        usable,
+        blocks,
+        deadline,
+        waves: done,
+        failures,
+        duplicates: holders.values().filter(|&&n| n > 1).count(),
+        without_address: addresses.iter().filter(|a| a.is_none()).count(),
+        outside: holders.keys().filter(|a| !(first..=last).contains(&to_u128(**a))).count(),
+        claimed: claimed_blocks(etcd, prefix),
+        etcd: etcd_count,
+    }
+}
+
 /// A failed call's error answer in one line: its message and details.
 fn failure_message(answer: &Value) -> String {
     let msg = answer["msg"].as_str().unwrap_or("(no error answer)");
     let details = answer["details"].as_str().map(|d| format!(" ({d})")).unwrap_or_default();
     format!("{msg}{details}")
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
 fn etcd_version() -> String {
