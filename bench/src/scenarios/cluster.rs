@@ -557,8 +557,12 @@ fn pods_in_waves(
             time: t0.elapsed(),
         };
         eprintln!(
-            "    placed {} of {} pods in {:.1?}, {} failed ADD attempts",
-            wave.placed, wave.pods, wave.time, wave.failed
+            "    placed {} of {} pods in {:.1?}, {} failed ADD attempts; {} of {blocks} blocks claimed",
+            wave.placed,
+            wave.pods,
+            wave.time,
+            wave.failed,
+            claimed_blocks(etcd, prefix)
         );
         done.push(wave);
     }
