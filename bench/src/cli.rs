@@ -64,15 +64,23 @@ database / dataDir per scenario, their calls interleaved. In order:
                simulated as node names with databases of their own) against
                local mode: steady-state ADD/DEL latency ({latency} each), etcd
                requests per steady-state ADD and DEL ({cluster_steady} each, counted by
-               etcd), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in flight per node
-               (throughput both ways, etcd requests per ADD), and one etcd
-               request's latency from the client
+               etcd), the same in a tight pool ({cluster_tight} each; 10.31.0.0/24 in
+               4 blocks, one node), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in
+               flight per node (throughput both ways, etcd requests per ADD),
+               {wave_pods} pods on {wave_nodes} nodes into a pool of exactly {wave_pods} addresses
+               ({wave_threads} ADDs in flight per node, failed ADDs retried every 0.5 s
+               for at most {wave_secs} s per wave; all nodes at once, then in two
+               waves of 5 nodes: pods placed, time, failed attempts,
+               addresses held twice), and one etcd request's latency from
+               the client
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
 replacing them. A full run takes about 2 minutes on an idle 2-core machine
 (the cluster scenario about half a minute of it), plus the release build;
-BENCH_QUICK=1 takes under a minute.
+BENCH_QUICK=1 takes under a minute. The cluster scenario's pods in waves add
+a few seconds, or each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) for
+each of the three waves whose pods cannot all be placed.
 
 Options:
   -h, --help         print this help and exit
@@ -107,6 +115,12 @@ for the durability figures strace, and for the cluster figures etcd
         lock_wait = c.lock_wait,
         cluster_steady = c.cluster_steady,
         cluster_adds = c.cluster_adds,
+        cluster_tight = c.cluster_tight,
+        wave_pods = crate::scenarios::cluster::WAVE_PODS,
+        wave_nodes = crate::scenarios::cluster::WAVE_NODES,
+        wave_threads = crate::scenarios::cluster::WAVE_THREADS,
+        wave_secs = c.cluster_wave_secs,
+        quick_wave_secs = crate::setup::QUICK.cluster_wave_secs,
         nodes = crate::scenarios::cluster::NODES,
         workers_per_node = crate::scenarios::cluster::WORKERS_PER_NODE,
     )

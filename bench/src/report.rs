@@ -9,7 +9,9 @@ use std::time::Duration;
 use ipam_ds_cluster::etcd::RequestCount;
 
 use crate::harness::{stats, Stats};
-use crate::scenarios::cluster::{NODES, WORKERS_PER_NODE};
+use crate::scenarios::cluster::{
+    BLOCK_SIZE, NODES, RETRY, WAVE_NODES, WAVE_PODS, WAVE_RANGE, WAVE_SUBNET, WAVE_THREADS, WORKERS_PER_NODE,
+};
 use crate::scenarios::fill_curve::FILL_LEVELS;
 use crate::setup::{Counts, HOST_LOCAL};
 
@@ -121,12 +123,88 @@ pub struct ClusterFigures {
     pub del_local_static: Latency,
     pub steady_add: StepCount,
     pub steady_del: StepCount,
+    /// The same counts in a pool of few blocks.
+    pub tight: TightPool,
     pub fill: ClusterFill,
+    /// [`WAVE_PODS`] pods into as many addresses: one wave, two waves.
+    pub waves: [PodWaves; 2],
     /// One etcd request from the client in-process: a range on a kept-alive
     /// connection, the confirming read's txn on a fresh one, a put.
     pub floor_range: Stats,
     pub floor_fresh_txn: Stats,
     pub floor_put: Stats,
+}
+
+/// etcd requests of one node's steady-state ADDs and DELs in a pool of few
+/// blocks.
+pub struct TightPool {
+    pub subnet: &'static str,
+    /// Addresses the pool hands out, and the blocks it is cut into.
+    pub usable: u128,
+    pub blocks: u128,
+    /// Blocks in etcd afterwards (all the node's).
+    pub claimed: usize,
+    pub add: StepCount,
+    pub del: StepCount,
+}
+
+/// [`WAVE_PODS`] pods placed by [`WAVE_NODES`] nodes in waves into a pool
+/// of exactly as many addresses, failed ADDs retried.
+pub struct PodWaves {
+    /// "one wave", "two waves".
+    pub name: &'static str,
+    /// Addresses the pool hands out, and the blocks it is cut into.
+    pub usable: u128,
+    pub blocks: u128,
+    /// How long each wave retried at most.
+    pub deadline: Duration,
+    pub waves: Vec<Wave>,
+    /// Failed ADD attempts per error code: how many, the first one's message.
+    pub failures: BTreeMap<u64, (usize, String)>,
+    /// Addresses answered to more than one placed pod.
+    pub duplicates: usize,
+    /// Placed pods whose answer held no address.
+    pub without_address: usize,
+    /// Addresses answered outside the pool's range.
+    pub outside: usize,
+    /// Blocks in etcd afterwards.
+    pub claimed: usize,
+    /// etcd's count per method over every ADD attempt.
+    pub etcd: BTreeMap<String, u64>,
+}
+
+/// One wave: its nodes (numbered from 1, inclusive) placing their pods.
+pub struct Wave {
+    pub nodes: (usize, usize),
+    pub pods: usize,
+    pub placed: usize,
+    /// Failed ADD attempts (each retried until the deadline).
+    pub failed: usize,
+    /// From its start until every pod was placed or given up.
+    pub time: Duration,
+}
+
+impl PodWaves {
+    pub fn pods(&self) -> usize {
+        self.waves.iter().map(|w| w.pods).sum()
+    }
+
+    pub fn placed(&self) -> usize {
+        self.waves.iter().map(|w| w.placed).sum()
+    }
+
+    pub fn failed(&self) -> usize {
+        self.waves.iter().map(|w| w.failed).sum()
+    }
+
+    pub fn time(&self) -> Duration {
+        self.waves.iter().map(|w| w.time).sum()
+    }
+
+    /// Every address answered once, inside the pool.
+    pub fn sound(&self) -> bool {
+        self.duplicates == 0 && self.without_address == 0 && self.outside == 0
+    }
 }
 
 /// ADDs by the simulated nodes from empty, concurrently, in both modes.
@@ -680,6 +758,36 @@ pub fn cluster_table(fig: &Figures) -> String {
         "(counted)",
         None,
     );
+    line(
+        "etcd writes per DEL, steady state (Put, DeleteRange, writing Txn)",
+        format!("{:.2}", d.per_call(d.writes())),
+        "0".into(),
+        "—".into(),
+        "(counted)",
+        None,
+    );
+    let tp = &c.tight;
+    let pool = format!("tight pool ({} in {} blocks of /{BLOCK_SIZE}, one node", tp.subnet, tp.blocks);
+    let writes_note =
+        |step: &StepCount| if step.split() { "" } else { "; not every call logged: every Txn counted as a read" };
+    for (command, step, target) in [("ADD", &tp.add, "≤ 1"), ("DEL", &tp.del, "(counted)")] {
+        line(
+            &format!("etcd requests per {command}, {pool}; etcd's count over {} {command}s)", step.calls),
+            format!("{:.2}", step.per_call(step.total())),
+            "0".into(),
+            "—".into(),
+            target,
+            (command == "ADD").then_some(step.calls > 0 && step.total() <= step.calls as u64),
+        );
+        line(
+            &format!("etcd writes per {command}, {pool}; Put, DeleteRange, writing Txn{})", writes_note(step)),
+            format!("{:.2}", step.per_call(step.writes())),
+            "0".into(),
+            "—".into(),
+            "(counted)",
+            None,
+        );
+    }
     let f = &c.fill;
     line(
         &format!(
@@ -728,7 +836,66 @@ pub fn cluster_table(fig: &Figures) -> String {
         "0",
         Some(f.cluster_failures.is_empty()),
     );
+    for w in &c.waves {
+        let what = format!("{} pods into {} addresses, {}", w.pods(), w.usable, wave_shape(w));
+        line(
+            &format!(
+                "{what}: pods placed ({WAVE_NODES} nodes, {} blocks of /{BLOCK_SIZE}, {WAVE_THREADS} ADDs in flight \
+                 per node, a failed ADD retried every {:.1} s for at most {} s per wave)",
+                w.blocks,
+                RETRY.as_secs_f64(),
+                w.deadline.as_secs()
+            ),
+            format!("{} of {}", w.placed(), w.pods()),
+            "—".into(),
+            "—".into(),
+            &format!("{}", w.pods()),
+            Some(w.pods() > 0 && w.placed() == w.pods()),
+        );
+        line(&format!("{what}: wall time to place them"), wave_time(w), "—".into(), "—".into(), "(measured)", None);
+        line(
+            &format!("{what}: failed ADD attempts"),
+            format!("{}", w.failed()),
+            "—".into(),
+            "—".into(),
+            "(counted)",
+            None,
+        );
+        line(
+            &format!("{what}: addresses held twice"),
+            format!("{}", w.duplicates),
+            "—".into(),
+            "—".into(),
+            "0",
+            Some(w.sound()),
+        );
+    }
     t
+}
+
+/// Which nodes placed their pods when: "one wave (nodes 1-10 at once)",
+/// "two waves (nodes 1-5, then nodes 6-10)".
+fn wave_shape(w: &PodWaves) -> String {
+    let each: Vec<String> = w.waves.iter().map(|v| format!("nodes {}-{}", v.nodes.0, v.nodes.1)).collect();
+    if each.len() == 1 {
+        format!("{} ({} at once)", w.name, each.join(""))
+    } else {
+        format!("{} ({})", w.name, each.join(", then "))
+    }
+}
+
+/// The waves' time, each wave's when there are several, and what was given
+/// up at the deadline.
+fn wave_time(w: &PodWaves) -> String {
+    let mut text = format!("{:.2} s", w.time().as_secs_f64());
+    if w.waves.len() > 1 {
+        let each: Vec<String> = w.waves.iter().map(|v| format!("{:.2}", v.time.as_secs_f64())).collect();
+        let _ = write!(text, " ({} s)", each.join(" + "));
+    }
+    if w.placed() < w.pods() {
+        let _ = write!(text, "; {} not placed by the deadline", w.pods() - w.placed());
+    }
+    text
 }
 
 /// The cluster-mode section of BENCHMARKS.md.
@@ -758,6 +925,8 @@ fn cluster_section(s: &mut String, fig: &Figures) {
         );
     }
     let _ = writeln!(s, "\n### etcd requests per call\n\nCounted by etcd itself: `grpc_server_handled_total` per method from its `/metrics`, read before and after each batch (reading the metrics is no gRPC request). The steady-state node was first given room for the counted ADDs ({n} ADDs and {n} DELs, not counted: it keeps the blocks it claimed), then made {n} ADDs and {n} DELs, each batch logging at debug level (`ipam.logFile`, `ipam.logLevel`), where ipam-ds-cluster logs its client's count per call (`etcd requests: N range, N txn (N writing), N other`): etcd does not say whether a txn wrote, the client does. The {NODES} nodes from empty are the concurrent run below (a key prefix of their own in etcd, so the pool starts with no block claimed), not logged: their writes are the block claims (blocks in etcd afterwards), plus claims that lost a race.\n", n = c.steady_add.calls);
+    let tp = &c.tight;
+    let _ = writeln!(s, "The tight pool is a pool of few blocks: {}, blockSize {BLOCK_SIZE} ({} blocks, {} addresses to hand out), under a key prefix of its own in etcd, used by one node (`node-t`, a database of its own) the same way: room first ({n} ADDs and {n} DELs, not counted), then {n} ADDs and {n} DELs, each batch counted and logged. It claimed {} of the {} blocks.\n", tp.subnet, tp.blocks, tp.usable, tp.claimed, tp.blocks, n = tp.add.calls);
     let _ = writeln!(s, "| calls | n | Range | Txn | Put | DeleteRange | LeaseGrant | Authenticate | per call | the client's count (logs) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let methods = ["Range", "Txn", "Put", "DeleteRange", "LeaseGrant", "Authenticate"];
     let count_row = |s: &mut String, name: &str, n: usize, etcd: &BTreeMap<String, u64>, client: String| {
@@ -768,7 +937,12 @@ fn cluster_section(s: &mut String, fig: &Figures) {
         let total: u64 = etcd.values().sum();
         let _ = writeln!(s, " {:.3} | {client} |", total as f64 / n.max(1) as f64);
     };
-    for (name, step) in [("ADD, steady state", &c.steady_add), ("DEL, steady state", &c.steady_del)] {
+    for (name, step) in [
+        ("ADD, steady state", &c.steady_add),
+        ("DEL, steady state", &c.steady_del),
+        ("ADD, tight pool", &c.tight.add),
+        ("DEL, tight pool", &c.tight.del),
+    ] {
         let k = step.client;
         let client = format!(
             "{} range, {} txn ({} writing), {} other; {} of {} calls logged",
@@ -819,6 +993,7 @@ fn cluster_section(s: &mut String, fig: &Figures) {
     for (code, msg) in &f.failure_messages {
         let _ = writeln!(s, "A cluster-mode ADD that failed with code {code} said: \"{msg}\"\n");
     }
+    waves_section(s, &c.waves);
     let _ = writeln!(s, "### One etcd request, from the client\n\nThrough the plugins' own client (`ipam_ds_cluster::etcd::Client`), in the benchmark's process, requests one after the other:\n");
     let _ = writeln!(s, "| request | n | median ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|");
     s.push_str(&stats_row("range of one key, kept-alive connection", &c.floor_range));
@@ -831,6 +1006,55 @@ fn cluster_section(s: &mut String, fig: &Figures) {
         s,
         "\nWhat these times put under the cluster figures: the etcd item of \"What bounds the figures\" above."
     );
+}
+
+/// The pods placed into a pool of exactly as many addresses, in waves.
+fn waves_section(s: &mut String, runs: &[PodWaves]) {
+    let Some(first) = runs.first() else { return };
+    let _ = writeln!(s, "### {WAVE_PODS} pods into {WAVE_PODS} addresses\n\n{WAVE_NODES} nodes (`node-1` … `node-{WAVE_NODES}`, each a database of its own) place {} pods each into a pool of exactly {} addresses: {WAVE_SUBNET} from {} to {}, blockSize {BLOCK_SIZE} ({} blocks), under a key prefix of its own in etcd per run. Every pod is an ADD process with its own container id; each node places its pods {WAVE_THREADS} at a time ({WAVE_THREADS} threads), and a failed ADD is tried again {:.1} s later (the same container id), as a runtime does, until it succeeds or the wave's deadline ({} s) has passed; pods not placed by then are given up. One wave: all {WAVE_NODES} nodes at once. Two waves: nodes 1-{half} place their pods and are done, then nodes {second}-{WAVE_NODES} place theirs while nodes 1-{half} make no call at all. A wave's time runs from its start until every pod of it is placed or given up. Every address answered is collected: none may be answered twice.\n", WAVE_PODS / WAVE_NODES, first.usable, WAVE_RANGE.0, WAVE_RANGE.1, first.blocks, RETRY.as_secs_f64(), first.deadline.as_secs(), half = WAVE_NODES / 2, second = WAVE_NODES / 2 + 1);
+    let _ = writeln!(s, "| run | wave | pods | placed | failed ADD attempts | time |\n|---|---|---:|---:|---:|---:|");
+    for w in runs {
+        for v in &w.waves {
+            let _ = writeln!(
+                s,
+                "| {} | nodes {}-{} | {} | {} | {} | {:.2} s |",
+                w.name,
+                v.nodes.0,
+                v.nodes.1,
+                v.pods,
+                v.placed,
+                v.failed,
+                v.time.as_secs_f64()
+            );
+        }
+    }
+    for w in runs {
+        let requests: u64 = w.etcd.values().sum();
+        let methods: Vec<String> = w.etcd.iter().filter(|(_, n)| **n > 0).map(|(m, n)| format!("{m} {n}")).collect();
+        let _ = writeln!(
+            s,
+            "\n{}: {} of {} pods placed in {}; {} address(es) answered twice, {} placed pod(s) answered no address, {} address(es) outside the pool's range; {} of {} blocks claimed; etcd handled {requests} requests over every ADD attempt ({}).",
+            capitalized(w.name),
+            w.placed(),
+            w.pods(),
+            wave_time(w),
+            w.duplicates,
+            w.without_address,
+            w.outside,
+            w.claimed,
+            w.blocks,
+            if methods.is_empty() { "none".to_string() } else { methods.join(", ") }
+        );
+        for (code, (n, msg)) in &w.failures {
+            let _ = writeln!(s, "\n{n} ADD attempt(s) failed with code {code}; the first said: \"{msg}\"");
+        }
+    }
+    s.push('\n');
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 pub fn loads(fig: &Figures) -> String {
@@ -1198,6 +1422,19 @@ mod tests {
                 logged: 200,
             },
             steady_del: StepCount { calls: 200, etcd: methods(0, 0, 0), client: RequestCount::default(), logged: 200 },
+            tight: TightPool {
+                subnet: "10.31.0.0/24",
+                usable: 253,
+                blocks: 4,
+                claimed: 1,
+                add: StepCount {
+                    calls: 50,
+                    etcd: methods(0, 50, 0),
+                    client: RequestCount { ranges: 0, txns: 50, writing_txns: 50, other: 0 },
+                    logged: 50,
+                },
+                del: StepCount { calls: 50, etcd: methods(0, 50, 0), client: RequestCount::default(), logged: 49 },
+            },
             fill: ClusterFill {
                 adds: 2000,
                 cluster_ok: 2000,
@@ -1212,10 +1449,92 @@ mod tests {
                 duplicates: 0,
                 without_address: 0,
             },
+            waves: [
+                pod_waves("one wave", &[(1, 10, 1000, 11.0)]),
+                pod_waves("two waves", &[(1, 5, 500, 1.2), (6, 10, 320, 45.0)]),
+            ],
             floor_range: floor(0.4),
             floor_fresh_txn: floor(0.7),
             floor_put: floor(0.8),
         }
+    }
+
+    /// Waves of (first node, last node, pods placed of 100 per node, seconds).
+    fn pod_waves(name: &'static str, waves: &[(usize, usize, usize, f64)]) -> PodWaves {
+        let failed = |placed: usize, pods: usize| if placed < pods { 450 } else { 0 };
+        let waves: Vec<Wave> = waves
+            .iter()
+            .map(|&(first, last, placed, secs)| Wave {
+                nodes: (first, last),
+                pods: 100 * (last - first + 1),
+                placed,
+                failed: failed(placed, 100 * (last - first + 1)),
+                time: Duration::from_secs_f64(secs),
+            })
+            .collect();
+        let stalled = waves.iter().any(|w| w.placed < w.pods);
+        PodWaves {
+            name,
+            usable: 1000,
+            blocks: 16,
+            deadline: Duration::from_secs(45),
+            waves,
+            failures: if stalled {
+                BTreeMap::from([(100, (450, "no free IPv4 address".into()))])
+            } else {
+                BTreeMap::new()
+            },
+            duplicates: 0,
+            without_address: 0,
+            outside: 0,
+            claimed: 16,
+            etcd: BTreeMap::from([("Txn".to_string(), 1500)]),
+        }
+    }
+
+    #[test]
+    fn the_tight_pool_and_the_waves_have_their_rows_and_a_section() {
+        let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
+        let t = cluster_table(&fig);
+        for row in [
+            "| etcd writes per DEL, steady state (Put, DeleteRange, writing Txn) | 0.00 | 0 | — | (counted) |  |",
+            "| etcd requests per ADD, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; etcd's count over 50 ADDs) | 1.00 | 0 | — | ≤ 1 | yes |",
+            "| etcd writes per ADD, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; Put, DeleteRange, writing Txn) | 1.00 | 0 | — | (counted) |  |",
+            "| etcd requests per DEL, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; etcd's count over 50 DELs) | 1.00 | 0 | — | (counted) |  |",
+            // Not every DEL logged its count: its txns are taken as reads.
+            "| etcd writes per DEL, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; Put, DeleteRange, writing Txn; not every call logged: every Txn counted as a read) | 0.00 |",
+            "| 1000 pods into 1000 addresses, one wave (nodes 1-10 at once): pods placed (10 nodes, 16 blocks of /26, 2 ADDs in flight per node, a failed ADD retried every 0.5 s for at most 45 s per wave) | 1000 of 1000 | — | — | 1000 | yes |",
+            "| 1000 pods into 1000 addresses, one wave (nodes 1-10 at once): wall time to place them | 11.00 s | — | — | (measured) |  |",
+            "| 1000 pods into 1000 addresses, one wave (nodes 1-10 at once): failed ADD attempts | 0 | — | — | (counted) |  |",
+            "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): pods placed (10 nodes, 16 blocks of /26, 2 ADDs in flight per node, a failed ADD retried every 0.5 s for at most 45 s per wave) | 820 of 1000 | — | — | 1000 | **NO** |",
+            "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): wall time to place them | 46.20 s (1.20 + 45.00 s); 180 not placed by the deadline | — | — | (measured) |  |",
+            "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): failed ADD attempts | 450 | — | — | (counted) |  |",
+            "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): addresses held twice | 0 | — | — | 0 | yes |",
+        ] {
+            assert!(t.contains(row), "{row} missing from\n{t}");
+        }
+        let mut c = cluster_figures();
+        c.waves[0].duplicates = 1;
+        c.tight.add.etcd = methods_txn(60);
+        let bad = Figures { cluster: Some(c), ..Default::default() };
+        let t = cluster_table(&bad);
+        assert!(t.contains("one wave (nodes 1-10 at once): addresses held twice | 1 | — | — | 0 | **NO** |"), "{t}");
+        assert!(t.contains("over 50 ADDs) | 1.20 | 0 | — | ≤ 1 | **NO** |"), "{t}");
+        let md = markdown(&fig, &machine(), &table(&fig), Duration::from_secs(1));
+        for text in [
+            "| ADD, tight pool | 50 | 0 | 50 | 0 | 0 | 0 | 0 | 1.000 | 0 range, 50 txn (50 writing), 0 other; 50 of 50 calls logged |",
+            "The tight pool is a pool of few blocks: 10.31.0.0/24, blockSize 26 (4 blocks, 253 addresses to hand out)",
+            "### 1000 pods into 1000 addresses",
+            "| two waves | nodes 6-10 | 500 | 320 | 450 | 45.00 s |",
+            "Two waves: 820 of 1000 pods placed in 46.20 s (1.20 + 45.00 s); 180 not placed by the deadline; 0 address(es) answered twice",
+            "450 ADD attempt(s) failed with code 100; the first said: \"no free IPv4 address\"",
+        ] {
+            assert!(md.contains(text), "{text} missing from\n{md}");
+        }
+    }
+
+    fn methods_txn(txn: u64) -> BTreeMap<String, u64> {
+        BTreeMap::from([("Txn".to_string(), txn)])
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub struct Counts {
     /// Cluster mode: ADDs by the simulated nodes from empty (and as many in
     /// local mode), concurrently.
     pub cluster_adds: usize,
+    /// Cluster mode: steady-state ADDs (and as many DELs) whose etcd
+    /// requests are counted in the tight pool (4 blocks).
+    pub cluster_tight: usize,
+    /// Cluster mode, 1000 pods into 1000 addresses: how long each wave may
+    /// retry before the pods not placed are given up, in seconds.
+    pub cluster_wave_secs: u64,
 }
 
 pub const FULL: Counts = Counts {
@@ -64,6 +70,8 @@ pub const FULL: Counts = Counts {
     fsync_probes: 24,
     cluster_steady: 200,
     cluster_adds: 2000,
+    cluster_tight: 50,
+    cluster_wave_secs: 45,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
@@ -78,6 +86,8 @@ pub const QUICK: Counts = Counts {
     fsync_probes: 6,
     cluster_steady: 50,
     cluster_adds: 400,
+    cluster_tight: 25,
+    cluster_wave_secs: 20,
 };
 
 /// Builds ipam-delegated in release mode as it is installed, into this

@@ -33,6 +33,23 @@
 //!    and etcd's count over every cluster ADD (block claims included), the
 //!    blocks claimed (read from etcd afterwards) and whether any address was
 //!    handed out twice across the nodes.
+//!
+//! Between steps 3 and 4, **the tight pool**: step 3's counts (room first,
+//! then ADDs and DELs, each batch counted by etcd and logged) for one node
+//! (`node-t`, a database of its own) in a pool of few blocks,
+//! 10.31.0.0/24 with blockSize 26 (4 blocks), under a key prefix of its own.
+//!
+//! 5. **1000 pods into 1000 addresses, one wave**: 10 nodes (`node-1` …
+//!    `node-10`, fresh databases, a key prefix of their own) place 100 pods
+//!    each into a pool of exactly 1000 addresses (10.32.0.2–10.32.3.233 of
+//!    10.32.0.0/22, blockSize 26: 16 blocks), all at once. Every pod is an
+//!    ADD process with its own container id, 2 in flight per node; a failed
+//!    ADD is tried again 0.5 s later, as a runtime does, until it succeeds
+//!    or the wave's deadline has passed. Reported: pods placed, the time, the
+//!    failed attempts, and addresses answered twice (collected from every
+//!    answer).
+//! 6. **The same in two waves**: nodes 1-5 place their pods and are done;
+//!    then nodes 6-10 place theirs while nodes 1-5 make no call at all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -44,13 +61,17 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
 use ipam_ds_cluster::etcd::{Op, RangeRequest, RequestCount, Txn};
 use ipam_ds_cluster::layout::PoolKeys;
 use serde_json::{json, Value};
+use shared::addr::to_u128;
+use shared::pool;
+use shared::CniArgs;
 
 use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, StepCount};
+use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, PodWaves, StepCount, TightPool, Wave};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -63,6 +84,22 @@ pub const NODES: usize = 8;
 pub const WORKERS_PER_NODE: usize = 16;
 /// Requests of each kind the floor is measured with.
 const FLOOR_REQUESTS: usize = 200;
+/// The blockSize of the tight pool and of the waves' pool.
+pub const BLOCK_SIZE: u8 = 26;
+/// The tight pool: few blocks (4), one node; a key prefix of its own.
+pub const TIGHT_SUBNET: &str = "10.31.0.0/24";
+const TIGHT_PREFIX: &str = "/ipam-bench-tight";
+/// The waves' pool: [`WAVE_RANGE`] of this subnet, exactly [`WAVE_PODS`]
+/// addresses (the gateway, 10.32.0.1, and the network address outside it).
+pub const WAVE_SUBNET: &str = "10.32.0.0/22";
+pub const WAVE_RANGE: (&str, &str) = ("10.32.0.2", "10.32.3.233");
+/// Pods placed by the waves, as many as the pool's addresses.
+pub const WAVE_PODS: usize = 1000;
+pub const WAVE_NODES: usize = 10;
+/// ADDs in flight per node in the waves.
+pub const WAVE_THREADS: usize = 2;
+/// How long a failed ADD of the waves waits before it is tried again.
+pub const RETRY: Duration = Duration::from_millis(500);
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if find_in_path("etcd").is_none() {
@@ -111,30 +148,36 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
 
     phase(&format!("cluster mode: etcd requests per call, {steady} steady-state ADDs and DELs (logged at debug)"));
-    // Room for the ADDs counted: the node claims what they need now.
-    for i in 0..steady {
-        variants[0].run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
-    }
-    for i in 0..steady {
-        variants[0].run("DEL", &format!("room-{i}")).expect_ok("cluster-mode DEL (making room)");
-    }
-    let mut steps = Vec::new();
-    for command in ["ADD", "DEL"] {
-        let log = dir.join(format!("steady-{command}.log"));
-        let logged = cluster_config(ctx, &cluster_db, &endpoint, "node-a", Some(&log));
-        let p = plugin(ctx, &logged);
-        let before = etcd.handled();
-        for i in 0..steady {
-            p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
-        }
-        let after = etcd.handled();
-        let (client, lines) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
-        steps.push(StepCount { calls: steady, etcd: difference(&before, &after), client, logged: lines });
-    }
-    let steady_del = steps.pop().expect("DEL counts");
-    let steady_add = steps.pop().expect("ADD counts");
+    let [steady_add, steady_del] = count_steady(ctx, &etcd, dir, "steady", steady, &|log| {
+        cluster_config(ctx, &cluster_db, &endpoint, "node-a", log)
+    });
+
+    let tight_n = ctx.counts.cluster_tight;
+    phase(&format!(
+        "cluster mode: etcd requests per call in a tight pool ({TIGHT_SUBNET}, blockSize {BLOCK_SIZE}), \
+         {tight_n} steady-state ADDs and DELs (logged at debug)"
+    ));
+    let tight_db = dir.join("node-t.sqlite");
+    let tight_config = |log: Option<&Path>| {
+        let mut config = cluster_config(ctx, &tight_db, &endpoint, "node-t", log);
+        in_pool(&mut config, tight_pool(), TIGHT_PREFIX);
+        config
+    };
+    let (tight_usable, tight_blocks) = pool_size(&tight_config(None));
+    let [tight_add, tight_del] = count_steady(ctx, &etcd, dir, "tight", tight_n, &tight_config);
+    let tight = TightPool {
+        subnet: TIGHT_SUBNET,
+        usable: tight_usable,
+        blocks: tight_blocks,
+        claimed: claimed_blocks(&etcd, TIGHT_PREFIX),
+        add: tight_add,
+        del: tight_del,
+    };
 
     let fill = from_empty(ctx, &etcd, dir);
+    let one_wave = pods_in_waves(ctx, &etcd, dir, "one wave", "/ipam-bench-one-wave", &[WAVE_NODES]);
+    let half = WAVE_NODES / 2;
+    let two_waves = pods_in_waves(ctx, &etcd, dir, "two waves", "/ipam-bench-two-waves", &[half, WAVE_NODES - half]);
     fig.cluster = Some(ClusterFigures {
         etcd: etcd_version(),
         add_cluster: latency(&add[0]),
@@ -145,7 +188,9 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         del_local_static: latency(&del[2]),
         steady_add,
         steady_del,
+        tight,
         fill,
+        waves: [one_wave, two_waves],
         floor_range,
         floor_fresh_txn,
         floor_put,
@@ -170,6 +215,81 @@ fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<
 
 fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
     Plugin { exe: ctx.exe("ipam-delegated"), cni_path: ctx.bins.clone(), config: bytes(config) }
+}
+
+/// A configuration made for another pool: `pool` (an `ipam.pools` entry, as
+/// the suite reads it) under the key prefix `prefix` in etcd, so that it
+/// shares no key with the other steps' pool of the same name.
+fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
+    config["ipam"]["pools"] = json!([pool]);
+    config["ipam"]["cluster"]["etcd"]["prefix"] = json!(prefix);
+}
+
+/// The tight pool: [`TIGHT_SUBNET`] cut into /[`BLOCK_SIZE`] blocks (4).
+fn tight_pool() -> Value {
+    json!({ "name": POOL, "ranges": [{ "subnet": TIGHT_SUBNET }], "blockSize": BLOCK_SIZE })
+}
+
+/// The pool of the waves: [`WAVE_RANGE`] of [`WAVE_SUBNET`], exactly
+/// [`WAVE_PODS`] addresses to hand out (checked by [`pool_size`]).
+fn wave_pool() -> Value {
+    json!({
+        "name": POOL,
+        "ranges": [{ "subnet": WAVE_SUBNET, "rangeStart": WAVE_RANGE.0, "rangeEnd": WAVE_RANGE.1 }],
+        "blockSize": BLOCK_SIZE,
+    })
+}
+
+/// The first pool of a configuration as the suite reads it: how many
+/// addresses it hands out, and how many blocks ipam-ds-cluster cuts it into.
+fn pool_size(config: &Value) -> (u128, u128) {
+    let conf = shared::NetConf::parse(&bytes(config)).unwrap_or_else(|e| panic!("the bench's pool configuration: {e}"));
+    let pool = pool::candidates(&conf, &CniArgs::default())
+        .ok()
+        .and_then(|pools| pools.into_iter().next())
+        .unwrap_or_else(|| panic!("the bench's pool configuration has no pool: {config}"));
+    let usable = pool.allocatable().iter().map(|&(lo, hi)| to_u128(hi) - to_u128(lo) + 1).sum();
+    (usable, Geometry::of(&pool).block_count())
+}
+
+/// Blocks of the pool recorded in etcd under `prefix`: those claimed.
+fn claimed_blocks(etcd: &TestEtcd, prefix: &str) -> usize {
+    let keys = PoolKeys::new(prefix, NETWORK, POOL);
+    etcd.dump(&keys.blocks()).iter().filter(|(key, _)| keys.parse_block(key.as_bytes()).is_some()).count()
+}
+
+/// `n` ADDs, then `n` DELs of the same containers, by one node, each batch
+/// counted: etcd's `grpc_server_handled_total` per method before and after,
+/// and the client's count from the calls' debug logs (`dir/<tag>-ADD.log`,
+/// `…-DEL.log`). First, not counted, room for them: `n` ADDs and `n` DELs
+/// (the node keeps the blocks it claimed). `config(log)`: the node's
+/// configuration, logging at debug level to `log` if given.
+fn count_steady(
+    ctx: &Ctx,
+    etcd: &TestEtcd,
+    dir: &Path,
+    tag: &str,
+    n: usize,
+    config: &dyn Fn(Option<&Path>) -> Value,
+) -> [StepCount; 2] {
+    let unlogged = plugin(ctx, &config(None));
+    for i in 0..n {
+        unlogged.run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
+    }
+    for i in 0..n {
+        unlogged.run("DEL", &format!("room-{i}")).expect_ok("cluster-mode DEL (making room)");
+    }
+    ["ADD", "DEL"].map(|command| {
+        let log = dir.join(format!("{tag}-{command}.log"));
+        let p = plugin(ctx, &config(Some(&log)));
+        let before = etcd.handled();
+        for i in 0..n {
+            p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
+        }
+        let after = etcd.handled();
+        let (client, logged) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
+        StepCount { calls: n, etcd: difference(&before, &after), client, logged }
+    })
 }
 
 /// The requests of some calls, as etcd counted them per method.
@@ -305,8 +425,7 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
             }
         }
     }
-    let keys = PoolKeys::new(FILL_PREFIX, NETWORK, POOL);
-    let blocks = etcd.dump(&keys.blocks()).iter().filter(|(key, _)| keys.parse_block(key.as_bytes()).is_some()).count();
+    let blocks = claimed_blocks(etcd, FILL_PREFIX);
     let failures = |v: usize| -> Vec<u64> {
         outcomes[v].iter().filter(|r| !r.success).map(|r| r.json()["code"].as_u64().unwrap_or(0)).collect()
     };
@@ -323,10 +442,9 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
         let answer = run.json();
         let code = answer["code"].as_u64().unwrap_or(0);
         if !failure_messages.iter().any(|(c, _)| *c == code) {
-            let msg = answer["msg"].as_str().unwrap_or_default();
-            let details = answer["details"].as_str().map(|d| format!(" ({d})")).unwrap_or_default();
-            eprintln!("    a cluster-mode ADD failed with code {code}: {msg}{details}");
-            failure_messages.push((code, format!("{msg}{details}")));
+            let message = failure_message(&answer);
+            eprintln!("    a cluster-mode ADD failed with code {code}: {message}");
+            failure_messages.push((code, message));
         }
     }
     ClusterFill {
@@ -343,6 +461,146 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
         duplicates: holders.values().filter(|&&n| n > 1).count(),
         without_address: ok(0) - holders.values().sum::<usize>(),
     }
+}
+
+/// Steps 5 and 6: [`WAVE_PODS`] pods on [`WAVE_NODES`] nodes into a pool of
+/// exactly as many addresses ([`wave_pool`]), under the key prefix
+/// `prefix` and with fresh node databases. `waves`: how many nodes each wave
+/// has (the nodes taken in order), one wave after the other. Each node of a
+/// wave places its share of the pods [`WAVE_THREADS`] at a time, every
+/// failed ADD retried after [`RETRY`] as a runtime does, until it is placed
+/// or the wave's deadline (`cluster_wave_secs`) has passed. The nodes of
+/// earlier waves make no call.
+fn pods_in_waves(
+    ctx: &Ctx,
+    etcd: &TestEtcd,
+    dir: &Path,
+    name: &'static str,
+    prefix: &str,
+    waves: &[usize],
+) -> PodWaves {
+    let endpoint = etcd.endpoint();
+    let node_dir = dir.join(prefix.trim_start_matches('/'));
+    fs::create_dir_all(&node_dir).expect("node dir");
+    let configs: Vec<Value> = (0..WAVE_NODES)
+        .map(|k| {
+            let node = format!("node-{}", k + 1);
+            let mut config = cluster_config(ctx, &node_dir.join(format!("{node}.sqlite")), &endpoint, &node, None);
+            in_pool(&mut config, wave_pool(), prefix);
+            config
+        })
+        .collect();
+    let nodes: Vec<Plugin> = configs.iter().map(|config| plugin(ctx, config)).collect();
+    let (usable, blocks) = configs.first().map_or((0, 0), pool_size);
+    assert_eq!(usable, WAVE_PODS as u128, "the waves' pool must hand out exactly {WAVE_PODS} addresses");
+    let per_node = WAVE_PODS / WAVE_NODES;
+    let deadline = Duration::from_secs(ctx.counts.cluster_wave_secs);
+    let before = etcd.handled();
+    let addresses: Mutex<Vec<Option<IpAddr>>> = Mutex::new(Vec::with_capacity(WAVE_PODS));
+    let failures: Mutex<BTreeMap<u64, (usize, String)>> = Mutex::new(BTreeMap::new());
+    let mut done = Vec::new();
+    let mut first = 0;
+    for &size in waves {
+        let wave = first..(first + size).min(WAVE_NODES);
+        first = wave.end;
+        phase(&format!(
+            "cluster mode, {WAVE_PODS} pods into {WAVE_PODS} addresses, {name}: nodes {}-{} place {per_node} pods \
+             each, {WAVE_THREADS} ADDs in flight per node, failed ADDs retried every {RETRY:?} (deadline {deadline:?})",
+            wave.start + 1,
+            wave.end
+        ));
+        let (placed, failed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let next: Vec<AtomicUsize> = wave.clone().map(|_| AtomicUsize::new(0)).collect();
+        let t0 = Instant::now();
+        let end = t0 + deadline;
+        thread::scope(|s| {
+            for (k, next) in wave.clone().zip(&next) {
+                for _ in 0..WAVE_THREADS {
+                    let (p, placed, failed, addresses, failures) = (&nodes[k], &placed, &failed, &addresses, &failures);
+                    s.spawn(move || {
+                        'pods: loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= per_node || Instant::now() >= end {
+                                break;
+                            }
+                            let container = format!("pod-{}-{i}", k + 1);
+                            loop {
+                                let run = p.run("ADD", &container);
+                                if run.success {
+                                    placed.fetch_add(1, Ordering::Relaxed);
+                                    addresses.lock().unwrap_or_else(|e| e.into_inner()).push(run.first_address());
+                                    break;
+                                }
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                let answer = run.json();
+                                let code = answer["code"].as_u64().unwrap_or(0);
+                                let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+                                failures.entry(code).or_insert_with(|| (0, failure_message(&answer))).0 += 1;
+                                drop(failures);
+                                // A runtime tries again later; past the
+                                // deadline, this pod and the rest are given up.
+                                if Instant::now() + RETRY >= end {
+                                    break 'pods;
+                                }
+                                thread::sleep(RETRY);
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let wave = Wave {
+            nodes: (wave.start + 1, wave.end),
+            pods: per_node * wave.len(),
+            placed: placed.into_inner(),
+            failed: failed.into_inner(),
+            time: t0.elapsed(),
+        };
+        eprintln!(
+            "    placed {} of {} pods in {:.1?}, {} failed ADD attempts; {} of {blocks} blocks claimed",
+            wave.placed,
+            wave.pods,
+            wave.time,
+            wave.failed,
+            claimed_blocks(etcd, prefix)
+        );
+        done.push(wave);
+    }
+    let etcd_count = difference(&before, &etcd.handled());
+    let addresses = addresses.into_inner().unwrap_or_else(|e| e.into_inner());
+    let (first, last) = (to_u128(ip(WAVE_RANGE.0)), to_u128(ip(WAVE_RANGE.1)));
+    let mut holders: HashMap<IpAddr, usize> = HashMap::new();
+    for address in addresses.iter().flatten() {
+        *holders.entry(*address).or_default() += 1;
+    }
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    for (code, (n, msg)) in &failures {
+        eprintln!("    {n} ADD attempt(s) failed with code {code}, the first: {msg}");
+    }
+    PodWaves {
+        name,
+        usable,
+        blocks,
+        deadline,
+        waves: done,
+        failures,
+        duplicates: holders.values().filter(|&&n| n > 1).count(),
+        without_address: addresses.iter().filter(|a| a.is_none()).count(),
+        outside: holders.keys().filter(|a| !(first..=last).contains(&to_u128(**a))).count(),
+        claimed: claimed_blocks(etcd, prefix),
+        etcd: etcd_count,
+    }
+}
+
+/// A failed call's error answer in one line: its message and details.
+fn failure_message(answer: &Value) -> String {
+    let msg = answer["msg"].as_str().unwrap_or("(no error answer)");
+    let details = answer["details"].as_str().map(|d| format!(" ({d})")).unwrap_or_default();
+    format!("{msg}{details}")
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
 fn etcd_version() -> String {
