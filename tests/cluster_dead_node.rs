@@ -31,6 +31,8 @@ fn dead_node_returns() {
     // `release-node` keeps a block unclaimable for offlineGrace + 3 ×
     // ipam.timeout: both short here.
     let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/26"}], "blockSize": 28}]), 1.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     c.call_timeout = 3;
     let block = |k: u64| Net4 { start: u32::from(Ipv4Addr::new(10, 50, 0, 0)) + 16 * k as u32, len: 28 };
     // n1 fills a block and starts a second.

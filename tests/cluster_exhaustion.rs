@@ -27,7 +27,10 @@ fn exhaustion_with_borrowing() {
     let _took = Took::new("exhaustion_with_borrowing");
     const NODES: [&str; 6] = ["n1", "n2", "n3", "n4", "n5", "n6"];
     // Four /29 blocks; 29 usable addresses (.2-.30).
-    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.60.0.0/27"}], "blockSize": 29}]), 300.0);
+    // offlineGrace 0: every ADD reads etcd, so an owner lends at its very next ADD.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.60.0.0/27"}], "blockSize": 29}]), 0.0);
+    // Blocks of each node's own, which lend (shared blocks need no lending).
+    c.share_blocks = Some("never");
     let usable: BTreeSet<IpAddr> = (2..=30u8).map(|d| IpAddr::from([10, 60, 0, d])).collect();
     let mut got: BTreeMap<IpAddr, String> = BTreeMap::new();
     let mut per_node: BTreeMap<&str, usize> = NODES.iter().map(|n| (*n, 0)).collect();
@@ -108,7 +111,10 @@ fn exhaustion_with_borrowing() {
 fn a_lender_past_128_lent_addresses_lends_to_the_last_address() {
     let _took = Took::new("a_lender_past_128_lent_addresses_lends_to_the_last_address");
     // Two /24 blocks; unusable: 10.61.0.0 (network), .0.1 (gateway), 10.61.1.255 (broadcast).
-    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/23"}], "blockSize": 24}]), 300.0);
+    // offlineGrace 0: every ADD reads etcd, so an owner lends at its very next ADD.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/23"}], "blockSize": 24}]), 0.0);
+    // Blocks of each node's own, which lend (shared blocks need no lending).
+    c.share_blocks = Some("never");
     let (lender, borrower) = ("a", "b");
     let big = Net4::cidr("10.61.0.0/24");
     let other = Net4::cidr("10.61.1.0/24");

@@ -15,7 +15,6 @@ use std::net::IpAddr;
 
 use cluster_harness::*;
 use serde_json::json;
-use stack::ipv4_of;
 use support::parallel;
 
 /// The addresses (every family) of a successful ADD.
@@ -88,52 +87,6 @@ fn many_small_blocks_in_two_pools_keep_add_working() {
     c.run("STATUS", "status", &config, &[]).assert_quiet_success();
 }
 
-/// A node that keeps lending: once it holds more than 128 addresses lent
-/// out, reading which of them etcd has (and recording the missing ones)
-/// is more than one transaction may hold; lending must go on.
-#[test]
-fn a_lender_holding_more_than_128_lent_addresses_keeps_lending() {
-    let _took = Took::new("a_lender_holding_more_than_128_lent_addresses_keeps_lending");
-    // One block, which the lender claims: the borrower has no block to claim.
-    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.53.0.0/24"}], "blockSize": 24}]), 300.0);
-    assert_eq!(c.add("lender", "a-0").status, 0);
-    let mut borrowed: BTreeSet<IpAddr> = BTreeSet::new();
-    let mut lender_adds = 0;
-    let mut i = 0;
-    while borrowed.len() < 150 {
-        i += 1;
-        let out = c.add("borrower", &format!("b-{i}"));
-        if out.status == 0 {
-            assert!(borrowed.insert(ipv4_of(out.result())), "{} borrowed twice", ipv4_of(out.result()));
-            continue;
-        }
-        let (code, msg) = failure(&out);
-        assert_eq!(code, 100, "borrower ADD b-{i}: {msg}");
-        // The borrower asked (the pool's `wanted` key): the lender lends at
-        // its next ADD, up to 16 at a time.
-        let lent_before = c.addrs().len();
-        lender_adds += 1;
-        let out = c.add("lender", &format!("a-{lender_adds}"));
-        assert_eq!(out.status, 0, "lender ADD a-{lender_adds}: {}", brief(&out));
-        let lent_after = c.addrs().len();
-        assert!(
-            lent_after > lent_before,
-            "lending stopped after {} addresses borrowed ({} held as lent by the lender, {} address records in \
-             etcd): {}",
-            borrowed.len(),
-            lent_holds(&c, &["lender"]).len(),
-            lent_after,
-            out.stderr.trim()
-        );
-        assert!(lender_adds < 20, "more lending rounds than 16 a round needs");
-    }
-    held_once(&c, &["lender", "borrower"]);
-    let lent = lent_holds(&c, &["lender"]);
-    assert!(lent.len() > 150, "the lender holds what it lent: {}", lent.len());
-    let records: BTreeSet<IpAddr> = c.addrs().iter().map(|a| a.ip).collect();
-    assert!(lent.iter().all(|(ip, _)| records.contains(ip)), "every address held as lent has its record in etcd");
-}
-
 /// The first half of the range is excluded: no block of it has an address
 /// to hand out, and claiming one (and answering 100) is claiming for nothing.
 #[test]
@@ -167,10 +120,12 @@ fn blocks_without_a_usable_address_are_never_claimed() {
 #[test]
 fn unusable_static_addresses_are_error_102_naming_why() {
     let _took = Took::new("unusable_static_addresses_are_error_102_naming_why");
-    let c = Cluster::new(
+    let mut c = Cluster::new(
         json!([{"name": "blue", "ranges": [{"subnet": "10.55.0.0/22", "gateway": "10.55.0.1"}], "blockSize": 27}]),
         300.0,
     );
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     let cases = [
         ("10.55.0.0", "network address of 10.55.0.0/22"),
         ("10.55.3.255", "broadcast address of 10.55.0.0/22"),
@@ -221,7 +176,10 @@ fn a_static_address_outside_every_pool_names_the_pools() {
 #[test]
 fn a_static_address_in_another_nodes_block_is_granted_only_when_lent() {
     let _took = Took::new("a_static_address_in_another_nodes_block_is_granted_only_when_lent");
-    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.57.0.0/24"}], "blockSize": 24}]), 300.0);
+    // offlineGrace 0: every ADD reads etcd, so an owner lends at its very next ADD.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.57.0.0/24"}], "blockSize": 24}]), 0.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     assert_eq!(c.add("n1", "a-0").status, 0);
     let free: IpAddr = "10.57.0.200".parse().unwrap();
     let (code, msg) = failure(&c.add_static("n2", "s-free", free));

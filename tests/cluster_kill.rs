@@ -345,7 +345,9 @@ fn kill_storm() {
 fn del_killed_between_the_etcd_release_and_the_lease() {
     let _took = Took::new("del_killed_between_the_etcd_release_and_the_lease");
     // Two blocks of 16: .0/28 (.2-.15) and .16/28 (.16-.30).
-    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/27"}], "blockSize": 28}]), 300.0);
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/27"}], "blockSize": 28}]), 300.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     let wanted: IpAddr = "10.50.0.20".parse().unwrap();
     let out = c.add_static("n3", "n3-static", wanted);
     assert_eq!(out.status, 0, "static ADD on n3 in a block nobody owns: {}", brief(&out));

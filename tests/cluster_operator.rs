@@ -86,7 +86,8 @@ fn conflist(node: &str, endpoint: &str, db: &Path) -> Value {
                 // Three blocks of eight: 10.40.0.8/29, .16/29 and .24/29.
                 "pools": [{"name": "blue", "blockSize": 29,
                            "ranges": [{"subnet": "10.40.0.0/24", "rangeStart": "10.40.0.8", "rangeEnd": "10.40.0.31"}]}],
-                "cluster": {"etcd": {"endpoints": [endpoint], "timeout": 1}, "node": node, "offlineGrace": 1}
+                "cluster": {"etcd": {"endpoints": [endpoint], "timeout": 1}, "node": node, "offlineGrace": 1,
+                            "shareBlocks": "never"}
              }},
             {"type": "portmap", "capabilities": {"portMappings": true}}
         ]
@@ -221,7 +222,7 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
             assert_eq!(&cells[4..], ["8", "8", "0", "0", "0"]);
         } else {
             assert_eq!((&b["used"], &b["size"]), (&Value::Null, &Value::Null), "{b}");
-            assert_eq!(b["records"], json!({"static": 1, "borrowed": 0, "lent": 0}));
+            assert_eq!(b["records"], json!({"static": 1, "borrowed": 0, "lent": 0, "allocated": 0}));
             assert_eq!(&cells[4..], ["-", "-", "1", "0", "0"]);
         }
     }
@@ -268,7 +269,10 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
     assert_eq!(still.code(), 100, "n2's block is not claimable yet: {still:#?}");
     let document = json_of(&n1.cluster(&["blocks", "--json"]));
     assert_eq!(block_of(&document, &n2_block)["state"], "released");
-    assert_eq!(block_of(&document, &n2_block)["records"], json!({"static": 0, "borrowed": 0, "lent": 0}));
+    assert_eq!(
+        block_of(&document, &n2_block)["records"],
+        json!({"static": 0, "borrowed": 0, "lent": 0, "allocated": 0})
+    );
     assert_eq!(document["pools"][0]["blocks_released"], 1);
     let text = success(&n1.cluster(&["blocks"])).to_string();
     assert_eq!(row(&text, &n2_block)[1..3], ["n2", "released"]);

@@ -95,6 +95,8 @@ fn release_completes(c: &Cluster, how: &str, k: &mut usize, ip: IpAddr) {
 fn etcd_outage() {
     let _took = Took::new("etcd_outage");
     let mut c = Cluster::blue(30.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     let mut log = Vec::new();
     let mut k = 0;
     // Warm n1: a block with room, and a static address.

@@ -49,6 +49,8 @@ fn add_eventually(c: &Cluster<TestEtcdCluster>, node: &str, container: &str) -> 
 fn a_member_without_a_leader_does_not_confirm() {
     let _took = Took::new("a_member_without_a_leader_does_not_confirm");
     let mut c = Cluster::over(TestEtcdCluster::start(3), blue_pools(), 0.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
 
     // offlineGrace 0: nothing without a confirmation of this very ADD.

@@ -29,7 +29,9 @@ fn with_block_size(c: &Cluster, node: &str, block_size: u8) -> Value {
 #[test]
 fn a_static_address_under_another_cut_of_the_pool_is_refused() {
     let _took = Took::new("a_static_address_under_another_cut_of_the_pool_is_refused");
-    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.97.0.0/22"}], "blockSize": 26}]), 30.0);
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.97.0.0/22"}], "blockSize": 26}]), 30.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     let first = c.add("n1", "c1");
     assert_eq!(first.status, 0, "n1's first ADD: {}", brief(&first));
     let n1_block = c.blocks_of("n1");
@@ -214,6 +216,8 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     let _took = Took::new("etcd_wiped_blocks_are_claimed_back_by_their_nodes_first");
     // Two blocks of 16; a quarantine of 2 + 3 × 1 s.
     let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.92.0.0/27"}], "blockSize": 28}]), 2.0);
+    // Blocks of each node's own (what this test is about), not shared.
+    c.share_blocks = Some("never");
     c.call_timeout = 1;
     for i in 0..3 {
         for node in ["n1", "n2"] {
@@ -230,6 +234,9 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     // etcd loses its data and comes back on the same URL.
     c.etcd.wipe();
     assert!(c.etcd.dump("/").is_empty(), "etcd is empty");
+    // Past the confirmation cache (a tenth of offlineGrace), within which an
+    // ADD asks etcd nothing and so cannot notice.
+    std::thread::sleep(Duration::from_millis(300));
     // n2 notices at its next ADD (etcd answers at a revision below the
     // ones it saw), claims its block back and tells the cluster to wait.
     let out = c.add("n2", "n2-after");

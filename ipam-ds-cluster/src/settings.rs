@@ -22,7 +22,7 @@ pub const DEFAULT_OFFLINE_GRACE: Duration = Duration::from_secs(300);
 pub const DEFAULT_EMPTY_BLOCK_HOLD: Duration = Duration::from_secs(600);
 /// The longest a confirmation stands while etcd answers: how late a node
 /// learns that a node asks it to lend, or that etcd lost history.
-pub const CONFIRMATION_CACHE_MAX: Duration = Duration::from_secs(10);
+pub const CONFIRMATION_CACHE_MAX: Duration = Duration::from_secs(2);
 /// Most bytes read from `passwordFile` or `nodeFile`, which hold one line: a
 /// device such as /dev/zero, or a huge file named by mistake, must not keep
 /// the call reading until its deadline.
@@ -433,14 +433,14 @@ mod tests {
     }
 
     #[test]
-    fn a_confirmation_stands_a_tenth_of_the_grace_and_at_most_ten_seconds() {
+    fn a_confirmation_stands_a_tenth_of_the_grace_and_at_most_two_seconds() {
         let grace = |g: f64| {
             Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "offlineGrace": g}))
                 .unwrap()
                 .confirmation_cache()
         };
         assert_eq!(grace(300.0), CONFIRMATION_CACHE_MAX);
-        assert_eq!(grace(30.0), Duration::from_secs(3));
+        assert_eq!(grace(10.0), Duration::from_secs(1));
         assert_eq!(grace(0.0), Duration::ZERO, "offlineGrace 0: every ADD asks etcd");
     }
 

@@ -295,6 +295,7 @@ mod tests {
                 tx.put_node_block(&block("10.40.0.16/29", BlockState::Releasing))?;
                 tx.put_node_record(&record("10.40.0.30", RecordKind::Static))?;
                 tx.put_node_record(&record("10.40.0.31", RecordKind::Borrowed))?;
+                tx.put_node_record(&record("10.40.0.32", RecordKind::Allocated))?;
                 // Lent out: held by this node under the network's lent network.
                 let lender = shared::Attachment {
                     network: lent_network("blue-net"),
@@ -318,6 +319,7 @@ mod tests {
                 "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"static\"} 1",
                 "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"borrowed\"} 1",
                 "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"lent\"} 2",
+                "ipam_delegated_cluster_address_records{network=\"blue-net\",pool=\"blue\",kind=\"allocated\"} 1",
             ]
         );
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" gauge")).count(), 2);

@@ -35,7 +35,7 @@ status 1) when the database cannot be read. Sizes are exact integers, also
 above 2^53. In cluster mode, from this node's database alone (no etcd):
 ipam_delegated_cluster_blocks (labelled network, pool and state: owned, or
 releasing) and ipam_delegated_cluster_address_records (labelled network, pool
-and kind: static, borrowed, lent).
+and kind: static, borrowed, lent, allocated).
 
 For node_exporter's textfile collector, run it from a timer with
 --output DIR/ipam-delegated.prom: the file is written as FILE.tmp-<pid> beside

@@ -47,7 +47,7 @@ ipam.timeout seconds (ipam.timeout is 30 when not set): that is how long NODE,
 if it is in fact alive but cut off from etcd, may still allocate in its
 blocks. When the lease ends, etcd deletes the record and the block can be
 claimed again; NODE itself never uses a released block again. NODE's address
-records (static, borrowed, lent) are deleted at once, but for one of an
+records (static, borrowed, lent, allocated) are deleted at once, but for one of an
 address another node lent it, which goes back to that lender as lent (as
 NODE's own DEL would do). Each change is made only if the record is unchanged
 since it was read; one that changed is read again. The wait is NODE's own
