@@ -46,6 +46,30 @@ fn add_eventually(c: &Cluster<TestEtcdCluster>, node: &str, container: &str) -> 
 }
 
 #[test]
+fn a_member_without_a_leader_grants_nothing_in_a_shared_block() {
+    let _took = Took::new("a_member_without_a_leader_grants_nothing_in_a_shared_block");
+    // Pool blue has 32 blocks: shared (the default).
+    let mut c = Cluster::over(TestEtcdCluster::start(3), blue_pools(), 30.0);
+    c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
+    let first = add_eventually(&c, "n1", "up-0");
+    assert!(c.addrs().iter().any(|a| a.ip == first && a.kind == "allocated"), "granted: {:?}", c.addrs());
+    c.etcd.pause(1);
+    c.etcd.pause(2);
+    // A grant is a write: a member without a quorum cannot commit it, and
+    // the node does not hand out the address from its database instead.
+    let (out, took) = timed(|| c.add("n1", "leaderless"));
+    let (code, msg) = failed(&out, "ADD on n1 through member 0, whose quorum is paused");
+    assert_eq!(code, 11, "{msg}");
+    assert!(took < OFFLINE_BOUND, "the failing ADD took {took:?}");
+    assert!(c.leases("n1").iter().all(|l| l.container_id != "leaderless"), "nothing leased: {:?}", c.leases("n1"));
+    c.etcd.resume(1);
+    c.etcd.resume(2);
+    let again = add_eventually(&c, "n1", "up-1");
+    assert_ne!(again, first);
+    held_once(&c, &["n1"]);
+}
+
+#[test]
 fn a_member_without_a_leader_does_not_confirm() {
     let _took = Took::new("a_member_without_a_leader_does_not_confirm");
     let mut c = Cluster::over(TestEtcdCluster::start(3), blue_pools(), 0.0);

@@ -213,3 +213,45 @@ fn an_address_asked_for_by_name_in_another_nodes_shared_block_is_granted_once() 
     let (code, _) = failure(&c.add("n1", "full"));
     assert_eq!(code, 100);
 }
+
+#[test]
+fn etcd_wiped_shared_blocks_are_claimed_back_with_their_records() {
+    let _took = Took::new("etcd_wiped_shared_blocks_are_claimed_back_with_their_records");
+    // 32 addresses in two blocks of 16; a quarantine of 2 + 3 × 1 s.
+    let mut c = Cluster::new(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.66.0.0/24", "rangeStart": "10.66.0.16", "rangeEnd": "10.66.0.47"}], "blockSize": 28}]),
+        2.0,
+    );
+    c.call_timeout = 1;
+    place(&c, "n1", "a", 3);
+    place(&c, "n2", "b", 3);
+    let before = held_addresses(&c, &["n1", "n2"]);
+    let (x, y) = (c.blocks_of("n1"), c.blocks_of("n2"));
+    assert_eq!((x.len(), y.len()), (1, 1), "a block each: {:?}", c.blocks());
+    c.etcd.wipe();
+    // n1's next grant finds its block gone and etcd behind what n1 saw: it
+    // claims its block back, writes its records again and fails with 11.
+    let (code, msg) = failure(&c.add("n1", "a-after"));
+    assert_eq!(code, 11, "{msg}");
+    assert!(msg.contains("lost history"), "{msg}");
+    assert_eq!(c.blocks_of("n1"), x, "n1 claimed its block back");
+    // Meanwhile nobody is granted anything in a shared block, nor claims.
+    let (code, msg) = failure(&c.add("n3", "c-0"));
+    assert_eq!(code, 11, "n3 while the nodes re-claim: {msg}");
+    // n2 notices too at its next ADD.
+    let (code, _) = failure(&c.add("n2", "b-after"));
+    assert_eq!(code, 11);
+    assert_eq!(c.blocks_of("n2"), y, "n2 claimed its block back");
+    let recorded: BTreeSet<IpAddr> = c.addrs().iter().map(|a| a.ip).collect();
+    assert_eq!(recorded, before, "every address held before the wipe is recorded again");
+    // After the quarantine, every other address of the pool is handed out
+    // once, around the ones held.
+    std::thread::sleep(Duration::from_secs(5));
+    std::thread::scope(|s| {
+        for (node, count) in [("n3", 13), ("n1", 13)] {
+            let c = &c;
+            s.spawn(move || place(c, node, &format!("{node}-more"), count));
+        }
+    });
+    assert_eq!(held_addresses(&c, &["n1", "n2", "n3"]), v4_range("10.66.0", 16, 47));
+}

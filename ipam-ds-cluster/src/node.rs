@@ -349,6 +349,7 @@ impl<'s> Node<'s> {
             singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
             singles
         };
+        let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
         let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], granted: &[(String, IpAddr)]| -> Option<Pool> {
             view(&geometries[i], &blocks[i], &singles(geometries[i].pool, granted))
         };
@@ -385,7 +386,7 @@ impl<'s> Node<'s> {
                 if found || !online {
                     break;
                 }
-                if let Some(address) = self.grant_in_own(store, &geometries[i], &mut shared[i], who)? {
+                if let Some(address) = self.grant_in_own(store, &geometries[i], &mut shared[i], who, &history)? {
                     granted.push((pools[i].name.clone(), address));
                     found = true;
                 }
@@ -410,7 +411,7 @@ impl<'s> Node<'s> {
                 file_new_blocks(new, &mut blocks[i], &mut shared[i]);
                 if exclusive {
                     found = true;
-                } else if let Some(address) = self.grant_in_own(store, &geometries[i], &mut shared[i], who)? {
+                } else if let Some(address) = self.grant_in_own(store, &geometries[i], &mut shared[i], who, &history)? {
                     granted.push((pools[i].name.clone(), address));
                     found = true;
                 }
@@ -419,7 +420,7 @@ impl<'s> Node<'s> {
                 if found || !online {
                     break;
                 }
-                if let Some(address) = self.grant_in_others(store, &geometries[i], who)? {
+                if let Some(address) = self.grant_in_others(store, &geometries[i], who, &history)? {
                     granted.push((pools[i].name.clone(), address));
                     found = true;
                 }

@@ -39,18 +39,23 @@ pub(super) enum Grant {
     /// The block is no longer what it was read as: its record now (none:
     /// deleted).
     Changed(Option<Kv>),
+    /// Nodes are re-claiming their blocks after etcd lost history.
+    Recovering,
 }
 
 impl Node<'_> {
     /// An address for `who` in one of this node's shared blocks of `g`'s
     /// pool. A block found no longer this node's is dealt with as a lost
     /// block is (dropped, claimed back or contested) and left out.
+    /// `history` runs before anything is decided from a block that changed:
+    /// etcd may have lost history (see [`Node::check_history`]).
     pub(super) fn grant_in_own(
         &self,
         store: &mut StoreHandle,
         g: &Geometry,
         own: &mut Vec<NodeBlock>,
         who: &Attachment,
+        history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<Option<IpAddr>> {
         let mut i = 0;
         while i < own.len() {
@@ -58,7 +63,13 @@ impl Node<'_> {
             match self.grant_in(store, g, b.block, b.revision, &b.taken, who, true)? {
                 Grant::Granted(address) => return Ok(Some(address)),
                 Grant::Full => i += 1,
+                // This node may have lost history too: it recovers first.
+                Grant::Recovering => {
+                    history(store)?;
+                    return Err(self.recovering());
+                }
                 Grant::Changed(kv) => {
+                    history(store)?;
                     own.remove(i);
                     tracing::warn!("shared block {} of pool {} is no longer this node's claim", b.block, b.pool);
                     let held = store.read(|tx| self.leases_in(tx, &b))?;
@@ -79,6 +90,7 @@ impl Node<'_> {
         store: &mut StoreHandle,
         g: &Geometry,
         who: &Attachment,
+        history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<Option<IpAddr>> {
         let keys = self.keys(&g.pool.name);
         let read = Txn {
@@ -92,6 +104,7 @@ impl Node<'_> {
         let answer = self.etcd.txn(&read).map_err(etcd_error)?;
         let [blocks, addresses, recovery] = ranges(answer.responses)?;
         if !recovery.is_empty() {
+            history(store)?;
             return Err(self.recovering());
         }
         let mut taken: HashMap<IpNet, Vec<IpAddr>> = HashMap::new();
@@ -117,9 +130,16 @@ impl Node<'_> {
         for (block, kv) in candidates.into_iter().take(OTHERS_TRIED) {
             let none = Vec::new();
             let taken = taken.get(&block).unwrap_or(&none);
-            if let Grant::Granted(address) = self.grant_in(store, g, block, kv.mod_revision, taken, who, false)? {
-                tracing::info!("granted {address} of pool {} in another node's shared block {block}", g.pool.name);
-                return Ok(Some(address));
+            match self.grant_in(store, g, block, kv.mod_revision, taken, who, false)? {
+                Grant::Granted(address) => {
+                    tracing::info!("granted {address} of pool {} in another node's shared block {block}", g.pool.name);
+                    return Ok(Some(address));
+                }
+                Grant::Recovering => {
+                    history(store)?;
+                    return Err(self.recovering());
+                }
+                Grant::Full | Grant::Changed(_) => {}
             }
         }
         Ok(None)
@@ -207,19 +227,21 @@ impl Node<'_> {
                 RecordWrite::Refused(responses) => responses,
             };
             let [record, addresses, recovery] = ranges(responses)?;
-            if !recovery.is_empty() {
-                return Err(self.recovering());
-            }
-            let Some(kv) = record.into_iter().next() else { return Ok(Grant::Changed(None)) };
-            let still = serde_json::from_slice::<BlockRecord>(&kv.value).ok().is_some_and(|r| {
-                r.shared && !r.released && (!own || (self.is_ours(&r) && kv.mod_revision == revision))
+            // A block of this node's that changed first: after etcd lost
+            // history it is claimed back whatever `_recovery` says.
+            let kv = record.into_iter().next();
+            let still = kv.as_ref().is_some_and(|kv| {
+                serde_json::from_slice::<BlockRecord>(&kv.value).ok().is_some_and(|r| {
+                    r.shared && !r.released && (!own || (self.is_ours(&r) && kv.mod_revision == revision))
+                })
             });
-            if !still {
-                return Ok(match own {
-                    true => Grant::Changed(Some(kv)),
-                    false => Grant::Full,
-                });
+            match (still, own) {
+                (false, true) => return Ok(Grant::Changed(kv)),
+                _ if !recovery.is_empty() => return Ok(Grant::Recovering),
+                (false, false) => return Ok(Grant::Full),
+                (true, _) => {}
             }
+            let Some(kv) = kv else { return Ok(Grant::Full) };
             revision = kv.mod_revision;
             taken = addresses.iter().filter_map(|kv| keys.parse_address(&kv.key).map(|(_, a)| a)).collect();
             if own {
