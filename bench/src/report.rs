@@ -676,11 +676,13 @@ fn cluster_bound(c: &ClusterFigures) -> String {
         "- **etcd (cluster mode).** One request through the plugins' own etcd client, in-process (median of {n}): a \
          range on a kept-alive connection {range:.2} ms; the read-only txn of an ADD's confirming read on a fresh \
          connection, as every CNI process makes it (each call connects anew), {fresh:.2} ms; a put, which etcd syncs \
-         to its WAL before it answers, {put:.2} ms. A steady-state ADD in cluster mode is a local ADD plus that one \
-         read, so it cannot take less than about {local:.2} + {fresh:.2} = {least:.2} ms, {} the local ADD's median \
-         (measured: {:.2} ms, {}); an ADD that claims a block adds a read of the pool and a writing txn (at least \
-         {put:.2} ms more). The etcd is one member on this machine, on the same {cores} cores as the plugins: under \
-         the concurrent load its CPU is taken from theirs.",
+         to its WAL before it answers, {put:.2} ms. A steady-state ADD in a pool of blocks of the node's own is a \
+         local ADD plus, at most every 2 s (while its blocks' confirmation is fresh it asks etcd nothing), that one \
+         read: {local:.2} + {fresh:.2} = {least:.2} ms ({}) for the ADD that reads, the local ADD's time for the \
+         others (measured median: {:.2} ms, {}); in a pool of shared blocks every ADD and DEL writes one record \
+         instead (a txn like the put); an ADD that claims a block adds a read of the pool and a writing txn (at \
+         least {put:.2} ms more). The etcd is one member on this machine, on the same {cores} cores as the plugins: \
+         under the concurrent load its CPU is taken from theirs.",
         ratio(least, local),
         c.add_cluster.stats.median_ms,
         ratio(c.add_cluster.stats.median_ms, local),

@@ -190,6 +190,17 @@ pub struct AddressRecord {
     pub lender: String,
 }
 
+impl AddressRecord {
+    /// What the record becomes when its holder releases the address (DEL, GC,
+    /// `release-node`): one another node lent goes back to that node as
+    /// `lent`, since the lender still holds it for lending; anything else is
+    /// deleted (`None`).
+    pub fn released(&self) -> Option<AddressRecord> {
+        (!self.lender.is_empty() && self.lender != self.node)
+            .then(|| AddressRecord { kind: Kind::Lent, node: self.lender.clone(), ..AddressRecord::default() })
+    }
+}
+
 /// The value of a record; records are plain structs, which always serialize.
 pub fn to_text<T: Serialize>(record: &T) -> String {
     serde_json::to_string(record).unwrap_or_default()

@@ -64,9 +64,11 @@ impl Plugin for ClusterSelector {
         match Settings::from_config(&req.config) {
             Ok(settings) => {
                 let node = Node::new(&settings, &attachment.network, &mut store)?;
-                node.release(&mut store, &records)?;
+                // The session finishes whatever the release did.
+                let released = node.release(&mut store, &records);
                 node.settle(&mut store);
                 node.finish(&mut store);
+                released?;
             }
             Err(e) => {
                 // DEL must succeed: what cannot be released now is marked,
@@ -93,7 +95,7 @@ impl Plugin for ClusterSelector {
             return Ok(Reply::Nothing);
         }
         let node = Node::new(&settings, &attachment.network, &mut store)?;
-        for r in &records {
+        let checked = records.iter().try_for_each(|r| {
             let found = node.etcd.range(&etcd::RangeRequest::key(r.key.clone())).map_err(node::etcd_error)?;
             if found.kvs.first().map(|kv| kv.value.as_slice()) != Some(r.value.as_bytes()) {
                 return Err(CniError::new(
@@ -102,9 +104,10 @@ impl Plugin for ClusterSelector {
                 )
                 .with_details(format!("etcd key {}", r.key)));
             }
-        }
+            Ok(())
+        });
         node.finish(&mut store);
-        Ok(Reply::Nothing)
+        checked.map(|()| Reply::Nothing)
     }
 
     /// Releases the records of attachments that are gone, finishes pending
@@ -127,11 +130,10 @@ impl Plugin for ClusterSelector {
             .into_iter()
             .filter(|r| !valid.contains(&(r.owner.container_id.clone(), r.owner.ifname.clone())))
             .collect();
-        node.release(&mut store, &stale)?;
-        node.retire_empty_blocks(&mut store)?;
+        let collected = node.release(&mut store, &stale).and_then(|()| node.retire_empty_blocks(&mut store));
         node.settle(&mut store);
         node.finish(&mut store);
-        Ok(Reply::Nothing)
+        collected.map(|()| Reply::Nothing)
     }
 
     /// Ready when etcd answers, or when it does not but a block confirmed
@@ -141,11 +143,10 @@ impl Plugin for ClusterSelector {
         let network = req.config.name()?;
         let mut store = suite_delegate::usable_store(req)?;
         let node = Node::new(&settings, network, &mut store)?;
-        let unreachable = match node.reachable() {
-            Ok(()) => {
-                node.finish(&mut store);
-                return Ok(Reply::Nothing);
-            }
+        let answer = node.reachable();
+        node.finish(&mut store);
+        let unreachable = match answer {
+            Ok(()) => return Ok(Reply::Nothing),
             Err(etcd::Error::Unavailable(why)) => why,
             // Refused credentials, a certificate that does not verify: not
             // an outage that blocks confirmed within offlineGrace can bridge.

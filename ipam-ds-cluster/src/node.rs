@@ -2049,15 +2049,9 @@ fn release_later(store: &mut StoreHandle, key: &str) -> Result<()> {
     store.write(|tx| tx.set_node_record_state(key, RecordState::Releasing))
 }
 
-/// What releasing a record does in etcd: a lent address (borrowed, or
-/// reserved by name) goes back to its lender as lent, since the lender
-/// still holds it; anything else is deleted.
+/// What releasing a record does in etcd (see [`AddressRecord::released`]).
 fn release_op(r: &NodeRecord) -> Op {
-    let back = serde_json::from_str::<AddressRecord>(&r.value)
-        .ok()
-        .filter(|a| !a.lender.is_empty())
-        .map(|a| AddressRecord { kind: Kind::Lent, node: a.lender, ..AddressRecord::default() });
-    match back {
+    match serde_json::from_str::<AddressRecord>(&r.value).ok().and_then(|a| a.released()) {
         Some(lent) => Op::Put { key: r.key.clone().into_bytes(), value: to_bytes(&lent), lease: 0 },
         None => Op::Delete { key: r.key.clone().into_bytes(), range_end: None },
     }

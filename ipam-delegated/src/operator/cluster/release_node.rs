@@ -23,7 +23,7 @@ use std::time::Duration;
 use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::RangeRequest;
 use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
-use ipam_ds_cluster::layout::{shown, to_bytes, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
+use ipam_ds_cluster::layout::{shown, to_bytes, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
 use serde::Serialize;
 use shared::store::unix_now;
 
@@ -214,12 +214,10 @@ fn release_pool(
             });
         }
         for a in records {
-            let lender = Some(&a.record.lender).filter(|lender| !lender.is_empty() && lender.as_str() != node);
-            let op = match lender {
-                Some(lender) => {
-                    let lent = AddressRecord { kind: Kind::Lent, node: lender.clone(), ..AddressRecord::default() };
-                    Op::Put { key: a.kv.key.clone(), value: to_bytes(&lent), lease: 0 }
-                }
+            let back = a.record.released();
+            let lender = back.as_ref().map(|lent| &lent.node);
+            let op = match &back {
+                Some(lent) => Op::Put { key: a.kv.key.clone(), value: to_bytes(lent), lease: 0 },
                 None => Op::Delete { key: a.kv.key.clone(), range_end: None },
             };
             let txn = Txn {
