@@ -1564,7 +1564,7 @@ mod tests {
         let fig_split = Figures { cluster: Some(c), ..Default::default() };
         assert!(cluster_table(&fig_split).contains("| 0 | — | 0 | **NO** |"), "{}", cluster_table(&fig_split));
         let b = bounds(&fig);
-        assert!(b.contains("2.00 + 0.70 = 2.70 ms, 1.35× the local ADD's median"), "{b}");
+        assert!(b.contains("2.00 + 0.70 = 2.70 ms (1.35×) for the ADD that reads"), "{b}");
         let md = markdown(&fig, &machine(), &table(&fig), Duration::from_secs(1));
         assert!(md.contains("## Cluster mode: `ipam-ds-cluster` on etcd"), "{md}");
         assert!(md.contains("| ADD, steady state | 200 | 0 | 200 | 0 | 0 | 0 | 0 | 1.000 | 0 range, 200 txn (0 writing), 0 other; 200 of 200 calls logged |"), "{md}");

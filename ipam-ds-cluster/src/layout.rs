@@ -196,8 +196,11 @@ impl AddressRecord {
     /// `lent`, since the lender still holds it for lending; anything else is
     /// deleted (`None`).
     pub fn released(&self) -> Option<AddressRecord> {
-        (!self.lender.is_empty() && self.lender != self.node)
-            .then(|| AddressRecord { kind: Kind::Lent, node: self.lender.clone(), ..AddressRecord::default() })
+        (!self.lender.is_empty() && self.lender != self.node).then(|| AddressRecord {
+            kind: Kind::Lent,
+            node: self.lender.clone(),
+            ..AddressRecord::default()
+        })
     }
 }
 

@@ -1,0 +1,354 @@
+//! Claiming blocks: the pool's definition (its cut, compared by every claim),
+//! one claim per transaction, and adoption of a claim a kill left
+//! unrecorded. Claims are made holding the node database's lock.
+
+use super::*;
+
+impl Node<'_> {
+    /// Claims a block of `g`'s pool for this node, unless another process of
+    /// this node has just done so: claims are made holding the node
+    /// database's lock, so concurrent ADDs of one node claim one block, not
+    /// one each. The blocks the node has that `known` lacks (none: no block
+    /// is left to claim).
+    pub(super) fn claim(&self, store: &mut StoreHandle, g: &Geometry, known: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
+        let keys = self.keys(&g.pool.name);
+        let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
+        let network = self.network.clone();
+        let claimed = holding_lock_over_etcd(store, |tx| {
+            let now_mine: Vec<NodeBlock> =
+                tx.node_blocks(&network, &g.pool.name)?.into_iter().filter(|b| b.state == BlockState::Owned).collect();
+            let new: Vec<NodeBlock> =
+                now_mine.iter().filter(|b| !known.iter().any(|k| k.block == b.block)).cloned().collect();
+            if !new.is_empty() {
+                let blocks: Vec<IpNet> = new.iter().map(|b| b.block).collect();
+                let taken: Vec<IpAddr> = new.iter().flat_map(|b| b.taken.iter().copied()).collect();
+                if let Some(view) = g.node_view(&blocks, &[], &taken) {
+                    if !free_addresses(tx, &view, 1)?.is_empty() {
+                        tracing::debug!("another call of this node claimed a block of pool {} meanwhile", g.pool.name);
+                        return Ok(Some(new));
+                    }
+                }
+            }
+            for _ in 0..CLAIM_ROUNDS {
+                let (definition_kv, owners, indexed) = self.read_pool(&keys, &definition, g)?;
+                let Some(definition_kv) = definition_kv.filter(|_| indexed) else {
+                    self.define(&keys, g)?;
+                    continue;
+                };
+                let adopted: Vec<(IpNet, i64)> = owners
+                    .iter()
+                    .filter(|(block, (r, _))| self.is_ours(r) && !now_mine.iter().any(|b| b.block == **block))
+                    .map(|(block, (_, kv))| (*block, kv.create_revision))
+                    .collect();
+                let (adopted, given_back): (Vec<_>, Vec<_>) = adopted
+                    .into_iter()
+                    .partition(|(block, revision)| !gave_back(tx, &network, &g.pool.name, block, *revision));
+                // A claim this node gave back, shown again by an etcd
+                // restored from an older backup: another node may have
+                // claimed the block meanwhile and may hold its addresses, and
+                // giving it back again would let anyone claim it before that
+                // node notices. Left as it is for the operator (release-node).
+                for (block, revision) in given_back {
+                    tracing::warn!(
+                        "block {block} of pool {} shows as this node's claim at revision {revision}, which it gave \
+                         back (etcd restored from an older backup?): not used; another node may hold its addresses",
+                        g.pool.name
+                    );
+                }
+                if let Some(&(block, revision)) = adopted.first() {
+                    // Claimed by a call of this node killed before it wrote
+                    // it down: the node takes it back (its addresses are read
+                    // at the next confirmation, before any is handed out).
+                    tracing::warn!(
+                        "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
+                        g.pool.name
+                    );
+                    let taken = self.block_addresses(&keys, &block)?;
+                    let shared = owners.get(&block).is_some_and(|(r, _)| r.shared);
+                    let b = self.owned_block(g, block, revision, taken, shared);
+                    self.stamp(tx)?;
+                    tx.put_node_block(&b)?;
+                    return Ok(Some(vec![b]));
+                }
+                let free: Vec<IpNet> = g
+                    .claim_order(&self.settings.node)
+                    .filter(|b| !owners.contains_key(b))
+                    .take(CLAIM_ATTEMPTS)
+                    .collect();
+                if free.is_empty() {
+                    return Ok(None);
+                }
+                for block in free {
+                    if let Some(b) = self.claim_one(&keys, g, block, &definition, &definition_kv)? {
+                        self.stamp(tx)?;
+                        tx.put_node_block(&b)?;
+                        tracing::info!("claimed block {block} of pool {}", g.pool.name);
+                        return Ok(Some(vec![b]));
+                    }
+                    tracing::debug!("block {block} of pool {} was claimed by another node first", g.pool.name);
+                }
+            }
+            Err(CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "pool {}: every block this node tried was claimed by another node first: try again",
+                    g.pool.name
+                ),
+            ))
+        })?;
+        // The new ones (claimed by this call, or by another call of this
+        // node just now): confirmed at their claim.
+        Ok(claimed.unwrap_or_default())
+    }
+
+    /// The pool's definition in etcd (refusing one that differs from ours:
+    /// nodes cutting a pool differently would hand out overlapping blocks)
+    /// and every block with its owner.
+    pub(super) fn read_pool(
+        &self,
+        keys: &PoolKeys,
+        definition: &[u8],
+        g: &Geometry,
+    ) -> Result<(Option<Kv>, Owners, bool)> {
+        let net = self.net_keys();
+        let txn = Txn {
+            success: vec![
+                Op::Range(RangeRequest::key(keys.definition())),
+                Op::Range(RangeRequest::prefix(keys.blocks())),
+                Op::Range(RangeRequest::key(net.node(&self.settings.node))),
+                Op::Range(RangeRequest::key(net.pool(&g.pool.name)).keys_only()),
+                Op::Range(RangeRequest::key(net.recovery())),
+            ],
+            ..Txn::default()
+        };
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        let mut responses = answer.responses.into_iter();
+        let (
+            Some(OpResponse::Range(def)),
+            Some(OpResponse::Range(blocks)),
+            Some(OpResponse::Range(entry)),
+            Some(OpResponse::Range(indexed)),
+            Some(OpResponse::Range(recovery)),
+        ) = (responses.next(), responses.next(), responses.next(), responses.next(), responses.next())
+        else {
+            return Err(etcd_error(not_ranges()));
+        };
+        if let Some(kv) = recovery.kvs.first() {
+            let what = serde_json::from_slice::<RecoveryRecord>(&kv.value).map_or_else(
+                |_| String::new(),
+                |r| format!(" (node {} saw its revision go back from {} to {})", shown(&r.node), r.from, r.to),
+            );
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "etcd lost history{what}: while the nodes of network {:?} re-claim their blocks, no block is \
+                     claimed (for at most offlineGrace + 3 × ipam.timeout): try again later",
+                    self.network
+                ),
+            ));
+        }
+        // Before any claim or adoption: this node name is this database's.
+        self.register(entry.kvs.into_iter().next())?;
+        let definition_kv = def.kvs.into_iter().next();
+        if let Some(kv) = &definition_kv {
+            check_definition(kv, definition, g, &keys.definition())?;
+        }
+        let owners = blocks
+            .kvs
+            .into_iter()
+            .filter_map(|kv| {
+                let block = keys.parse_block(&kv.key)?;
+                let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok()?;
+                Some((block, (record, kv)))
+            })
+            .collect();
+        Ok((definition_kv, owners, !indexed.kvs.is_empty()))
+    }
+
+    /// Defines the pool in etcd, in one transaction: its cut (which every
+    /// claim and static reservation compares) and its entry in the
+    /// network's index of pools, only while no pool of the index overlaps
+    /// it and the index is as read. Two names over one range (a pool renamed
+    /// on some nodes) would each hand out its addresses: error 7 naming
+    /// both. A pool defined by an older build gets its index entry here too.
+    pub(super) fn define(&self, keys: &PoolKeys, g: &Geometry) -> Result<()> {
+        let net = self.net_keys();
+        let ours = PoolRecord::of(g.pool, g.block_size);
+        let definition = to_bytes(&ours);
+        for _ in 0..CLAIM_ROUNDS {
+            let read = Txn {
+                success: vec![
+                    Op::Range(RangeRequest::key(keys.definition())),
+                    Op::Range(RangeRequest::prefix(net.pools())),
+                ],
+                ..Txn::default()
+            };
+            let answer = self.etcd.txn(&read).map_err(etcd_error)?;
+            let revision = answer.revision;
+            let mut responses = answer.responses.into_iter();
+            let (Some(OpResponse::Range(def)), Some(OpResponse::Range(index))) = (responses.next(), responses.next())
+            else {
+                return Err(etcd_error(not_ranges()));
+            };
+            let def = def.kvs.into_iter().next();
+            if let Some(kv) = &def {
+                check_definition(kv, &definition, g, &keys.definition())?;
+            }
+            let mut indexed = false;
+            for kv in &index.kvs {
+                match net.parse_pool(&kv.key) {
+                    Some(name) if name == g.pool.name => indexed = true,
+                    Some(name) => {
+                        let Ok(theirs) = serde_json::from_slice::<PoolRecord>(&kv.value) else { continue };
+                        if let Some((mine, other)) = ours.overlap(&theirs) {
+                            return Err(CniError::config(
+                                &format!("pool {}", g.pool.name),
+                                format!(
+                                    "its range {mine} overlaps range {} of pool {} of the same network in the \
+                                     cluster (etcd key {}): two pools over one range would each hand out its \
+                                     addresses. Give each range one pool name on every node",
+                                    shown(other),
+                                    shown(name),
+                                    shown_bytes(&kv.key)
+                                ),
+                            ));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if def.is_some() && indexed {
+                return Ok(());
+            }
+            let mut txn = Txn {
+                compare: vec![Compare::UnchangedSince { prefix: net.pools().into_bytes(), revision }],
+                success: vec![Op::Put {
+                    key: net.pool(&g.pool.name).into_bytes(),
+                    value: definition.clone(),
+                    lease: 0,
+                }],
+                failure: Vec::new(),
+            };
+            match &def {
+                Some(kv) => txn.compare.push(Compare::mod_revision_is(keys.definition(), kv.mod_revision)),
+                None => {
+                    txn.compare.push(Compare::absent(keys.definition()));
+                    txn.success.push(Op::Put {
+                        key: keys.definition().into_bytes(),
+                        value: definition.clone(),
+                        lease: 0,
+                    });
+                }
+            }
+            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                tracing::info!("pool {} is defined in the cluster ({})", g.pool.name, keys.definition());
+                return Ok(());
+            }
+        }
+        Err(CniError::new(
+            Code::TryAgainLater,
+            format!("pool {}: the network's pools kept changing while it was defined: try again", g.pool.name),
+        ))
+    }
+
+    /// One claim: the block key created if absent, with the pool's
+    /// definition unchanged since `known` (read by [`Node::read_pool`]);
+    /// reads the addresses others already hold in it in the same transaction.
+    pub(super) fn claim_one(
+        &self,
+        keys: &PoolKeys,
+        g: &Geometry,
+        block: IpNet,
+        definition: &[u8],
+        known: &Kv,
+    ) -> Result<Option<NodeBlock>> {
+        let record = self.block_record(g);
+        let txn = Txn {
+            compare: vec![
+                Compare::absent(keys.block(&block)),
+                Compare::mod_revision_is(keys.definition(), known.mod_revision),
+                Compare::absent(self.net_keys().recovery()),
+            ],
+            success: vec![
+                Op::Put { key: keys.block(&block).into_bytes(), value: to_bytes(&record), lease: 0 },
+                Op::Range(RangeRequest::prefix(keys.block_addresses(&block))),
+            ],
+            failure: vec![Op::Range(RangeRequest::key(keys.definition()))],
+        };
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        if !answer.succeeded {
+            if let Some(OpResponse::Range(def)) = answer.responses.first() {
+                if let Some(kv) = def.kvs.first() {
+                    check_definition(kv, definition, g, &keys.definition())?;
+                }
+            }
+            return Ok(None);
+        }
+        let taken = match answer.responses.get(1) {
+            Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
+            _ => Vec::new(),
+        };
+        Ok(Some(self.owned_block(g, block, answer.revision, taken, record.shared)))
+    }
+
+    pub(super) fn owned_block(
+        &self,
+        g: &Geometry,
+        block: IpNet,
+        revision: i64,
+        taken: Vec<IpAddr>,
+        shared: bool,
+    ) -> NodeBlock {
+        NodeBlock {
+            shared,
+            network: self.network.clone(),
+            pool: g.pool.name.clone(),
+            block,
+            state: BlockState::Owned,
+            revision,
+            confirmed: self.clock().now_ms,
+            taken,
+            since: unix_now(),
+        }
+    }
+
+    /// The record of a claim of this node, shared as its settings say for `g`.
+    pub(super) fn block_record(&self, g: &Geometry) -> BlockRecord {
+        BlockRecord {
+            node: self.settings.node.clone(),
+            at: unix_now(),
+            released: false,
+            db: self.db.clone(),
+            shared: self.settings.shares(g.block_count()),
+        }
+    }
+
+    pub(super) fn block_addresses(&self, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
+        let answer = self.etcd.range(&RangeRequest::prefix(keys.block_addresses(block))).map_err(etcd_error)?;
+        Ok(self.taken(keys, &answer.kvs))
+    }
+}
+
+pub(super) fn gave_back_note(network: &str, pool: &str, block: &IpNet) -> String {
+    format!("gave-back:{network}/{pool}/{block}")
+}
+
+/// Whether this node gave back its claim of `block` at `revision`.
+pub(super) fn gave_back(tx: &Tx, network: &str, pool: &str, block: &IpNet, revision: i64) -> bool {
+    tx.note(&gave_back_note(network, pool, block)).ok().flatten().is_some_and(|n| n == revision.to_string())
+}
+
+pub(super) fn check_definition(kv: &Kv, ours: &[u8], g: &Geometry, key: &str) -> Result<()> {
+    if kv.value == ours {
+        return Ok(());
+    }
+    let theirs = shown_bytes(&kv.value);
+    Err(CniError::config(
+        &format!("pool {}", g.pool.name),
+        format!(
+            "its ranges or blockSize ({}) differ from the cluster's ({theirs}, etcd key {key}): every node must \
+             configure a cluster pool alike, or their blocks would overlap",
+            String::from_utf8_lossy(ours)
+        ),
+    ))
+}

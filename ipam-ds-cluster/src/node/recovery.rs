@@ -1,0 +1,358 @@
+//! After etcd lost history (wiped, or restored from an older backup): how
+//! the node notices, keeps other nodes off while nodes re-claim their blocks
+//! (`_recovery`), and puts back what it holds (see the README, "etcd wiped,
+//! or restored from an older backup").
+
+use super::*;
+
+impl Node<'_> {
+    /// Whether etcd lost history since this node last wrote down what it
+    /// saw: an answer at a revision below it (etcd restored from an older
+    /// backup, or its data wiped). Then the node recovers its blocks (see
+    /// [`Node::recover`]) and the call fails with 11, to be tried again.
+    pub(super) fn check_history(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        watermark: Option<i64>,
+        confirmed: &[Confirmed],
+    ) -> Result<()> {
+        let Some((lowest, _)) = self.etcd.revisions() else { return Ok(()) };
+        // A key's create revision only grows over a continuous history: a
+        // block key of ours created before our own claim of it is etcd's
+        // older state, whatever the revisions it answers at now (other
+        // nodes' writes since the restore may have carried them past ours).
+        let older_claim = confirmed
+            .iter()
+            .flat_map(|c| &c.lost)
+            .filter_map(|(b, _, kv)| kv.as_ref().filter(|kv| kv.create_revision < b.revision).map(|_| b.revision))
+            .max();
+        let Some(seen) = watermark.filter(|w| lowest < *w).or(older_claim) else { return Ok(()) };
+        tracing::error!(
+            "etcd lost history: it answers at revision {lowest}, but this node saw revision {seen} before, or a claim \
+             older than this node's own of the same block (etcd restored from an older backup, or its data wiped); \
+             re-claiming this node's blocks"
+        );
+        self.recover(store, geometries, seen, lowest)?;
+        Err(CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "etcd lost history (revision {lowest}, this node saw {seen}): this node re-claimed its blocks of \
+                 network {:?} where it could; try again",
+                self.network
+            ),
+        ))
+    }
+
+    /// After etcd lost history, puts what this node holds back as it was, as
+    /// far as etcd allows, without ever taking an address another node may
+    /// hold:
+    /// - for offlineGrace + 3 × ipam.timeout no node claims or adopts any
+    ///   other block of the network, nor takes a lent address (`_recovery`),
+    ///   so that nodes re-claim their own first;
+    /// - every block of the network it holds, in any pool (not only this
+    ///   call's): one still ours stays (at its claim's revision); one etcd
+    ///   lost that holds our leases is claimed again (contested when its
+    ///   pool is not among this call's, whose cut it needs); one another node
+    ///   owns that holds our leases is contested (see [`Node::contest`]); one
+    ///   without our leases is dropped;
+    /// - every address record it holds is written again where etcd lost it
+    ///   (an address held twice is logged), and records etcd shows as this
+    ///   node's that it does not hold (released, or lent and taken back,
+    ///   before the loss) are deleted, so nobody borrows them.
+    pub(super) fn recover(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        seen: i64,
+        now_at: i64,
+    ) -> Result<()> {
+        self.quarantine(seen, now_at)?;
+        let rows: Vec<(NodeBlock, Vec<Lease>)> = store.read(|tx| {
+            let mut rows = Vec::new();
+            for b in tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network) {
+                if b.state != BlockState::Releasing {
+                    let held = self.leases_in(tx, &b)?;
+                    rows.push((b, held));
+                }
+            }
+            Ok(rows)
+        })?;
+        let reads =
+            rows.iter().map(|(b, _)| vec![Op::Range(RangeRequest::key(self.keys(&b.pool).block(&b.block)))]).collect();
+        let answers = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
+        for ((b, held), answer) in rows.iter().zip(answers) {
+            let kv = match answer {
+                OpResponse::Range(r) => r.kvs.into_iter().next(),
+                _ => None,
+            };
+            let g = geometries.iter().find(|g| g.pool.name == b.pool);
+            self.take_back(store, g, b, held, kv.as_ref())?;
+        }
+        self.rewrite_records(store, None)?;
+        let highest = self.etcd.revisions().map_or(now_at, |(_, high)| high);
+        store.write(|tx| tx.set_note(&revision_note(&self.network), &highest.to_string()))
+    }
+
+    /// After etcd lost history: this node's address records as its database
+    /// holds them, in every pool of the network, or only in one block (one
+    /// etcd lost and this node claimed back).
+    pub(super) fn rewrite_records(&self, store: &mut StoreHandle, only: Option<&NodeBlock>) -> Result<()> {
+        let within = |pool: &str, address: IpAddr| only.is_none_or(|b| b.pool == pool && b.block.contains(&address));
+        let (rows, lent) =
+            store.read(|tx| Ok((tx.node_records(&self.network)?, tx.leases_of(&lend_holder(&self.network))?)))?;
+        let rows: Vec<NodeRecord> = rows.into_iter().filter(|r| within(&r.pool, r.address)).collect();
+        let lent: Vec<Lease> = lent.into_iter().filter(|l| within(&l.pool, l.address)).collect();
+        let mut pools: Vec<&str> = rows.iter().map(|r| r.pool.as_str()).collect();
+        pools.extend(lent.iter().map(|l| l.pool.as_str()));
+        pools.extend(only.map(|b| b.pool.as_str()));
+        pools.sort_unstable();
+        pools.dedup();
+        for pool in pools {
+            let keys = self.keys(pool);
+            let prefix = match only {
+                Some(b) => keys.block_addresses(&b.block),
+                None => keys.addresses(),
+            };
+            let found = self.etcd.range(&RangeRequest::prefix(prefix)).map_err(etcd_error)?;
+            for r in rows.iter().filter(|r| r.pool == pool && r.state == RecordState::Held) {
+                let theirs = found.kvs.iter().find(|kv| kv.key == r.key.as_bytes());
+                match theirs {
+                    Some(kv) if kv.value == r.value.as_bytes() => {}
+                    Some(kv) => tracing::error!(
+                        "{} is held here by container {} interface {} and, since etcd lost history, in the cluster \
+                         too ({}): an address held twice",
+                        r.address,
+                        shown(&r.owner.container_id),
+                        shown(&r.owner.ifname),
+                        shown_bytes(&kv.value)
+                    ),
+                    None => {
+                        let txn = Txn {
+                            compare: vec![Compare::absent(r.key.clone())],
+                            success: vec![Op::Put {
+                                key: r.key.clone().into_bytes(),
+                                value: r.value.clone().into_bytes(),
+                                lease: 0,
+                            }],
+                            failure: Vec::new(),
+                        };
+                        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                            tracing::warn!("{} of pool {pool}: its record, lost by etcd, is written again", r.address);
+                        }
+                    }
+                }
+            }
+            // Records that name this node but that it does not hold.
+            for kv in &found.kvs {
+                let Ok(record) = serde_json::from_slice::<AddressRecord>(&kv.value) else { continue };
+                let Some((_, address)) = keys.parse_address(&kv.key) else { continue };
+                let ours = record.node == self.settings.node;
+                let held = match record.kind {
+                    Kind::Lent => lent.iter().any(|l| l.address == address),
+                    _ => rows.iter().any(|r| r.key.as_bytes() == kv.key.as_slice()),
+                };
+                if ours && !held {
+                    let txn = Txn {
+                        compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+                        success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+                        failure: Vec::new(),
+                    };
+                    if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                        tracing::warn!("{address} of pool {pool}: a record of this node that it no longer holds, shown again by etcd, is deleted");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What becomes of block `b`, which holds this node's leases `held`, when
+    /// etcd shows it as `kv` (none: absent). `g`: its pool, when this call
+    /// has it (claiming the block back needs its cut).
+    pub(super) fn take_back(
+        &self,
+        store: &mut StoreHandle,
+        g: Option<&Geometry>,
+        b: &NodeBlock,
+        held: &[Lease],
+        kv: Option<&Kv>,
+    ) -> Result<()> {
+        let keys = self.keys(&b.pool);
+        let record = kv.and_then(|kv| serde_json::from_slice::<BlockRecord>(&kv.value).ok());
+        match (kv, &record) {
+            (Some(kv), Some(r)) if self.is_ours(r) => {
+                tracing::warn!(
+                    "block {} of pool {} is this node's in etcd at revision {}",
+                    b.block,
+                    b.pool,
+                    kv.create_revision
+                );
+                let kept = NodeBlock { state: BlockState::Owned, revision: kv.create_revision, ..b.clone() };
+                store.write(|tx| tx.put_node_block(&kept))?;
+                // Claimed again (by this node's own recovery, killed before it
+                // wrote the block down): what it recorded in it may be gone.
+                if kv.create_revision != b.revision {
+                    self.rewrite_records(store, Some(b))?;
+                }
+                Ok(())
+            }
+            _ if held.is_empty() => {
+                tracing::warn!("block {} of pool {} holds no lease here: left to the cluster", b.block, b.pool);
+                store.write(|tx| self.drop_block(tx, b))
+            }
+            (None, _) => match g {
+                Some(g) if self.reclaim(store, &keys, g, b)? => Ok(()),
+                Some(_) => self.contest(store, &keys, b, held, "another node claimed it first"),
+                None => self.contest(store, &keys, b, held, "etcd lost it (claimed back when its pool is used)"),
+            },
+            (Some(_), r) => {
+                let holder =
+                    r.as_ref().map_or("an unreadable record".to_string(), |r| format!("node {}", shown(&r.node)));
+                self.contest(store, &keys, b, held, &format!("etcd shows it {holder}'s"))
+            }
+        }
+    }
+
+    /// Claims `b` again after etcd lost it (the quarantine does not apply:
+    /// its leases are this node's), reading what others hold in it. False
+    /// when another node has it.
+    pub(super) fn reclaim(
+        &self,
+        store: &mut StoreHandle,
+        keys: &PoolKeys,
+        g: &Geometry,
+        b: &NodeBlock,
+    ) -> Result<bool> {
+        self.define(keys, g)?;
+        let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
+        let record = self.block_record(g);
+        let txn = Txn {
+            compare: vec![Compare::absent(keys.block(&b.block)), Compare::value_is(keys.definition(), definition)],
+            success: vec![
+                Op::Put { key: keys.block(&b.block).into_bytes(), value: to_bytes(&record), lease: 0 },
+                Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))),
+            ],
+            failure: Vec::new(),
+        };
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        if answer.succeeded {
+            tracing::warn!("block {} of pool {} was gone from etcd: claimed again", b.block, b.pool);
+            let taken = match answer.responses.get(1) {
+                Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
+                _ => Vec::new(),
+            };
+            let again = self.owned_block(g, b.block, answer.revision, taken, record.shared);
+            store.write(|tx| {
+                self.stamp_boot(tx)?;
+                tx.put_node_block(&NodeBlock { since: b.since, ..again })
+            })?;
+            // What this node recorded in the block went with it.
+            self.rewrite_records(store, Some(b))?;
+        }
+        Ok(answer.succeeded)
+    }
+
+    /// A block that holds leases of this node but is another's in etcd (or
+    /// that etcd lost, and this call cannot claim back): it is never handed
+    /// to the allocators again, and each lease is published as this node's
+    /// address record in it, so that its owner's allocators skip the address
+    /// (they read the block's records at each ADD). Marked first and
+    /// published after: [`Node::settle`] publishes what a kill or an etcd
+    /// failure left unpublished, at every later call. An address another
+    /// attachment already holds in the cluster is logged as held twice.
+    pub(super) fn contest(
+        &self,
+        store: &mut StoreHandle,
+        keys: &PoolKeys,
+        b: &NodeBlock,
+        held: &[Lease],
+        why: &str,
+    ) -> Result<()> {
+        if b.state != BlockState::Contested {
+            tracing::error!(
+                "block {} of pool {} holds {} lease(s) of this node but {why}: their addresses are published as \
+                 this node's, and the block is not used again",
+                b.block,
+                b.pool,
+                held.len()
+            );
+            store.write(|tx| {
+                tx.put_node_block(&NodeBlock { state: BlockState::Contested, since: unix_now(), ..b.clone() })
+            })?;
+        }
+        for lease in held {
+            let key = keys.address(&b.block, lease.address);
+            match store.read(|tx| tx.node_record(&key))? {
+                Some(r) if r.state == RecordState::Writing && r.owner == lease.owner => {}
+                Some(_) => continue,
+                None => {}
+            }
+            let value = to_text(&AddressRecord {
+                kind: Kind::Static,
+                node: self.settings.node.clone(),
+                container: lease.owner.container_id.clone(),
+                ifname: lease.owner.ifname.clone(),
+                lender: String::new(),
+            });
+            let row = NodeRecord {
+                key: key.clone(),
+                value: value.clone(),
+                pool: b.pool.clone(),
+                address: lease.address,
+                kind: Kind::Static,
+                owner: lease.owner.clone(),
+                added_by: Some(RECOVERED.to_string()),
+                state: RecordState::Writing,
+            };
+            store.write(|tx| tx.put_node_record(&row))?;
+            let txn = Txn {
+                compare: vec![Compare::absent(key.clone())],
+                success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
+                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
+            };
+            // Unsure (no answer): the row stays `writing`, and publishing is
+            // tried again (create if absent: a write that did happen is
+            // found as ours). Never `releasing`: releasing a record releases
+            // its lease, which a running container holds.
+            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            let theirs = match answer.responses.into_iter().next() {
+                Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
+                _ => None,
+            };
+            if answer.succeeded || theirs.as_ref().is_some_and(|kv| kv.value == value.as_bytes()) {
+                store.write(|tx| tx.set_node_record_state(&key, RecordState::Held))?;
+            } else {
+                store.write(|tx| tx.drop_node_record(&key))?;
+                tracing::error!(
+                    "{} is leased here to container {} interface {} and held in the cluster too ({}): an address \
+                     held twice",
+                    lease.address,
+                    shown(&lease.owner.container_id),
+                    shown(&lease.owner.ifname),
+                    theirs.map_or(String::new(), |kv| shown_bytes(&kv.value))
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the network's nodes from claiming or adopting blocks while they
+    /// re-claim their own, for as long as a node may allocate unconfirmed.
+    pub(super) fn quarantine(&self, seen: i64, now_at: i64) -> Result<()> {
+        let key = self.net_keys().recovery();
+        let window = self.settings.offline_grace + self.settings.call_timeout * 3;
+        let ttl = (window.as_secs_f64().ceil() as i64).max(1);
+        let lease = self.etcd.lease_grant(ttl).map_err(etcd_error)?;
+        let record = RecoveryRecord { node: self.settings.node.clone(), at: unix_now(), from: seen, to: now_at };
+        let txn = Txn {
+            compare: vec![Compare::absent(key.clone())],
+            success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&record), lease }],
+            failure: Vec::new(),
+        };
+        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+            tracing::warn!("no block of network {:?} is claimed by any node for {ttl}s ({key})", self.network);
+        }
+        Ok(())
+    }
+}
