@@ -230,6 +230,14 @@ impl<'s> Node<'s> {
         NetworkKeys::new(&self.settings.prefix, &self.network)
     }
 
+    /// One read-only transaction of `N` ranges: the key-values of each, and
+    /// the revision etcd answered at.
+    fn read<const N: usize>(&self, reads: [RangeRequest; N]) -> Result<([Vec<Kv>; N], i64)> {
+        let txn = Txn { success: reads.into_iter().map(Op::Range).collect(), ..Txn::default() };
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        Ok((ranges(answer.responses)?, answer.revision))
+    }
+
     pub fn keys(&self, pool: &str) -> PoolKeys {
         PoolKeys::new(&self.settings.prefix, &self.network, pool)
     }
@@ -925,6 +933,23 @@ fn free_addresses(tx: &Tx, view: &Pool, limit: usize) -> Result<Vec<IpAddr>> {
         }
     }
     Ok(free)
+}
+
+/// The key-values of each response of a transaction of `N` ranges (its
+/// success or failure responses), in order: read by name, not by position.
+pub(super) fn ranges<const N: usize>(responses: Vec<OpResponse>) -> Result<[Vec<Kv>; N]> {
+    let mut out: [Vec<Kv>; N] = std::array::from_fn(|_| Vec::new());
+    let count = responses.len();
+    for (slot, response) in out.iter_mut().zip(responses) {
+        match response {
+            OpResponse::Range(r) => *slot = r.kvs,
+            _ => return Err(etcd_error(not_ranges())),
+        }
+    }
+    if count != N {
+        return Err(etcd_error(not_ranges()));
+    }
+    Ok(out)
 }
 
 fn not_ranges() -> etcd::Error {

@@ -111,29 +111,14 @@ impl Node<'_> {
         g: &Geometry,
     ) -> Result<(Option<Kv>, Owners, bool)> {
         let net = self.net_keys();
-        let txn = Txn {
-            success: vec![
-                Op::Range(RangeRequest::key(keys.definition())),
-                Op::Range(RangeRequest::prefix(keys.blocks())),
-                Op::Range(RangeRequest::key(net.node(&self.settings.node))),
-                Op::Range(RangeRequest::key(net.pool(&g.pool.name)).keys_only()),
-                Op::Range(RangeRequest::key(net.recovery())),
-            ],
-            ..Txn::default()
-        };
-        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-        let mut responses = answer.responses.into_iter();
-        let (
-            Some(OpResponse::Range(def)),
-            Some(OpResponse::Range(blocks)),
-            Some(OpResponse::Range(entry)),
-            Some(OpResponse::Range(indexed)),
-            Some(OpResponse::Range(recovery)),
-        ) = (responses.next(), responses.next(), responses.next(), responses.next(), responses.next())
-        else {
-            return Err(etcd_error(not_ranges()));
-        };
-        if let Some(kv) = recovery.kvs.first() {
+        let ([def, blocks, entry, indexed, recovery], _) = self.read([
+            RangeRequest::key(keys.definition()),
+            RangeRequest::prefix(keys.blocks()),
+            RangeRequest::key(net.node(&self.settings.node)),
+            RangeRequest::key(net.pool(&g.pool.name)).keys_only(),
+            RangeRequest::key(net.recovery()),
+        ])?;
+        if let Some(kv) = recovery.first() {
             let what = serde_json::from_slice::<RecoveryRecord>(&kv.value).map_or_else(
                 |_| String::new(),
                 |r| format!(" (node {} saw its revision go back from {} to {})", shown(&r.node), r.from, r.to),
@@ -148,13 +133,12 @@ impl Node<'_> {
             ));
         }
         // Before any claim or adoption: this node name is this database's.
-        self.register(entry.kvs.into_iter().next())?;
-        let definition_kv = def.kvs.into_iter().next();
+        self.register(entry.into_iter().next())?;
+        let definition_kv = def.into_iter().next();
         if let Some(kv) = &definition_kv {
             check_definition(kv, definition, g, &keys.definition())?;
         }
         let owners = blocks
-            .kvs
             .into_iter()
             .filter_map(|kv| {
                 let block = keys.parse_block(&kv.key)?;
@@ -162,7 +146,7 @@ impl Node<'_> {
                 Some((block, (record, kv)))
             })
             .collect();
-        Ok((definition_kv, owners, !indexed.kvs.is_empty()))
+        Ok((definition_kv, owners, !indexed.is_empty()))
     }
 
     /// Defines the pool in etcd, in one transaction: its cut (which every
@@ -176,26 +160,14 @@ impl Node<'_> {
         let ours = PoolRecord::of(g.pool, g.block_size);
         let definition = to_bytes(&ours);
         for _ in 0..CLAIM_ROUNDS {
-            let read = Txn {
-                success: vec![
-                    Op::Range(RangeRequest::key(keys.definition())),
-                    Op::Range(RangeRequest::prefix(net.pools())),
-                ],
-                ..Txn::default()
-            };
-            let answer = self.etcd.txn(&read).map_err(etcd_error)?;
-            let revision = answer.revision;
-            let mut responses = answer.responses.into_iter();
-            let (Some(OpResponse::Range(def)), Some(OpResponse::Range(index))) = (responses.next(), responses.next())
-            else {
-                return Err(etcd_error(not_ranges()));
-            };
-            let def = def.kvs.into_iter().next();
+            let ([def, index], revision) =
+                self.read([RangeRequest::key(keys.definition()), RangeRequest::prefix(net.pools())])?;
+            let def = def.into_iter().next();
             if let Some(kv) = &def {
                 check_definition(kv, &definition, g, &keys.definition())?;
             }
             let mut indexed = false;
-            for kv in &index.kvs {
+            for kv in &index {
                 match net.parse_pool(&kv.key) {
                     Some(name) if name == g.pool.name => indexed = true,
                     Some(name) => {

@@ -18,9 +18,9 @@ use shared::args::Attachment;
 use shared::store::{NodeBlock, NodeRecord, RecordState, StoreHandle};
 use shared::{CniError, Code, Result};
 
-use super::{etcd_error, free_addresses, not_ranges, Node, RecordWrite};
+use super::{free_addresses, ranges, Node, RecordWrite};
 use crate::blocks::{fnv1a, Geometry};
-use crate::etcd::{Compare, Kv, Op, OpResponse, RangeRequest, Txn};
+use crate::etcd::{Compare, Kv, Op, RangeRequest, Txn};
 use crate::layout::{to_text, AddressRecord, BlockRecord, Kind};
 
 /// How many times one block is tried while others take the addresses picked.
@@ -93,16 +93,11 @@ impl Node<'_> {
         history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<Option<IpAddr>> {
         let keys = self.keys(&g.pool.name);
-        let read = Txn {
-            success: vec![
-                Op::Range(RangeRequest::prefix(keys.blocks())),
-                Op::Range(RangeRequest::prefix(keys.addresses()).keys_only()),
-                Op::Range(RangeRequest::key(self.net_keys().recovery()).keys_only()),
-            ],
-            ..Txn::default()
-        };
-        let answer = self.etcd.txn(&read).map_err(etcd_error)?;
-        let [blocks, addresses, recovery] = ranges(answer.responses)?;
+        let ([blocks, addresses, recovery], _) = self.read([
+            RangeRequest::prefix(keys.blocks()),
+            RangeRequest::prefix(keys.addresses()).keys_only(),
+            RangeRequest::key(self.net_keys().recovery()).keys_only(),
+        ])?;
         if !recovery.is_empty() {
             history(store)?;
             return Err(self.recovering());
@@ -273,20 +268,4 @@ impl Node<'_> {
 /// A place in `0..len` that depends on this node's name.
 fn spread(node: &str, len: usize) -> usize {
     usize::try_from(fnv1a(node.as_bytes()) % len.max(1) as u64).unwrap_or(0)
-}
-
-/// The key-values of each response of a transaction of `N` ranges.
-fn ranges<const N: usize>(responses: Vec<OpResponse>) -> Result<[Vec<Kv>; N]> {
-    let mut out: [Vec<Kv>; N] = std::array::from_fn(|_| Vec::new());
-    let count = responses.len();
-    for (slot, response) in out.iter_mut().zip(responses) {
-        match response {
-            OpResponse::Range(r) => *slot = r.kvs,
-            _ => return Err(etcd_error(not_ranges())),
-        }
-    }
-    if count != N {
-        return Err(etcd_error(not_ranges()));
-    }
-    Ok(out)
 }
