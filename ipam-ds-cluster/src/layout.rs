@@ -16,11 +16,11 @@
 
 use std::net::IpAddr;
 
+/// An address record's kind: the node database's own.
+pub use crate::rows::RecordKind as Kind;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use shared::pool::Pool;
-/// An address record's kind: the node database's own.
-pub use shared::store::RecordKind as Kind;
 
 pub const VERSION: &str = "v1";
 

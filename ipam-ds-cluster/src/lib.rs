@@ -11,12 +11,14 @@ pub mod clock;
 pub mod etcd;
 pub mod layout;
 pub mod node;
+pub mod rows;
 pub mod settings;
 
 use shared::pool::{self, Pool};
 use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
 
 use node::Node;
+use rows::ClusterRows;
 use settings::Settings;
 
 pub const ABOUT: About = About {
@@ -76,9 +78,7 @@ impl Plugin for ClusterSelector {
                 tracing::warn!("cluster records stay to be released: {e}");
                 let pending: Vec<_> = records.iter().map(|r| r.key.clone()).collect();
                 store.write(|tx| {
-                    pending
-                        .iter()
-                        .try_for_each(|key| tx.set_node_record_state(key, shared::store::RecordState::Releasing))
+                    pending.iter().try_for_each(|key| tx.set_node_record_state(key, rows::RecordState::Releasing))
                 })?;
             }
         }

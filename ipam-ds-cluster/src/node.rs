@@ -19,7 +19,7 @@ use shared::addr::Family;
 use shared::args::Attachment;
 use shared::pool::Pool;
 use shared::result::IpamResult;
-use shared::store::{unix_now, BlockState, Lease, LeaseFilter, NodeBlock, NodeRecord, RecordState, StoreHandle, Tx};
+use shared::store::{unix_now, Lease, LeaseFilter, StoreHandle, Tx};
 use shared::{CniError, Code, Result};
 
 use crate::blocks::Geometry;
@@ -29,6 +29,7 @@ use crate::layout::{
     shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys,
     PoolRecord, RecoveryRecord,
 };
+use crate::rows::{BlockState, ClusterRows, NodeBlock, NodeRecord, RecordState};
 use crate::settings::Settings;
 
 // The impl of Node is split by concern; each part sees this module's imports

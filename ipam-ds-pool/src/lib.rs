@@ -22,10 +22,11 @@ impl Plugin for Selector {
     fn add(&self, req: &Request) -> Result<Reply> {
         let candidates = pool::candidates(&req.config, &req.env.args)?;
         tracing::debug!("candidate pools: {}", pool::names(&candidates));
-        // In cluster mode the node database records this node's view of a
-        // pool (its blocks), which ipam-ds-cluster hands to the allocators;
-        // recording the whole cluster pool too would rewrite it every call.
-        if !req.config.ipam()?.other.contains_key("cluster") {
+        // A selection delegate after this one (ipam-ds-cluster: this node's
+        // blocks of the pools) hands the allocators a narrower view of the
+        // pools and records that one; recording them as selected here too
+        // would rewrite each pool every call.
+        if !refined_later(req.config.ipam()?.delegates.as_deref().unwrap_or_default()) {
             let network = req.config.name()?;
             let mut store = suite_delegate::open_store(req)?;
             // Recording is a no-op for pools already recorded as they are;
@@ -89,3 +90,24 @@ impl Plugin for Selector {
 
 /// This plugin, as the multicall program runs it by name.
 pub const BUILTIN: Builtin = Builtin { about: ABOUT, plugin: &Selector };
+
+/// Whether a selection delegate (`ipam-ds-…`) follows this one in the stack.
+fn refined_later(delegates: &[String]) -> bool {
+    let name = |d: &String| d.rsplit('/').next().unwrap_or_default().to_string();
+    delegates.iter().map(name).skip_while(|d| d != ABOUT.name).skip(1).any(|d| d.starts_with("ipam-ds-"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refined_later;
+
+    #[test]
+    fn pools_are_recorded_by_the_last_selection_delegate_only() {
+        let stack = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        assert!(refined_later(&stack(&["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-sequential"])));
+        assert!(refined_later(&stack(&["/opt/cni/bin/ipam-ds-pool", "/opt/cni/bin/ipam-ds-cluster"])));
+        assert!(!refined_later(&stack(&["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"])));
+        assert!(!refined_later(&stack(&["ipam-ds-cluster", "ipam-ds-pool", "ipam-da-sequential"])));
+        assert!(!refined_later(&[]));
+    }
+}

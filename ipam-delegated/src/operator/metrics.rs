@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use ipam_ds_cluster::node::lent_network;
-use shared::store::{AllocationStore, BlockState, LeaseFilter, RecordKind};
+use ipam_ds_cluster::rows::{BlockState, ClusterRows, RecordKind};
+use shared::store::{AllocationStore, LeaseFilter};
 
 use super::survey::{survey, PoolSurvey};
 use super::{atomic_file, open_for_reading, Failure, Report};
@@ -264,7 +265,8 @@ mod tests {
 
     #[test]
     fn cluster_rows_are_counted_per_pool_by_state_and_kind() {
-        use shared::store::{NodeBlock, NodeRecord, RecordState, DEFAULT_LOCK_TIMEOUT};
+        use ipam_ds_cluster::rows::{NodeBlock, NodeRecord, RecordState};
+        use shared::store::DEFAULT_LOCK_TIMEOUT;
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = AllocationStore::open(&dir.path().join("db.sqlite"), DEFAULT_LOCK_TIMEOUT).expect("store");
         let block = |text: &str, state| NodeBlock {

@@ -15,13 +15,14 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use shared::args::Attachment;
-use shared::store::{NodeBlock, NodeRecord, RecordState, StoreHandle};
+use shared::store::StoreHandle;
 use shared::{CniError, Code, Result};
 
 use super::{free_addresses, ranges, Node, RecordWrite};
 use crate::blocks::{fnv1a, Geometry};
 use crate::etcd::{Compare, Kv, Op, RangeRequest, Txn};
 use crate::layout::{to_text, AddressRecord, BlockRecord, Kind};
+use crate::rows::{ClusterRows, NodeBlock, NodeRecord, RecordState};
 
 /// How many times one block is tried while others take the addresses picked.
 const GRANT_ROUNDS: usize = 4;

@@ -6,7 +6,6 @@
 //! `<database>.lock` (see [`lock`]), so SQLite itself never makes a writer
 //! wait; readers use WAL snapshots and take no lock.
 
-mod cluster;
 mod integrity;
 mod leases;
 mod lock;
@@ -30,7 +29,6 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::error::{CniError, Code, Result};
 
-pub use cluster::{now as unix_now, BlockState, NodeBlock, NodeRecord, RecordKind, RecordState};
 pub use leases::{Lease, LeaseFilter};
 pub use lock::LockWait;
 pub use pools::{PoolOverlap, RegisteredPool};
@@ -38,6 +36,11 @@ pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use sharing::{open_for_delegate, share_within_call, StoreHandle};
 
 use lock::LockFile;
+
+/// Unix seconds now, as the rows count time.
+pub fn unix_now() -> i64 {
+    leases::now_unix()
+}
 
 /// How long a writer waits for the lock before giving up with error 11.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -88,6 +91,23 @@ pub struct Tx<'conn> {
     sql: rusqlite::Transaction<'conn>,
     path: &'conn Path,
     add_id: Option<&'conn str>,
+}
+
+/// What a delegate's own rows (ipam-ds-cluster's) build on: its tables are in
+/// this schema, its queries in its crate.
+impl<'conn> Tx<'conn> {
+    pub fn sql(&self) -> &rusqlite::Transaction<'conn> {
+        &self.sql
+    }
+
+    pub fn path(&self) -> &Path {
+        self.path
+    }
+
+    /// The ipam-delegated ADD this transaction's writes belong to, if any.
+    pub fn add_id(&self) -> Option<&str> {
+        self.add_id
+    }
 }
 
 impl AllocationStore {
@@ -385,7 +405,7 @@ fn unusable(path: &Path, cause: impl fmt::Display) -> CniError {
 
 /// Maps SQLite failures to the contract's codes: busy or locked (an outside
 /// writer such as the sqlite3 shell) is 11, anything else 103.
-trait InDatabase<T> {
+pub trait InDatabase<T> {
     #[track_caller]
     fn in_db(self, path: &Path) -> Result<T>;
 }

@@ -1,17 +1,20 @@
-//! Cluster mode's rows (schema v3, `shared` v4): the blocks this node owns in etcd and the
+//! Cluster mode's rows in the node database (its tables are in the suite's
+//! one schema: v3, `shared` v4): the blocks this node owns in etcd and the
 //! address records it wrote there, each written before the etcd write it
-//! names and dropped only after the etcd delete. `ipam-ds-cluster` decides
-//! what they mean; this records them.
+//! names and dropped only after the etcd delete, and small notes. They are
+//! this crate's alone: the core every allocator links knows the tables, not
+//! what they mean ([`ClusterRows`] on the core's transaction).
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::str::FromStr;
 
 use ipnet::IpNet;
 use rusqlite::{params, Row};
 
-use super::{InDatabase, Tx};
-use crate::args::Attachment;
-use crate::error::Result;
+use shared::args::Attachment;
+use shared::store::{InDatabase, Tx};
+use shared::Result;
 
 /// Where a block of this node stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,27 +164,34 @@ fn record_from_row(row: &Row) -> rusqlite::Result<NodeRecord> {
     })
 }
 
-impl Tx<'_> {
+/// The cluster rows of a node database transaction.
+pub trait ClusterRows {
+    /// The transaction's connection.
+    fn conn(&self) -> &rusqlite::Connection;
+    /// The database, for error messages.
+    fn db_path(&self) -> &Path;
+    /// The ipam-delegated ADD this transaction is part of, if any.
+    fn adding(&self) -> Option<&str>;
     fn blocks_where(&self, condition: &str, values: impl rusqlite::Params) -> Result<Vec<NodeBlock>> {
         let sql = format!("SELECT {BLOCK_COLUMNS} FROM cluster_blocks WHERE {condition} ORDER BY network, pool, block");
-        let mut stmt = self.sql.prepare_cached(&sql).in_db(self.path)?;
-        stmt.query_map(values, block_from_row).and_then(Iterator::collect).in_db(self.path)
+        let mut stmt = self.conn().prepare_cached(&sql).in_db(self.db_path())?;
+        stmt.query_map(values, block_from_row).and_then(Iterator::collect).in_db(self.db_path())
     }
 
     /// This node's blocks of a pool of `network`, in address order of their text.
-    pub fn node_blocks(&self, network: &str, pool: &str) -> Result<Vec<NodeBlock>> {
+    fn node_blocks(&self, network: &str, pool: &str) -> Result<Vec<NodeBlock>> {
         self.blocks_where("network = ?1 AND pool = ?2", [network, pool])
     }
 
     /// Every block of this node, of every network.
-    pub fn all_node_blocks(&self) -> Result<Vec<NodeBlock>> {
+    fn all_node_blocks(&self) -> Result<Vec<NodeBlock>> {
         self.blocks_where("1", [])
     }
 
     /// Records a block as given, replacing its earlier row.
-    pub fn put_node_block(&self, b: &NodeBlock) -> Result<()> {
+    fn put_node_block(&self, b: &NodeBlock) -> Result<()> {
         let taken = b.taken.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
-        self.sql
+        self.conn()
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO cluster_blocks ({BLOCK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
             ))
@@ -198,36 +208,36 @@ impl Tx<'_> {
                     b.shared
                 ])
             })
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
     /// Voids every block's confirmation: they were taken in another boot.
-    pub fn void_block_confirmations(&self) -> Result<()> {
-        self.sql.execute("UPDATE cluster_blocks SET confirmed = 0", []).in_db(self.path).map(drop)
+    fn void_block_confirmations(&self) -> Result<()> {
+        self.conn().execute("UPDATE cluster_blocks SET confirmed = 0", []).in_db(self.db_path()).map(drop)
     }
 
-    pub fn drop_node_block(&self, network: &str, pool: &str, block: &IpNet) -> Result<()> {
-        self.sql
+    fn drop_node_block(&self, network: &str, pool: &str, block: &IpNet) -> Result<()> {
+        self.conn()
             .prepare_cached("DELETE FROM cluster_blocks WHERE network = ?1 AND pool = ?2 AND block = ?3")
             .and_then(|mut stmt| stmt.execute(params![network, pool, block.to_string()]))
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
     fn records_where(&self, condition: &str, values: impl rusqlite::Params) -> Result<Vec<NodeRecord>> {
         let sql = format!("SELECT {RECORD_COLUMNS} FROM cluster_records WHERE {condition} ORDER BY key");
-        let mut stmt = self.sql.prepare_cached(&sql).in_db(self.path)?;
-        stmt.query_map(values, record_from_row).and_then(Iterator::collect).in_db(self.path)
+        let mut stmt = self.conn().prepare_cached(&sql).in_db(self.db_path())?;
+        stmt.query_map(values, record_from_row).and_then(Iterator::collect).in_db(self.db_path())
     }
 
     /// The address record this node wrote at etcd key `key`, if any.
-    pub fn node_record(&self, key: &str) -> Result<Option<NodeRecord>> {
+    fn node_record(&self, key: &str) -> Result<Option<NodeRecord>> {
         Ok(self.records_where("key = ?1", [key])?.into_iter().next())
     }
 
     /// The address records this node wrote for `owner`.
-    pub fn node_records_of(&self, owner: &Attachment) -> Result<Vec<NodeRecord>> {
+    fn node_records_of(&self, owner: &Attachment) -> Result<Vec<NodeRecord>> {
         self.records_where(
             "network = ?1 AND container_id = ?2 AND ifname = ?3",
             [&owner.network, &owner.container_id, &owner.ifname],
@@ -235,19 +245,19 @@ impl Tx<'_> {
     }
 
     /// The address records this node wrote for attachments of `network`.
-    pub fn node_records(&self, network: &str) -> Result<Vec<NodeRecord>> {
+    fn node_records(&self, network: &str) -> Result<Vec<NodeRecord>> {
         self.records_where("network = ?1", [network])
     }
 
     /// Records not yet settled with etcd (being written, or to be deleted), of every network.
-    pub fn unsettled_node_records(&self) -> Result<Vec<NodeRecord>> {
+    fn unsettled_node_records(&self) -> Result<Vec<NodeRecord>> {
         self.records_where("state != 'held'", [])
     }
 
     /// Records an address record, tagged with this handle's ADD.
-    pub fn put_node_record(&self, r: &NodeRecord) -> Result<()> {
-        let added_by = r.added_by.as_deref().or(self.add_id);
-        self.sql
+    fn put_node_record(&self, r: &NodeRecord) -> Result<()> {
+        let added_by = r.added_by.as_deref().or(self.adding());
+        self.conn()
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO cluster_records ({RECORD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
             ))
@@ -265,67 +275,72 @@ impl Tx<'_> {
                     r.state.as_str()
                 ])
             })
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
-    pub fn set_node_record_state(&self, key: &str, state: RecordState) -> Result<()> {
-        self.sql
+    fn set_node_record_state(&self, key: &str, state: RecordState) -> Result<()> {
+        self.conn()
             .prepare_cached("UPDATE cluster_records SET state = ?2 WHERE key = ?1")
             .and_then(|mut stmt| stmt.execute(params![key, state.as_str()]))
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
     /// Drops the row at `key` only while it holds `value`: a call that
     /// released an etcd record must not drop the row another call has since
     /// written at the same key (the address handed out again).
-    pub fn drop_node_record_if(&self, key: &str, value: &str) -> Result<()> {
-        self.sql
+    fn drop_node_record_if(&self, key: &str, value: &str) -> Result<()> {
+        self.conn()
             .prepare_cached("DELETE FROM cluster_records WHERE key = ?1 AND value = ?2")
             .and_then(|mut stmt| stmt.execute(params![key, value]))
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
-    pub fn drop_node_record(&self, key: &str) -> Result<()> {
-        self.sql
+    fn drop_node_record(&self, key: &str) -> Result<()> {
+        self.conn()
             .prepare_cached("DELETE FROM cluster_records WHERE key = ?1")
             .and_then(|mut stmt| stmt.execute([key]))
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
-    /// The ADD this handle's writes belong to, if any.
-    pub fn add_id(&self) -> Option<&str> {
-        self.add_id
-    }
-
-    pub fn note(&self, name: &str) -> Result<Option<String>> {
-        let mut stmt = self.sql.prepare_cached("SELECT value FROM cluster_notes WHERE name = ?1").in_db(self.path)?;
-        let mut rows = stmt.query_map([name], |row| row.get(0)).in_db(self.path)?;
-        rows.next().transpose().in_db(self.path)
+    fn note(&self, name: &str) -> Result<Option<String>> {
+        let mut stmt =
+            self.conn().prepare_cached("SELECT value FROM cluster_notes WHERE name = ?1").in_db(self.db_path())?;
+        let mut rows = stmt.query_map([name], |row| row.get(0)).in_db(self.db_path())?;
+        rows.next().transpose().in_db(self.db_path())
     }
 
     /// Drops the notes whose names start with `prefix`, but `keep`.
-    pub fn drop_notes_with_prefix(&self, prefix: &str, keep: &str) -> Result<()> {
-        self.sql
+    fn drop_notes_with_prefix(&self, prefix: &str, keep: &str) -> Result<()> {
+        self.conn()
             .prepare_cached("DELETE FROM cluster_notes WHERE substr(name, 1, length(?1)) = ?1 AND name != ?2")
             .and_then(|mut stmt| stmt.execute([prefix, keep]))
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 
-    pub fn set_note(&self, name: &str, value: &str) -> Result<()> {
-        self.sql
+    fn set_note(&self, name: &str, value: &str) -> Result<()> {
+        self.conn()
             .prepare_cached("INSERT OR REPLACE INTO cluster_notes (name, value) VALUES (?1, ?2)")
             .and_then(|mut stmt| stmt.execute([name, value]))
-            .in_db(self.path)
+            .in_db(self.db_path())
             .map(drop)
     }
 }
 
-/// Unix seconds now, as the rows count time.
-pub fn now() -> i64 {
-    super::leases::now_unix()
+impl ClusterRows for Tx<'_> {
+    fn conn(&self) -> &rusqlite::Connection {
+        self.sql()
+    }
+
+    fn db_path(&self) -> &Path {
+        self.path()
+    }
+
+    fn adding(&self) -> Option<&str> {
+        self.add_id()
+    }
 }
