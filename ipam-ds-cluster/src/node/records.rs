@@ -80,9 +80,6 @@ impl Node<'_> {
             added_by: None,
             state: RecordState::Writing,
         };
-        // Written down before etcd has it: a kill after the etcd write leaves
-        // a row that DEL and GC release.
-        store.write(|tx| tx.put_node_record(&row))?;
         let mut block_compare = match &own_block {
             Some(b) => Compare::CreateRevision {
                 key: keys.block(&block).into_bytes(),
@@ -118,23 +115,21 @@ impl Node<'_> {
                     Op::Range(RangeRequest::key(keys.definition())),
                 ],
             };
-            let answer = match self.etcd.txn(&txn) {
-                Ok(answer) => answer,
-                Err(e) => {
-                    release_later(store, &key)?;
-                    return Err(etcd_error(e));
+            let responses = match self.write_record(store, &row, &txn)? {
+                RecordWrite::Written => {
+                    tracing::info!("reserved {address} of pool {} cluster-wide", g.pool.name);
+                    return Ok(());
                 }
+                RecordWrite::Busy => {
+                    return Err(CniError::new(
+                        Code::AddressInUse,
+                        format!("requested address {address} is in use: on this node, by another attachment"),
+                    )
+                    .with_details(format!("network {:?}, pool {}", self.network, g.pool.name)))
+                }
+                RecordWrite::Refused(responses) => responses,
             };
-            if answer.succeeded {
-                tracing::info!("reserved {address} of pool {} cluster-wide", g.pool.name);
-                return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
-            }
-            let mut failure = answer.responses.into_iter().map(|r| match r {
-                OpResponse::Range(r) => r.kvs.into_iter().next(),
-                _ => None,
-            });
-            let (holder, owner, theirs) =
-                (failure.next().flatten(), failure.next().flatten(), failure.next().flatten());
+            let [holder, owner, theirs] = ranges(responses)?.map(|kvs| kvs.into_iter().next());
             let mut again = false;
             let refused = match theirs {
                 Some(kv) => check_definition(&kv, &definition, g, &keys.definition()).err(),
@@ -145,7 +140,6 @@ impl Node<'_> {
                 None => None,
             };
             if let Some(e) = refused {
-                store.write(|tx| tx.drop_node_record(&key))?;
                 return Err(e);
             }
             // Free in another node's shared block: granted as any address
@@ -163,8 +157,11 @@ impl Node<'_> {
         };
         if let Some(kv) = &holder {
             if kv.value == value.as_bytes() {
+                // Written by an earlier ADD of this attachment killed before
+                // it wrote its row down as held.
                 tracing::debug!("{address} is already reserved for this attachment");
-                return store.write(|tx| tx.set_node_record_state(&key, RecordState::Held));
+                let held = NodeRecord { state: RecordState::Held, ..row };
+                return store.write(|tx| tx.put_node_record(&held));
             }
             // Lent out by its block's owner: free there, so it can be ours,
             // atomically; DEL gives it back to the lender.
@@ -174,7 +171,6 @@ impl Node<'_> {
                 return Ok(());
             }
         }
-        store.write(|tx| tx.drop_node_record(&key))?;
         let why = match (holder, owner) {
             (Some(kv), _) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
                 Ok(r) if r.kind == Kind::Lent => format!("node {} has lent it out", shown(&r.node)),
