@@ -1,0 +1,241 @@
+//! Confirming this node's blocks of its own: one linearizable read of the
+//! blocks an ADD may use (still this node's claim? what do others hold in
+//! them?), skipped while the last one is fresh, and what it changed written
+//! down (see the README, "One read per ADD, at most").
+
+use super::*;
+
+impl Node<'_> {
+    /// Whether this ADD may skip the confirming read:
+    /// - every block of its own with room was confirmed within
+    ///   [`Settings::confirmation_cache`] and each family it needs has one.
+    ///   Safe as offline allocation is, within a tenth of its window: a block
+    ///   confirmed ours stays ours for offlineGrace at least (`release-node`
+    ///   waits that out, and nothing else takes a block from its owner), and
+    ///   nobody else writes in it but where its owner lent (see the README,
+    ///   "Why no address is handed out twice");
+    /// - or it has no block of its own with room, and shared blocks in each
+    ///   family it needs: their addresses are granted by transactions that
+    ///   compare the block unchanged, which confirms it.
+    pub(super) fn needs_no_confirmation(
+        &self,
+        pools: &[Pool],
+        blocks: &[Vec<NodeBlock>],
+        shared: &[Vec<NodeBlock>],
+        needed: &[Family],
+        boot: Option<&str>,
+    ) -> bool {
+        let has =
+            |of: &[Vec<NodeBlock>], f: &Family| pools.iter().zip(of).any(|(p, b)| p.family() == *f && !b.is_empty());
+        if blocks.iter().all(Vec::is_empty) {
+            return !needed.is_empty() && needed.iter().all(|f| has(shared, f));
+        }
+        let cache = self.settings.confirmation_cache();
+        !cache.is_zero()
+            && needed.iter().all(|f| has(blocks, f))
+            && blocks.iter().flatten().all(|b| self.clock().within(boot, b.confirmed, cache))
+    }
+
+    /// One etcd read for every block this node uses: its record (still
+    /// ours?) and the addresses others hold in it. More blocks than one
+    /// transaction holds are read in several, each block's two reads in one.
+    pub(super) fn confirm(
+        &self,
+        geometries: &[Geometry],
+        blocks: &[Vec<NodeBlock>],
+    ) -> std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error> {
+        // Linearizable reads (etcd's default): the member answers only once
+        // the leader has confirmed, with a quorum, that the member has
+        // applied everything committed before the read. A member cut off
+        // from its quorum keeps a copy that stays stale for as long as it is
+        // cut off (it never shows a `release-node` tombstone written on the
+        // majority side, nor another node's claim after it): its "yes, still
+        // yours" is no confirmation. It answers "no leader", or nothing
+        // within etcd.timeout, both Unavailable: the node treats etcd as
+        // unreachable, and only offlineGrace applies, counted from the last
+        // confirmation by a quorum. The node's entry is always read, so that
+        // every ADD that reaches etcd learns whether etcd lost history and
+        // whether another database runs under the node's name.
+        let entry_key = self.net_keys().node(&self.settings.node);
+        let mut reads: Vec<Vec<Op>> = vec![vec![Op::Range(RangeRequest::key(entry_key))]];
+        for (g, pool_blocks) in geometries.iter().zip(blocks) {
+            let keys = self.keys(&g.pool.name);
+            if !pool_blocks.is_empty() {
+                reads.push(vec![Op::Range(RangeRequest::key(keys.wanted()).keys_only())]);
+            }
+            for b in pool_blocks {
+                reads.push(vec![
+                    Op::Range(RangeRequest::key(keys.block(&b.block))),
+                    Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))),
+                ]);
+            }
+        }
+        let mut responses = self.etcd.read_in_txns(reads)?.into_iter();
+        let Some(OpResponse::Range(entry)) = responses.next() else {
+            return Err(not_ranges());
+        };
+        let mut confirmed = Vec::with_capacity(blocks.len());
+        for (g, pool_blocks) in geometries.iter().zip(blocks) {
+            let keys = self.keys(&g.pool.name);
+            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0, stale: Vec::new() };
+            if !pool_blocks.is_empty() {
+                let Some(OpResponse::Range(wanted)) = responses.next() else {
+                    return Err(not_ranges());
+                };
+                c.wanted = wanted.kvs.first().map_or(0, |kv| kv.mod_revision);
+            }
+            for b in pool_blocks {
+                let (Some(OpResponse::Range(record)), Some(OpResponse::Range(addresses))) =
+                    (responses.next(), responses.next())
+                else {
+                    return Err(not_ranges());
+                };
+                match self.ours(record.kvs.first(), b.revision) {
+                    Ok(revision) => {
+                        let taken = self.taken(&keys, &addresses.kvs);
+                        c.stale.extend(addresses.kvs.iter().filter(|kv| self.stale_lent(kv)).cloned());
+                        c.ours.push(NodeBlock { revision, taken, ..b.clone() });
+                    }
+                    Err(why) => c.lost.push((b.clone(), why, record.kvs.first().cloned())),
+                }
+            }
+            confirmed.push(c);
+        }
+        Ok((confirmed, entry.kvs.into_iter().next()))
+    }
+
+    /// Writes what the confirmation changed: lost blocks go, and a block's
+    /// confirmation time is refreshed when it has aged a tenth of
+    /// offlineGrace (so the steady state rarely writes).
+    pub(super) fn record_confirmed(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        blocks: &mut [Vec<NodeBlock>],
+        confirmed: Vec<Confirmed>,
+        boot: Option<&str>,
+    ) -> Result<()> {
+        let now = self.clock().now_ms;
+        // Written down as often as the cache needs it: a tenth of
+        // offlineGrace at most, so that offline the node still has 0.9 of it.
+        let refresh = i64::try_from(self.settings.confirmation_cache().as_millis()).unwrap_or(i64::MAX).max(1000);
+        let same_boot = boot == Some(self.clock().boot_id.as_str());
+        let mut changes: Vec<NodeBlock> = Vec::new();
+        let mut lost: Vec<(&Geometry, NodeBlock, String, Option<Kv>)> = Vec::new();
+        for ((pool_blocks, c), g) in blocks.iter_mut().zip(confirmed).zip(geometries) {
+            let mut ours = c.ours;
+            for b in &mut ours {
+                let before = pool_blocks.iter().find(|p| p.block == b.block);
+                let changed = !same_boot
+                    || before.is_none_or(|p| {
+                        !(0..refresh).contains(&(now - p.confirmed)) || p.taken != b.taken || p.revision != b.revision
+                    });
+                // Confirmed now; written down only when it has aged (or changed).
+                b.confirmed = now;
+                if changed {
+                    changes.push(b.clone());
+                }
+            }
+            lost.extend(c.lost.into_iter().map(|(b, why, kv)| (g, b, why, kv)));
+            *pool_blocks = ours;
+        }
+        if changes.is_empty() && lost.is_empty() {
+            return Ok(());
+        }
+        type Held<'g> = (&'g Geometry<'g>, NodeBlock, String, Option<Kv>, Vec<Lease>);
+        let held: Vec<Held> = store.write(|tx| {
+            self.stamp(tx)?;
+            for b in &changes {
+                tx.put_node_block(b)?;
+                // Another node's record for an address leased here: one
+                // address, two attachments (etcd lost history, or this node
+                // came back after release-node). Only the operator can choose.
+                for &address in &b.taken {
+                    if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network) {
+                        tracing::error!(
+                            "{address} is leased here to container {} interface {} and recorded in the cluster for \
+                             another node: an address held twice (block {} of pool {})",
+                            shown(&lease.owner.container_id),
+                            shown(&lease.owner.ifname),
+                            b.block,
+                            b.pool
+                        );
+                    }
+                }
+            }
+            let mut held = Vec::new();
+            for (g, b, why, kv) in &lost {
+                let leases = self.leases_in(tx, b)?;
+                if leases.is_empty() {
+                    tracing::warn!(
+                        "block {} of pool {} is no longer this node's: {why}; it is not used again",
+                        b.block,
+                        b.pool
+                    );
+                    self.drop_block(tx, b)?;
+                } else {
+                    held.push((*g, b.clone(), why.clone(), kv.clone(), leases));
+                }
+            }
+            Ok(held)
+        })?;
+        // A lost block with our leases in it is not forgotten: claimed back
+        // when etcd has no owner for it, else its owner must learn which of
+        // its addresses are ours.
+        for (g, b, why, kv, leases) in held {
+            tracing::warn!("block {} of pool {} holds leases of this node but {why}", b.block, b.pool);
+            self.take_back(store, Some(g), &b, &leases, kv.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// The revision of our claim if `kv` (a block key) shows the block ours;
+    /// otherwise why not.
+    pub(super) fn ours(&self, kv: Option<&Kv>, revision: i64) -> std::result::Result<i64, String> {
+        let Some(kv) = kv else { return Err("it is no longer claimed (released by an operator?)".into()) };
+        match serde_json::from_slice::<BlockRecord>(&kv.value) {
+            Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", shown(&r.node), r.at)),
+            Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", shown(&r.node))),
+            Ok(_) if revision != 0 && kv.create_revision != revision => {
+                Err(format!("it was claimed again (revision {} instead of {revision})", kv.create_revision))
+            }
+            Ok(_) => Ok(kv.create_revision),
+            Err(e) => Err(format!("its record does not read ({e})")),
+        }
+    }
+
+    /// Whether `kv`, an address record of one of our blocks, is a lent
+    /// record of another node: its lender no longer owns the block.
+    pub(super) fn stale_lent(&self, kv: &Kv) -> bool {
+        serde_json::from_slice::<AddressRecord>(&kv.value)
+            .is_ok_and(|r| r.kind == Kind::Lent && r.node != self.settings.node)
+    }
+
+    /// Deletes lent records left by a block's former owner, so that their
+    /// addresses are free again in the block (from the next call on).
+    pub(super) fn drop_stale_lent(&self, stale: &[Kv]) {
+        for kv in stale {
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
+                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+                failure: Vec::new(),
+            };
+            match self.etcd.txn(&txn) {
+                Ok(_) => tracing::info!("dropped {}: lent by a former owner of the block", shown_bytes(&kv.key)),
+                Err(e) => tracing::warn!("{} stays for now: {e}", shown_bytes(&kv.key)),
+            }
+        }
+    }
+
+    /// Addresses of a block that other nodes (or other attachments through
+    /// records) hold: every address record not written by this node.
+    pub(super) fn taken(&self, keys: &PoolKeys, kvs: &[Kv]) -> Vec<IpAddr> {
+        kvs.iter()
+            .filter_map(|kv| {
+                let record: AddressRecord = serde_json::from_slice(&kv.value).ok()?;
+                let (_, address) = keys.parse_address(&kv.key)?;
+                (record.node != self.settings.node).then_some(address)
+            })
+            .collect()
+    }
+}
