@@ -96,19 +96,22 @@ impl Node<'_> {
         let keys = self.keys(&g.pool.name);
         let ([blocks, addresses, recovery], _) = self.read([
             RangeRequest::prefix(keys.blocks()),
-            RangeRequest::prefix(keys.addresses()).keys_only(),
+            RangeRequest::prefix(keys.addresses()),
             RangeRequest::key(self.net_keys().recovery()).keys_only(),
         ])?;
         if !recovery.is_empty() {
             history(store)?;
             return Err(self.recovering());
         }
-        let mut taken: HashMap<IpNet, Vec<IpAddr>> = HashMap::new();
-        for kv in &addresses {
-            if let Some((block, address)) = keys.parse_address(&kv.key) {
-                taken.entry(block).or_default().push(address);
+        let mut records: HashMap<IpNet, Vec<Kv>> = HashMap::new();
+        for kv in addresses {
+            if let Some((block, _)) = keys.parse_address(&kv.key) {
+                records.entry(block).or_default().push(kv);
             }
         }
+        // Others' records: this node's own addresses are its leases and rows.
+        let taken: HashMap<IpNet, Vec<IpAddr>> =
+            records.iter().map(|(block, kvs)| (*block, self.taken(&keys, kvs))).collect();
         let mut candidates: Vec<(IpNet, Kv)> = blocks
             .into_iter()
             .filter_map(|kv| {
@@ -156,9 +159,8 @@ impl Node<'_> {
         own: bool,
     ) -> Result<Grant> {
         let keys = self.keys(&g.pool.name);
-        let block_key = keys.block(&block);
         let mut taken = taken.to_vec();
-        for _ in 0..GRANT_ROUNDS {
+        'rounds: for _ in 0..GRANT_ROUNDS {
             let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Grant::Full) };
             // Free in the node database too (its own leases), and no row of
             // another call of this node at the address.
@@ -175,52 +177,20 @@ impl Node<'_> {
                 return Ok(Grant::Full);
             }
             // The owner from the bottom, others each from a place of their own.
-            let address = if own { free[0] } else { free[spread(&self.settings.node, free.len())] };
-            let key = keys.address(&block, address);
-            let value = to_text(&AddressRecord {
-                kind: Kind::Allocated,
-                node: self.settings.node.clone(),
-                container: who.container_id.clone(),
-                ifname: who.ifname.clone(),
-                lender: String::new(),
-            });
-            let row = NodeRecord {
-                key: key.clone(),
-                value: value.clone(),
-                pool: g.pool.name.clone(),
-                address,
-                kind: Kind::Allocated,
-                owner: who.clone(),
-                added_by: None,
-                state: RecordState::Writing,
-            };
-            let txn = Txn {
-                compare: vec![
-                    Compare::absent(key.clone()),
-                    Compare::mod_revision_is(block_key.clone(), revision),
-                    Compare::absent(self.net_keys().recovery()),
-                ],
-                success: vec![Op::Put { key: key.into_bytes(), value: value.into_bytes(), lease: 0 }],
-                failure: vec![
-                    Op::Range(RangeRequest::key(block_key.clone())),
-                    Op::Range(RangeRequest::prefix(keys.block_addresses(&block)).keys_only()),
-                    Op::Range(RangeRequest::key(self.net_keys().recovery()).keys_only()),
-                ],
-            };
-            let written = self.write_record(store, &row, &txn).map_err(|mut e| {
-                if e.code == Code::TryAgainLater {
-                    e.msg = format!(
-                        "{} (block {block} of pool {} is shared: its addresses are handed out only through etcd)",
-                        e.msg, g.pool.name
-                    );
+            let mut candidates = free;
+            if !own {
+                let start = spread(&self.settings.node, candidates.len());
+                candidates.rotate_left(start);
+            }
+            let mut candidates = candidates.into_iter();
+            let responses = loop {
+                let Some(address) = candidates.next() else { continue 'rounds };
+                match self.grant_one(store, g, block, revision, address, who)? {
+                    RecordWrite::Written => return Ok(Grant::Granted(address)),
+                    // Another call of this node is writing it: the next one.
+                    RecordWrite::Busy => continue,
+                    RecordWrite::Refused(responses) => break responses,
                 }
-                e
-            })?;
-            let responses = match written {
-                RecordWrite::Written => return Ok(Grant::Granted(address)),
-                // Another call of this node is writing it: pick again.
-                RecordWrite::Busy => continue,
-                RecordWrite::Refused(responses) => responses,
             };
             let [record, addresses, recovery] = ranges(responses)?;
             // A block of this node's that changed first: after etcd lost
@@ -239,7 +209,8 @@ impl Node<'_> {
             }
             let Some(kv) = kv else { return Ok(Grant::Full) };
             revision = kv.mod_revision;
-            taken = addresses.iter().filter_map(|kv| keys.parse_address(&kv.key).map(|(_, a)| a)).collect();
+            // Others' records: this node's own addresses are its leases and rows.
+            taken = self.taken(&keys, &addresses);
             if own {
                 // What others hold in it, for the next pick without a read.
                 let mut known = store.read(|tx| tx.node_blocks(&self.network, &g.pool.name))?;
@@ -251,6 +222,63 @@ impl Node<'_> {
             }
         }
         Ok(Grant::Full)
+    }
+
+    /// One grant: `address`'s `allocated` record for `who`, created if
+    /// absent while `block`'s record is at `revision` and etcd is not
+    /// recovering lost history. Refused: the block's record, its addresses
+    /// and `_recovery` as etcd has them.
+    fn grant_one(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        block: IpNet,
+        revision: i64,
+        address: IpAddr,
+        who: &Attachment,
+    ) -> Result<RecordWrite> {
+        let keys = self.keys(&g.pool.name);
+        let block_key = keys.block(&block);
+        let key = keys.address(&block, address);
+        let value = to_text(&AddressRecord {
+            kind: Kind::Allocated,
+            node: self.settings.node.clone(),
+            container: who.container_id.clone(),
+            ifname: who.ifname.clone(),
+            lender: String::new(),
+        });
+        let row = NodeRecord {
+            key: key.clone(),
+            value: value.clone(),
+            pool: g.pool.name.clone(),
+            address,
+            kind: Kind::Allocated,
+            owner: who.clone(),
+            added_by: None,
+            state: RecordState::Writing,
+        };
+        let txn = Txn {
+            compare: vec![
+                Compare::absent(key.clone()),
+                Compare::mod_revision_is(block_key.clone(), revision),
+                Compare::absent(self.net_keys().recovery()),
+            ],
+            success: vec![Op::Put { key: key.into_bytes(), value: value.into_bytes(), lease: 0 }],
+            failure: vec![
+                Op::Range(RangeRequest::key(block_key)),
+                Op::Range(RangeRequest::prefix(keys.block_addresses(&block))),
+                Op::Range(RangeRequest::key(self.net_keys().recovery()).keys_only()),
+            ],
+        };
+        self.write_record(store, &row, &txn).map_err(|mut e| {
+            if e.code == Code::TryAgainLater {
+                e.msg = format!(
+                    "{} (block {block} of pool {} is shared: its addresses are handed out only through etcd)",
+                    e.msg, g.pool.name
+                );
+            }
+            e
+        })
     }
 
     /// Error 11 while nodes re-claim their blocks after etcd lost history.
