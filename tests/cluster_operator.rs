@@ -198,7 +198,7 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "pool blue of network blue-net, blocks of /29:");
     let header: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(header, ["BLOCK", "NODE", "STATE", "SINCE", "USED", "SIZE", "STATIC", "BORROWED", "LENT"]);
+    assert_eq!(header, ["BLOCK", "NODE", "STATE", "SINCE", "USED", "SIZE", "STATIC", "BORROWED", "LENT", "ALLOCATED"]);
     assert_eq!(lines.last(), Some(&"3 of 3 blocks claimed; this node (n1) owns 2"));
     let document = json_of(&n1.cluster(&["blocks", "--json"]));
     assert_eq!((document["network"].as_str(), document["node"].as_str()), (Some(NETWORK), Some("n1")));
@@ -219,11 +219,11 @@ fn blocks_show_both_nodes_and_release_node_hands_a_dead_nodes_blocks_back() {
         assert!(b["since"].as_str().is_some_and(|s| s.ends_with('Z') && cells[3] == s), "{b} {cells:?}");
         if node == "n1" {
             assert_eq!((&b["used"], &b["size"]), (&json!(8), &json!(8)), "{b}");
-            assert_eq!(&cells[4..], ["8", "8", "0", "0", "0"]);
+            assert_eq!(&cells[4..], ["8", "8", "0", "0", "0", "0"]);
         } else {
             assert_eq!((&b["used"], &b["size"]), (&Value::Null, &Value::Null), "{b}");
             assert_eq!(b["records"], json!({"static": 1, "borrowed": 0, "lent": 0, "allocated": 0}));
-            assert_eq!(&cells[4..], ["-", "-", "1", "0", "0"]);
+            assert_eq!(&cells[4..], ["-", "-", "1", "0", "0", "0"]);
         }
     }
     // As n2 sees them: its own block's use (one dynamic lease, one static).

@@ -205,6 +205,7 @@ fn render(document: &Document) -> String {
                 ("STATIC", Align::Right),
                 ("BORROWED", Align::Right),
                 ("LENT", Align::Right),
+                ("ALLOCATED", Align::Right),
             ]);
             let figure = |n: Option<u128>, known: bool| match n {
                 Some(n) => n.to_string(),
@@ -223,6 +224,7 @@ fn render(document: &Document) -> String {
                     row.records.fixed.to_string(),
                     row.records.borrowed.to_string(),
                     row.records.lent.to_string(),
+                    row.records.allocated.to_string(),
                 ]);
             }
             out.push_str(&table.render());
