@@ -23,16 +23,21 @@ const MAX_DEPTH: u32 = 4;
 /// so itself: it is killed only this much later.
 const GRACE: Duration = Duration::from_millis(500);
 
-/// The rollback of an ADD that failed at (or near) the call's deadline or
-/// lock budget still gets this long, so that it can release what was taken.
-const ROLLBACK_FLOOR: Duration = Duration::from_secs(1);
+/// Each delegate's DEL (the runtime's, or a rollback's) gets at least this
+/// long of its own, of both the deadline and the lock budget, counted from
+/// when it starts: a DEL is how leases are released, and one delegate that
+/// hangs must not use up the others' time, or their leases would never be
+/// released (every retry of the runtime meeting the same hang). A DEL of N
+/// delegates thus ends within `ipam.timeout` + N × (this + [`GRACE`]).
+const DEL_FLOOR: Duration = Duration::from_secs(1);
 
 pub struct Stack<'a> {
     req: &'a Request,
     delegates: Vec<Delegate>,
     /// `ipam.timeout`, for messages.
     timeout: Duration,
-    /// The whole call's end: every delegate, rollback included, runs within it.
+    /// The whole call's end: every ADD, CHECK, GC and STATUS delegate runs
+    /// within it; a DEL's delegate gets at least [`DEL_FLOOR`] past it.
     deadline: Instant,
     /// Until when the call's delegates may wait for the database lock, all
     /// their waits together.
@@ -57,7 +62,7 @@ struct Delegate {
 #[derive(Clone, Copy)]
 enum Role<'a> {
     Add(&'a str),
-    Rollback { add_id: &'a str, deadline: Instant, lock_deadline: Instant },
+    Rollback(&'a str),
     Other,
 }
 
@@ -164,12 +169,9 @@ impl<'a> Stack<'a> {
     /// first with the prevResult the failed step was given, each next one with
     /// what the previous DEL returned. DEL failures are reported, not raised.
     /// The suite's delegates are told which ADD to undo and release only what
-    /// it took. The rollback runs within the call's deadline and lock budget,
-    /// but gets at least [`ROLLBACK_FLOOR`] of each.
+    /// it took. Each DEL gets its time as any DEL does (see [`Stack::deadlines`]).
     fn rollback(&self, failed: usize, given_to_failed: Option<&Value>, add_id: &str) -> Vec<String> {
-        let floor = Instant::now() + ROLLBACK_FLOOR;
-        let role =
-            Role::Rollback { add_id, deadline: self.deadline.max(floor), lock_deadline: self.lock_deadline.max(floor) };
+        let role = Role::Rollback(add_id);
         let mut prev = given_to_failed.cloned();
         self.delegates[..=failed]
             .iter()
@@ -186,16 +188,15 @@ impl<'a> Stack<'a> {
             .collect()
     }
 
-    /// DEL and CHECK: every delegate runs, even past failures, chaining the
-    /// outputs that are results; all failures are returned together. The
-    /// first delegate gets the runtime's prevResult: DEL and CHECK act on
-    /// the result the runtime holds.
+    /// DEL and CHECK: every delegate runs, even past failures (a DEL's each
+    /// with time of its own, see [`Stack::deadlines`]), chaining the outputs
+    /// that are results; all failures are returned together, each naming its
+    /// delegate. The first delegate gets the runtime's prevResult: DEL and
+    /// CHECK act on the result the runtime holds.
     pub fn run_all(&self, command: Command) -> Result<()> {
         // A DEL that rolls back an outer orchestrator's ADD undoes it here too.
         let role = match (&self.req.env.stack.rollback_of, command) {
-            (Some(add_id), Command::Del) => {
-                Role::Rollback { add_id, deadline: self.deadline, lock_deadline: self.lock_deadline }
-            }
+            (Some(add_id), Command::Del) => Role::Rollback(add_id),
             _ => Role::Other,
         };
         let mut prev: Option<Value> = None;
@@ -229,16 +230,30 @@ impl<'a> Stack<'a> {
         Ok(())
     }
 
-    /// Runs one delegate within the call's deadline, telling it what the
+    /// Until when a delegate starting now may run, and may wait for the
+    /// database lock. ADD, CHECK, GC and STATUS: the call's deadline and lock
+    /// budget, one for all their delegates (an ADD that took longer would be
+    /// retried by the runtime anyway). DEL, the runtime's or a rollback's:
+    /// those, but at least [`DEL_FLOOR`] from now, so that every delegate
+    /// gets its chance to release what it holds, whatever the ones before
+    /// it did. The one place where a delegate's time is decided.
+    fn deadlines(&self, command: Command) -> (Instant, Instant) {
+        match command {
+            Command::Del => {
+                let floor = Instant::now() + DEL_FLOOR;
+                (self.deadline.max(floor), self.lock_deadline.max(floor))
+            }
+            _ => (self.deadline, self.lock_deadline),
+        }
+    }
+
+    /// Runs one delegate within its time (see [`Stack::deadlines`]), telling it what the
     /// call is (see [`shared::stack_call`]). `prev: None` gives it the
     /// configuration as received, except that an ADD starts without the
     /// runtime's `prevResult`; otherwise with `prevResult` replaced.
     fn call(&self, d: &Delegate, command: Command, prev: Option<&Value>, role: Role) -> Result<Option<Value>> {
         tracing::debug!("{} {}", command.as_str(), d.name);
-        let (deadline, lock_deadline) = match role {
-            Role::Rollback { deadline, lock_deadline, .. } => (deadline, lock_deadline),
-            _ => (self.deadline, self.lock_deadline),
-        };
+        let (deadline, lock_deadline) = self.deadlines(command);
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(CniError::new(
@@ -257,7 +272,7 @@ impl<'a> Stack<'a> {
                 _ => None,
             },
             rollback_of: match role {
-                Role::Rollback { add_id, .. } => Some(add_id.to_string()),
+                Role::Rollback(add_id) => Some(add_id.to_string()),
                 _ => None,
             },
             deadline: Some(deadline),
@@ -270,7 +285,7 @@ impl<'a> Stack<'a> {
                 with_prev = self.req.config.with_prev_result(Some(p)).to_string();
                 with_prev.as_bytes()
             }
-            None if matches!(role, Role::Add(_) | Role::Rollback { .. }) => &self.fresh,
+            None if matches!(role, Role::Add(_) | Role::Rollback(_)) => &self.fresh,
             None => &self.req.config.bytes,
         };
         match d.builtin {
