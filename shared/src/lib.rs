@@ -1,11 +1,11 @@
 //! Everything the suite's executables share: the CNI protocol (environment,
-//! configuration, results in every spec version, errors, delegation, logging),
+//! configuration, results in every spec version, errors, the variables of a
+//! stack call, logging),
 //! the pool model, and the SQLite allocation store.
 
 pub mod addr;
 pub mod args;
 pub mod config;
-pub mod delegate;
 pub mod env;
 pub mod error;
 pub mod logging;
