@@ -1,7 +1,9 @@
 //! Everything the suite's executables share: the CNI protocol (environment,
-//! configuration, results in every spec version, errors, the variables of a
-//! stack call, logging),
-//! the pool model, and the SQLite allocation store.
+//! configuration, results in every spec version, errors, logging), the
+//! variables through which ipam-delegated tells its delegates what a call is,
+//! the pool model, and the SQLite allocation store. How ipam-delegated runs
+//! its delegates is its own (ipam-delegated/src/delegate/): no delegate
+//! links it.
 
 pub mod addr;
 pub mod args;
