@@ -2,7 +2,7 @@
 //! random moments (a seeded PRNG, so a failure can be replayed), several at
 //! once, some allowed to finish. The orchestrator runs each delegate in the
 //! delegate's own process group with PR_SET_PDEATHSIG=SIGKILL
-//! (shared/src/delegate.rs), so killing the orchestrator's group takes the
+//! (ipam-delegated/src/delegate/), so killing the orchestrator's group takes the
 //! delegates with it. Afterwards the database must open, its lock must be
 //! free, GC must recover every lease of an attachment whose ADD did not report
 //! success, and the pool must fill up exactly.

@@ -289,6 +289,8 @@ fn a_delegate_past_the_timeout_is_killed_and_rolled_back() {
     sb.respond("ipam-da-slow", "ADD", Response { sleep_secs: 4.0, ..Response::json(&result(6)) });
     let mut conf = config("1.0.0", &["ipam-ds-ok", "ipam-da-slow"]);
     conf["ipam"]["timeout"] = json!(1);
+    // Built before the clock starts: the first call of a test process builds.
+    support::bin_dir();
     let start = Instant::now();
     let out = sb.cni(DELEGATED, "ADD", &conf, &[]);
     let took = start.elapsed();
@@ -300,6 +302,30 @@ fn a_delegate_past_the_timeout_is_killed_and_rolled_back() {
     // Had it survived, it would have left its marker 4 s after it started.
     std::thread::sleep(Duration::from_millis(4500).saturating_sub(start.elapsed()));
     assert!(!sb.woke(1), "the timed-out delegate was not killed");
+}
+
+/// A rollback's DEL reaches every delegate that ran, even after one hangs:
+/// each DEL gets time of its own, as every DEL does.
+#[test]
+fn a_rollback_reaches_every_delegate_even_after_one_hangs() {
+    let sb = Sandbox::new();
+    sb.fake("ipam-ds-hang");
+    sb.fake("ipam-da-bad");
+    sb.respond("ipam-ds-hang", "ADD", Response::json(&result(5)));
+    sb.respond("ipam-ds-hang", "DEL", Response { sleep_secs: 30.0, ..Response::text("") });
+    sb.respond("ipam-da-bad", "ADD", Response::error(100, "no free address"));
+    let mut conf = config("1.0.0", &["ipam-ds-hang", "ipam-da-bad"]);
+    conf["ipam"]["timeout"] = json!(1);
+    // Built before the clock starts: the first call of a test process builds.
+    support::bin_dir();
+    let start = Instant::now();
+    let out = sb.cni(DELEGATED, "ADD", &conf, &[]);
+    let took = start.elapsed();
+    // The original error, the rollback's own failure in its details.
+    assert_error(&out, 100, &["no free address", "DEL \"ipam-ds-hang\" failed", "DEL \"ipam-da-bad\" ok"]);
+    assert_eq!(sb.call_list(), calls(&["ipam-ds-hang ADD", "ipam-da-bad ADD", "ipam-ds-hang DEL", "ipam-da-bad DEL"]));
+    assert_eq!(sb.record_json(3)["prevResult"], result(5), "the failed step's prevResult, the hung DEL gave none");
+    assert!(took < Duration::from_secs(4), "took {took:?}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{list_leases, run_args, suite_bin, Outcome, Sandbox};
+use support::{bin_dir, copies_dir, list_leases, run_args, suite_bin, Outcome, Response, Sandbox};
 
 /// The full stack on the sandbox's database, `cniVersion` 1.0.0, with `pools`.
 fn network(sb: &Sandbox, pools: Value) -> Value {
@@ -272,6 +272,48 @@ fn a_stuck_lock_costs_the_call_one_deadline() {
     assert_error(&out, 11, &["locked"]);
     assert!(took < Duration::from_millis(4500), "a stuck lock cost {took:?}, more than one lock timeout");
     drop(holder);
+}
+
+/// A DEL reaches every delegate, even after one hangs (issue 23): another
+/// author's delegate, a real process that sleeps, hangs at DEL before the
+/// suite's and after them. The call's deadline passes during the first hang,
+/// yet the suite's delegates still run their DEL, each with time of its own,
+/// and release the lease; both hanging ones are killed and named, with 105;
+/// and the call ends within `ipam.timeout` plus a bounded time per delegate.
+/// Both with the suite's delegates in this process and as processes.
+#[test]
+fn a_del_reaches_every_delegate_even_after_one_hangs() {
+    const STACK: [&str; 5] = ["ipam-x-hang", "ipam-ds-pool", "ipam-da-static", "ipam-da-sequential", "ipam-x-hang2"];
+    for suite in [bin_dir(), copies_dir()] {
+        let sb = Sandbox::new();
+        let empty = json!({"cniVersion": "1.0.0", "ips": []});
+        for hang in ["ipam-x-hang", "ipam-x-hang2"] {
+            sb.fake(hang);
+            sb.respond(hang, "DEL", Response { sleep_secs: 30.0, ..Response::text("") });
+        }
+        // The stack's first delegate gives the selector a result to add to.
+        sb.respond("ipam-x-hang", "ADD", Response::json(&empty));
+        let mut config = with_ipam(&network(&sb, json!([pool("p", "10.87.0.0/24")])), "timeout", json!(1));
+        config["ipam"]["delegates"] = json!(STACK);
+        let path = format!("{}:{}", sb.fakes_dir().display(), suite.display());
+        let env = [("CNI_PATH", path.as_str())];
+        let added = cni(&sb, "ADD", &config, "c1", &env);
+        assert_eq!(addresses(&added), ["10.87.0.2"], "{}", suite.display());
+        assert_eq!(leases(&sb), [lease("10.87.0.2", "c1", "eth0")]);
+
+        let started = Instant::now();
+        let out = cni(&sb, "DEL", &stack::with_prev(&config, added.result()), "c1", &env);
+        let took = started.elapsed();
+        assert_error(&out, 105, &["2 delegates failed DEL", "\"ipam-x-hang\"", "\"ipam-x-hang2\"", "killed"]);
+        let (_, _, details) = out.error();
+        for suites in &STACK[1..4] {
+            assert!(!details.contains(&format!("{suites:?}:")), "{suites} did not fail: {details}");
+        }
+        assert!(leases(&sb).is_empty(), "a lease outlived the DEL ({}): {:?}", suite.display(), leases(&sb));
+        // ipam.timeout, then at most a second and the half second's grace per delegate.
+        let bound = Duration::from_secs(1) + STACK.len() as u32 * Duration::from_millis(1500);
+        assert!(took >= Duration::from_secs(1) && took < bound, "took {took:?}");
+    }
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //! (see [`builtin`]).
 
 mod builtin;
+mod delegate;
 mod operator;
 mod stack;
+mod stack_call;
 
 use std::process::ExitCode;
 

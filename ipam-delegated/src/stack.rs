@@ -2,37 +2,36 @@
 //! runs through it.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
-use std::ffi::OsStr;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shared::delegate::{self, DelegateGroup};
-use shared::stack_call::{new_add_id, StackCall};
-use shared::{Builtin, CniError, Code, Command, IpamResult, Request, Result};
+use shared::stack_call::StackCall;
+use shared::{CniError, Code, Command, IpamResult, Request, Result};
 
-use crate::builtin;
+use crate::delegate::{self, Call, DelegateGroup, Runner};
+use crate::stack_call::{self, new_add_id};
 
 /// How many orchestrators may run one inside another. A stack that runs
 /// itself, directly or through a wrapper, would fork until the pids limit.
 const MAX_DEPTH: u32 = 4;
 
-/// A delegate reaching the call's deadline while it waits for the lock says
-/// so itself: it is killed only this much later.
-const GRACE: Duration = Duration::from_millis(500);
-
-/// The rollback of an ADD that failed at (or near) the call's deadline or
-/// lock budget still gets this long, so that it can release what was taken.
-const ROLLBACK_FLOOR: Duration = Duration::from_secs(1);
+/// Each delegate's DEL (the runtime's, or a rollback's) gets at least this
+/// long of its own, of both the deadline and the lock budget, counted from
+/// when it starts: a DEL is how leases are released, and one delegate that
+/// hangs must not use up the others' time, or their leases would never be
+/// released (every retry of the runtime meeting the same hang). A DEL of N
+/// delegates thus ends within `ipam.timeout` + N × (this + the half second a
+/// delegate's process is given past its deadline to say why it is late).
+const DEL_FLOOR: Duration = Duration::from_secs(1);
 
 pub struct Stack<'a> {
     req: &'a Request,
     delegates: Vec<Delegate>,
     /// `ipam.timeout`, for messages.
     timeout: Duration,
-    /// The whole call's end: every delegate, rollback included, runs within it.
+    /// The whole call's end: every ADD, CHECK, GC and STATUS delegate runs
+    /// within it; a DEL's delegate gets at least [`DEL_FLOOR`] past it.
     deadline: Instant,
     /// Until when the call's delegates may wait for the database lock, all
     /// their waits together.
@@ -41,23 +40,19 @@ pub struct Stack<'a> {
     /// The configuration as an ADD's first delegate gets it: without the
     /// runtime's `prevResult`, which is not the stack's own.
     fresh: Cow<'a, [u8]>,
-    /// The process group the delegates run in, one after another.
-    group: RefCell<DelegateGroup>,
 }
 
 struct Delegate {
     name: String,
-    path: PathBuf,
-    /// The delegate this program itself is, when its file is this program:
-    /// it then runs in this process (see [`crate::builtin`]).
-    builtin: Option<&'static Builtin>,
+    /// In this process or as a process: chosen once, by [`delegate::runner`].
+    runner: Box<dyn Runner>,
 }
 
 /// What a delegate run is part of, as the suite's delegates are told.
 #[derive(Clone, Copy)]
 enum Role<'a> {
     Add(&'a str),
-    Rollback { add_id: &'a str, deadline: Instant, lock_deadline: Instant },
+    Rollback(&'a str),
     Other,
 }
 
@@ -88,28 +83,17 @@ impl<'a> Stack<'a> {
                 "missing or without an absolute directory; it is where delegates are found",
             ));
         }
-        let myself = std::fs::metadata("/proc/self/exe").ok().map(|m| (m.dev(), m.ino()));
+        let myself = delegate::this_program();
+        // The process group the delegates run in, one after another, shared
+        // by the runners of processes.
+        let group = Rc::new(DelegateGroup::default());
         let delegates = names
             .into_iter()
             .enumerate()
             .map(|(i, name)| {
                 let found = delegate::find(&name, &req.env.path)?;
-                let this_program = Some(found.file) == myself;
-                let builtin = this_program.then(|| builtin::named(OsStr::new(&name))).flatten();
-                if this_program && builtin.is_none() {
-                    // Under any name but a delegate's, this program is ipam-delegated.
-                    return Err(CniError::config(
-                        &format!("ipam.delegates[{i}]"),
-                        format!(
-                            "{name:?} ({}) is ipam-delegated itself: a stack cannot run itself",
-                            found.path.display()
-                        ),
-                    ));
-                }
-                if builtin.is_some() {
-                    tracing::debug!("{name} ({}) is this program: it runs in this process", found.path.display());
-                }
-                Ok(Delegate { path: found.path, name, builtin })
+                let runner = delegate::runner(i, &name, found, myself, &group)?;
+                Ok(Delegate { name, runner })
             })
             .collect::<Result<_>>()?;
         let deadline = earliest(started + timeout, inherited.deadline);
@@ -118,8 +102,7 @@ impl<'a> Stack<'a> {
             Some(_) => Cow::Owned(req.config.with_prev_result(None).to_string().into_bytes()),
             None => Cow::Borrowed(req.config.bytes.as_slice()),
         };
-        let group = RefCell::default();
-        Ok(Stack { req, delegates, timeout, deadline, lock_deadline, depth, fresh, group })
+        Ok(Stack { req, delegates, timeout, deadline, lock_deadline, depth, fresh })
     }
 
     /// ADD: the stack starts from an empty result; each delegate gets the
@@ -164,12 +147,9 @@ impl<'a> Stack<'a> {
     /// first with the prevResult the failed step was given, each next one with
     /// what the previous DEL returned. DEL failures are reported, not raised.
     /// The suite's delegates are told which ADD to undo and release only what
-    /// it took. The rollback runs within the call's deadline and lock budget,
-    /// but gets at least [`ROLLBACK_FLOOR`] of each.
+    /// it took. Each DEL gets its time as any DEL does (see [`Stack::deadlines`]).
     fn rollback(&self, failed: usize, given_to_failed: Option<&Value>, add_id: &str) -> Vec<String> {
-        let floor = Instant::now() + ROLLBACK_FLOOR;
-        let role =
-            Role::Rollback { add_id, deadline: self.deadline.max(floor), lock_deadline: self.lock_deadline.max(floor) };
+        let role = Role::Rollback(add_id);
         let mut prev = given_to_failed.cloned();
         self.delegates[..=failed]
             .iter()
@@ -186,16 +166,15 @@ impl<'a> Stack<'a> {
             .collect()
     }
 
-    /// DEL and CHECK: every delegate runs, even past failures, chaining the
-    /// outputs that are results; all failures are returned together. The
-    /// first delegate gets the runtime's prevResult: DEL and CHECK act on
-    /// the result the runtime holds.
+    /// DEL and CHECK: every delegate runs, even past failures (a DEL's each
+    /// with time of its own, see [`Stack::deadlines`]), chaining the outputs
+    /// that are results; all failures are returned together, each naming its
+    /// delegate. The first delegate gets the runtime's prevResult: DEL and
+    /// CHECK act on the result the runtime holds.
     pub fn run_all(&self, command: Command) -> Result<()> {
         // A DEL that rolls back an outer orchestrator's ADD undoes it here too.
         let role = match (&self.req.env.stack.rollback_of, command) {
-            (Some(add_id), Command::Del) => {
-                Role::Rollback { add_id, deadline: self.deadline, lock_deadline: self.lock_deadline }
-            }
+            (Some(add_id), Command::Del) => Role::Rollback(add_id),
             _ => Role::Other,
         };
         let mut prev: Option<Value> = None;
@@ -229,18 +208,33 @@ impl<'a> Stack<'a> {
         Ok(())
     }
 
-    /// Runs one delegate within the call's deadline, telling it what the
-    /// call is (see [`shared::stack_call`]). `prev: None` gives it the
+    /// Until when a delegate starting now may run, and may wait for the
+    /// database lock. ADD, CHECK, GC and STATUS: the call's deadline and lock
+    /// budget, one for all their delegates (the runtime waits for them, and an
+    /// ADD cut short is rolled back, leaving nothing held). DEL, the runtime's
+    /// or a rollback's:
+    /// those, but at least [`DEL_FLOOR`] from now, so that every delegate
+    /// gets its chance to release what it holds, whatever the ones before
+    /// it did. The one place where a delegate's time is decided.
+    fn deadlines(&self, command: Command) -> (Instant, Instant) {
+        match command {
+            Command::Del => {
+                let floor = Instant::now() + DEL_FLOOR;
+                (self.deadline.max(floor), self.lock_deadline.max(floor))
+            }
+            _ => (self.deadline, self.lock_deadline),
+        }
+    }
+
+    /// Runs one delegate, whichever way it runs, within its time (see
+    /// [`Stack::deadlines`]), telling it what the call is (see
+    /// [`shared::stack_call`]). `prev: None` gives it the
     /// configuration as received, except that an ADD starts without the
     /// runtime's `prevResult`; otherwise with `prevResult` replaced.
     fn call(&self, d: &Delegate, command: Command, prev: Option<&Value>, role: Role) -> Result<Option<Value>> {
         tracing::debug!("{} {}", command.as_str(), d.name);
-        let (deadline, lock_deadline) = match role {
-            Role::Rollback { deadline, lock_deadline, .. } => (deadline, lock_deadline),
-            _ => (self.deadline, self.lock_deadline),
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let (deadline, lock_deadline) = self.deadlines(command);
+        if deadline <= Instant::now() {
             return Err(CniError::new(
                 Code::DelegateTimeout,
                 format!(
@@ -257,7 +251,7 @@ impl<'a> Stack<'a> {
                 _ => None,
             },
             rollback_of: match role {
-                Role::Rollback { add_id, .. } => Some(add_id.to_string()),
+                Role::Rollback(add_id) => Some(add_id.to_string()),
                 _ => None,
             },
             deadline: Some(deadline),
@@ -270,18 +264,10 @@ impl<'a> Stack<'a> {
                 with_prev = self.req.config.with_prev_result(Some(p)).to_string();
                 with_prev.as_bytes()
             }
-            None if matches!(role, Role::Add(_) | Role::Rollback { .. }) => &self.fresh,
+            None if matches!(role, Role::Add(_) | Role::Rollback(_)) => &self.fresh,
             None => &self.req.config.bytes,
         };
-        match d.builtin {
-            // Bounded by the same deadlines: its lock waits end at them, and
-            // it answers 105 or 11 itself, as its process would before being killed.
-            Some(builtin) => delegate::run_in_process(builtin, command, input, &told.to_vars()),
-            None => {
-                let mut group = self.group.borrow_mut();
-                delegate::run(&mut group, &d.path, command, input, left + GRACE, &told.to_vars())
-            }
-        }
+        d.runner.run(&Call { command, input, deadline, vars: &stack_call::vars(&told) })
     }
 }
 

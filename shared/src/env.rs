@@ -113,7 +113,7 @@ impl Env {
     }
 
     /// The environment a delegate run in this process by ipam-delegated sees
-    /// (see [`crate::delegate::run_in_process`]): the process's own, with
+    /// (ipam-delegated's `delegate::in_process`): the process's own, with
     /// CNI_COMMAND and `vars` set and every other variable of
     /// [`crate::stack_call`] unset, as a delegate's process would get it.
     /// (The process's own variables were checked by [`Env::from_process`]

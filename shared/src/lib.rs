@@ -1,11 +1,13 @@
 //! Everything the suite's executables share: the CNI protocol (environment,
-//! configuration, results in every spec version, errors, delegation, logging),
-//! the pool model, and the SQLite allocation store.
+//! configuration, results in every spec version, errors, logging), the
+//! variables through which ipam-delegated tells its delegates what a call is,
+//! the pool model, and the SQLite allocation store. How ipam-delegated runs
+//! its delegates is its own (ipam-delegated/src/delegate/): no delegate
+//! links it.
 
 pub mod addr;
 pub mod args;
 pub mod config;
-pub mod delegate;
 pub mod env;
 pub mod error;
 pub mod logging;

@@ -28,7 +28,7 @@ pub struct About {
 /// executables are one multicall program that runs the one named by the
 /// file it was started as; ipam-delegated also runs one inside its own
 /// process when the delegate it finds in CNI_PATH is that very program
-/// (see [`crate::delegate::run_in_process`]).
+/// (ipam-delegated's `delegate::in_process`).
 pub struct Builtin {
     pub about: About,
     pub plugin: &'static (dyn Plugin + Sync),

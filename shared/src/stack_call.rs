@@ -1,5 +1,6 @@
 //! What `ipam-delegated` tells the delegates it runs beyond the CNI protocol,
-//! in environment variables that any other plugin ignores:
+//! in environment variables that any other plugin ignores, as its delegates
+//! read them (ipam-delegated's `stack_call` writes them):
 //!
 //! - `IPAM_DELEGATED_ADD`: the id of the ADD a delegate takes part in; the
 //!   suite's allocators tag the leases they take with it.
@@ -71,43 +72,10 @@ impl StackCall {
             depth,
         })
     }
-
-    /// The variables that say this to a delegate.
-    pub fn to_vars(&self) -> Vec<(&'static str, String)> {
-        let mut vars = vec![(DEPTH, self.depth.to_string())];
-        if let Some(id) = &self.add_id {
-            vars.push((ADD_ID, id.clone()));
-        }
-        if let Some(id) = &self.rollback_of {
-            vars.push((ROLLBACK, id.clone()));
-        }
-        let clocks = Clocks::now();
-        if let Some(at) = self.deadline {
-            vars.push((DEADLINE, clocks.monotonic_ms_of(at).to_string()));
-        }
-        if let Some(at) = self.lock_deadline {
-            vars.push((LOCK_DEADLINE, clocks.monotonic_ms_of(at).to_string()));
-        }
-        vars
-    }
-}
-
-/// A new ADD id: random, so that no two ADDs of one machine share one.
-pub fn new_add_id() -> String {
-    let mut bytes = [0u8; 8];
-    // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if filled != bytes.len() as isize {
-        // Without the kernel's randomness: the process id and the time, which
-        // no other process of this machine shares at once.
-        let nanos = monotonic_now().as_nanos() as u64;
-        bytes = (u64::from(std::process::id()) << 40 ^ nanos).to_be_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// CLOCK_MONOTONIC, which std's `Instant` also reads, as a duration since boot.
-fn monotonic_now() -> Duration {
+pub fn monotonic_now() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime fills the timespec we own; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -118,17 +86,19 @@ fn monotonic_now() -> Duration {
 /// the two are read a moment apart, so each conversion with a reading of its
 /// own could move equal instants a millisecond apart (and a lock budget that
 /// is the deadline would end before it, answering 11 instead of 105).
-struct Clocks {
+pub struct Clocks {
     now: Instant,
     clock: Duration,
 }
 
 impl Clocks {
-    fn now() -> Clocks {
+    /// Both clocks, read now.
+    pub fn now() -> Clocks {
         Clocks { now: Instant::now(), clock: monotonic_now() }
     }
 
-    fn monotonic_ms_of(&self, at: Instant) -> u64 {
+    /// `at` as CLOCK_MONOTONIC milliseconds, as the variables carry it.
+    pub fn monotonic_ms_of(&self, at: Instant) -> u64 {
         let at = match at.checked_duration_since(self.now) {
             Some(ahead) => self.clock + ahead,
             None => self.clock.saturating_sub(self.now - at),
@@ -136,7 +106,8 @@ impl Clocks {
         at.as_millis() as u64
     }
 
-    fn instant_at_monotonic_ms(&self, ms: u64) -> Instant {
+    /// The instant of `ms` CLOCK_MONOTONIC milliseconds, as a variable says it.
+    pub fn instant_at_monotonic_ms(&self, ms: u64) -> Instant {
         let at = Duration::from_millis(ms);
         match at.checked_sub(self.clock) {
             Some(ahead) => self.now + ahead,
@@ -154,41 +125,8 @@ mod tests {
     }
 
     #[test]
-    fn round_trips_through_the_environment() {
-        let call = StackCall {
-            add_id: Some(new_add_id()),
-            rollback_of: Some("0123abcd".into()),
-            deadline: Some(Instant::now() + Duration::from_secs(30)),
-            lock_deadline: Some(Instant::now() + Duration::from_secs(10)),
-            depth: 2,
-        };
-        let back = read(&call.to_vars()).unwrap();
-        assert_eq!((&back.add_id, &back.rollback_of, back.depth), (&call.add_id, &call.rollback_of, 2));
-        for (sent, got) in [(call.deadline, back.deadline), (call.lock_deadline, back.lock_deadline)] {
-            let (sent, got) = (sent.unwrap(), got.unwrap());
-            let apart = if sent > got { sent - got } else { got - sent };
-            assert!(apart < Duration::from_millis(5), "{apart:?}");
-        }
+    fn no_variable_is_no_stack_and_malformed_values_are_error_4() {
         assert_eq!(read(&[]).unwrap(), StackCall::default());
-    }
-
-    /// A lock budget that is the call's deadline stays the deadline through
-    /// the environment, however the clocks are read around a millisecond's
-    /// turn: the delegate then says its wait was cut by the deadline (105).
-    #[test]
-    fn equal_instants_stay_equal_through_the_environment() {
-        for _ in 0..2000 {
-            let deadline = Instant::now() + Duration::from_micros(1_500_000);
-            let call = StackCall { deadline: Some(deadline), lock_deadline: Some(deadline), ..StackCall::default() };
-            let back = read(&call.to_vars()).unwrap();
-            assert_eq!(back.deadline, back.lock_deadline);
-        }
-    }
-
-    #[test]
-    fn ids_are_distinct_and_malformed_values_are_error_4() {
-        assert_ne!(new_add_id(), new_add_id());
-        assert_eq!(new_add_id().len(), 16);
         for (name, value) in [(ADD_ID, "a b"), (ROLLBACK, "x;y"), (DEADLINE, "soon"), (DEPTH, "-1")] {
             let e = read(&[(name, value.to_string())]).unwrap_err();
             assert!(e.code == 4 && e.msg.contains(name), "{e}");
