@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{list_leases, run_args, suite_bin, Outcome, Sandbox};
+use support::{assert_error, list_leases, run_args, suite_bin, Outcome, Sandbox};
 
 /// The full stack on the sandbox's database, `cniVersion` 1.0.0, with `pools`.
 fn network(sb: &Sandbox, pools: Value) -> Value {
@@ -29,14 +29,8 @@ fn with_ipam(config: &Value, key: &str, value: Value) -> Value {
     c
 }
 
-fn cni(sb: &Sandbox, command: &str, config: &Value, ctr: &str, extra: &[(&str, &str)]) -> Outcome {
-    let mut env = vec![("CNI_CONTAINERID", ctr)];
-    env.extend_from_slice(extra);
-    sb.cni("ipam-delegated", command, config, &env)
-}
-
 fn add(sb: &Sandbox, config: &Value, ctr: &str) -> Outcome {
-    cni(sb, "ADD", config, ctr, &[])
+    sb.delegated("ADD", config, ctr, &[])
 }
 
 /// The addresses of a 1.0.0 result, as text without the prefix length.
@@ -54,14 +48,6 @@ fn leases(sb: &Sandbox) -> Vec<(String, String, String)> {
 
 fn lease(address: &str, ctr: &str, ifname: &str) -> (String, String, String) {
     (address.to_string(), ctr.to_string(), ifname.to_string())
-}
-
-fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
-    let (got, msg, details) = out.error();
-    assert_eq!(got, code, "{out:#?}");
-    for w in words {
-        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
-    }
 }
 
 #[test]
@@ -88,7 +74,7 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.83.0.0/24")]));
     let eth0 = add(&sb, &config, "c1");
-    let eth1 = cni(&sb, "ADD", &config, "c1", &[("CNI_IFNAME", "eth1")]);
+    let eth1 = sb.delegated("ADD", &config, "c1", &[("CNI_IFNAME", "eth1")]);
     // As the results have them, with the prefix length.
     let cidr = |out: &Outcome| out.result()["ips"][0]["address"].clone();
     let (a0, a1) = (cidr(&eth0), cidr(&eth1));
@@ -100,16 +86,16 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
     let bare = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": a1}]});
     for prev in [&chain, &bare] {
         for ifname in ["eth0", "eth1"] {
-            let out = cni(&sb, "CHECK", &stack::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
+            let out = sb.delegated("CHECK", &stack::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
             out.assert_quiet_success();
         }
     }
     // Another container's address is still a failure.
     let other = add(&sb, &config, "c2");
     let theirs = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": cidr(&other)}]});
-    assert_error(&cni(&sb, "CHECK", &stack::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
+    assert_error(&sb.delegated("CHECK", &stack::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
 
-    cni(&sb, "DEL", &stack::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
+    sb.delegated("DEL", &stack::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
     assert_eq!(
         leases(&sb).iter().filter(|l| l.1 == "c1").cloned().collect::<Vec<_>>(),
         [lease(&addresses(&eth0)[0], "c1", "eth0")]
@@ -134,7 +120,7 @@ fn a_held_address_outside_its_changed_pool_is_not_handed_back() {
     // The old addresses stay held until DEL: the container may still use them.
     let held: Vec<String> = leases(&sb).into_iter().map(|l| l.0).collect();
     assert_eq!(held, ["10.77.0.2", "10.78.0.2", "fd00:78::2"]);
-    cni(&sb, "DEL", &six, "c1", &[]).assert_quiet_success();
+    sb.delegated("DEL", &six, "c1", &[]).assert_quiet_success();
     assert!(leases(&sb).is_empty());
 }
 
@@ -162,7 +148,7 @@ fn a_failed_repeat_add_keeps_the_attachments_lease() {
     assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.82.0.2"]);
     assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.82.0.3"]);
 
-    let taken = cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.82.0.3")]);
+    let taken = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.82.0.3")]);
     assert_error(&taken, 101, &["10.82.0.3"]);
     assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
 
@@ -182,7 +168,7 @@ fn a_failed_repeat_add_keeps_the_attachments_lease() {
         std::thread::sleep(Duration::from_millis(800));
         drop(holder);
     });
-    let out = cni(&sb, "ADD", &stack::with_static(&quick, &["10.82.0.9".parse().unwrap()]), "c1", &[]);
+    let out = sb.delegated("ADD", &stack::with_static(&quick, &["10.82.0.9".parse().unwrap()]), "c1", &[]);
     releaser.join().expect("releaser");
     assert_error(&out, 11, &["locked"]);
     assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
@@ -228,7 +214,7 @@ fn a_renamed_pool_takes_over_its_subnet_once_the_old_one_holds_nothing() {
     assert_eq!(addresses(&add(&sb, &q, "c2")), ["10.85.0.2"]);
 
     // Without leases the old registration gives way by itself.
-    cni(&sb, "DEL", &q, "c2", &[]).assert_quiet_success();
+    sb.delegated("DEL", &q, "c2", &[]).assert_quiet_success();
     let r = network(&sb, json!([pool("r", "10.85.0.0/23")]));
     assert_eq!(addresses(&add(&sb, &r, "c3")), ["10.85.0.2"]);
 }
@@ -306,7 +292,7 @@ fn del_with_an_odd_prev_result_still_releases_and_succeeds() {
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2"}]}),
         json!("not a result"),
     ] {
-        cni(&sb, "DEL", &stack::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
+        sb.delegated("DEL", &stack::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
         assert!(leases(&sb).is_empty(), "{odd}");
         add(&sb, &config, "c1");
     }
@@ -316,8 +302,8 @@ fn del_with_an_odd_prev_result_still_releases_and_succeeds() {
 fn octets_with_leading_zeros_are_refused_in_requests_too() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.90.0.0/24")]));
-    assert_error(&cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.90.0.050")]), 7, &["CNI_ARGS IP", "050"]);
-    assert_error(&cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=010.90.0.5/24")]), 7, &["CNI_ARGS IP"]);
+    assert_error(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.90.0.050")]), 7, &["CNI_ARGS IP", "050"]);
+    assert_error(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=010.90.0.5/24")]), 7, &["CNI_ARGS IP"]);
     let zero = network(&sb, json!([pool("p", "010.90.0.0/24")]));
     assert_error(&add(&sb, &zero, "c1"), 7, &["010.90.0.0/24"]);
     assert!(leases(&sb).is_empty());
