@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use support::{Outcome, Sandbox};
+use support::{addresses, assert_error, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 const STACK: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
@@ -35,31 +35,12 @@ fn with(config: &Value, key: &str, value: Value) -> Value {
     c
 }
 
-/// Runs `command` of ipam-delegated for the attachment (`ctr`, eth0) with
-/// additional CNI_* variables `extra` (CNI_ARGS, CNI_IFNAME, …).
-fn run(sb: &Sandbox, command: &str, config: &Value, ctr: &str, extra: &[(&str, &str)]) -> Outcome {
-    let mut env = vec![("CNI_CONTAINERID", ctr)];
-    env.extend_from_slice(extra);
-    sb.cni(DELEGATED, command, config, &env)
-}
-
 fn add(sb: &Sandbox, config: &Value, ctr: &str) -> Outcome {
-    run(sb, "ADD", config, ctr, &[])
+    sb.delegated("ADD", config, ctr, &[])
 }
 
 fn del(sb: &Sandbox, config: &Value, ctr: &str) -> Outcome {
-    run(sb, "DEL", config, ctr, &[])
-}
-
-/// The addresses of a successful 0.3.0+ result, in order.
-fn addresses(out: &Outcome) -> Vec<String> {
-    let result = out.result();
-    result["ips"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ips in {result}"))
-        .iter()
-        .map(|ip| ip["address"].as_str().unwrap_or_else(|| panic!("address in {result}")).to_string())
-        .collect()
+    sb.delegated("DEL", config, ctr, &[])
 }
 
 /// The one address of a successful single-family ADD.
@@ -67,16 +48,6 @@ fn address(out: &Outcome) -> String {
     let all = addresses(out);
     assert_eq!(all.len(), 1, "one address expected: {out:#?}");
     all.into_iter().next().unwrap()
-}
-
-/// Asserts a failure with `code` (and a CNI error object on stdout) whose
-/// msg or details mention each of `words`.
-fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
-    let (got, msg, details) = out.error();
-    assert_eq!(got, code, "{out:#?}");
-    for w in words {
-        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
-    }
 }
 
 /// Runs a query on the database with `sqlite3 -readonly`; one string per row,
@@ -325,13 +296,13 @@ fn a_pool_with_match_serves_only_attachments_whose_cni_args_carry_it() {
         v4_pool("general", "10.14.1.0/24")
     ]);
     let config = network(&sb, "1.0.0", "matching", pools);
-    let prod = run(&sb, "ADD", &config, "c0", &[("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=prod")]);
+    let prod = sb.delegated("ADD", &config, "c0", &[("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=prod")]);
     assert_eq!(address(&prod), "10.14.0.2/24");
-    let dev = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "K8S_POD_NAMESPACE=dev")]);
+    let dev = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "K8S_POD_NAMESPACE=dev")]);
     assert_eq!(address(&dev), "10.14.1.2/24");
     assert_eq!(address(&add(&sb, &config, "c2")), "10.14.1.3/24");
     // Nor can a non-matching attachment claim a prod address by name.
-    let out = run(&sb, "ADD", &config, "c9", &[("CNI_ARGS", "K8S_POD_NAMESPACE=dev;IP=10.14.0.9")]);
+    let out = sb.delegated("ADD", &config, "c9", &[("CNI_ARGS", "K8S_POD_NAMESPACE=dev;IP=10.14.0.9")]);
     assert_error(&out, 102, &["10.14.0.9"]);
 
     // Only a match pool, and the attachment does not match: an error, no lease.
@@ -343,7 +314,7 @@ fn a_pool_with_match_serves_only_attachments_whose_cni_args_carry_it() {
         "ranges": [{"subnet": "10.14.2.0/24"}]}]),
     );
     let before = leases(&sb);
-    run(&sb, "ADD", &only, "c3", &[("CNI_ARGS", "K8S_POD_NAMESPACE=dev")]).error();
+    sb.delegated("ADD", &only, "c3", &[("CNI_ARGS", "K8S_POD_NAMESPACE=dev")]).error();
     assert_eq!(leases(&sb), before);
 }
 
@@ -353,15 +324,15 @@ fn attachments_narrow_pools_by_name_and_args_wins_over_cni_args() {
     let pools = json!([v4_pool("a", "10.15.0.0/24"), v4_pool("b", "10.15.1.0/24"), v4_pool("c", "10.15.2.0/24")]);
     let config = network(&sb, "1.0.0", "narrow", pools);
     assert_eq!(address(&add(&sb, &config, "c0")), "10.15.0.2/24");
-    assert_eq!(address(&run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IPAM_POOL=b")])), "10.15.1.2/24");
+    assert_eq!(address(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IPAM_POOL=b")])), "10.15.1.2/24");
     let args_c = with(&config, "args", json!({"cni": {"pools": ["c"]}}));
     assert_eq!(address(&add(&sb, &args_c, "c2")), "10.15.2.2/24");
-    assert_eq!(address(&run(&sb, "ADD", &args_c, "c3", &[("CNI_ARGS", "IPAM_POOL=b")])), "10.15.2.3/24");
+    assert_eq!(address(&sb.delegated("ADD", &args_c, "c3", &[("CNI_ARGS", "IPAM_POOL=b")])), "10.15.2.3/24");
     // A list of names keeps the configured order: a before c.
-    assert_eq!(address(&run(&sb, "ADD", &config, "c4", &[("CNI_ARGS", "IPAM_POOL=c,a")])), "10.15.0.3/24");
+    assert_eq!(address(&sb.delegated("ADD", &config, "c4", &[("CNI_ARGS", "IPAM_POOL=c,a")])), "10.15.0.3/24");
 
     let before = db_state(&sb);
-    let out = run(&sb, "ADD", &config, "c5", &[("CNI_ARGS", "IPAM_POOL=b,zzz")]);
+    let out = sb.delegated("ADD", &config, "c5", &[("CNI_ARGS", "IPAM_POOL=b,zzz")]);
     assert_error(&out, 7, &["IPAM_POOL", "\"zzz\""]);
     let out = add(&sb, &with(&config, "args", json!({"cni": {"pools": ["nope"]}})), "c6");
     assert_error(&out, 7, &["args.cni.pools", "\"nope\""]);
@@ -436,20 +407,20 @@ fn static_requests_come_from_runtime_config_then_args_then_cni_args() {
     let out = add(&sb, &with(&config, "runtimeConfig", rc(json!(["10.17.0.50/24"]))), "c0");
     assert_eq!(out.result()["ips"], json!([{"address": "10.17.0.50/24", "gateway": "10.17.0.1"}]));
     assert_eq!(address(&add(&sb, &with(&config, "args", args(json!(["10.17.0.51"]))), "c1")), "10.17.0.51/24");
-    assert_eq!(address(&run(&sb, "ADD", &config, "c2", &[("CNI_ARGS", "IP=10.17.0.52")])), "10.17.0.52/24");
+    assert_eq!(address(&sb.delegated("ADD", &config, "c2", &[("CNI_ARGS", "IP=10.17.0.52")])), "10.17.0.52/24");
 
     // Precedence: runtimeConfig over args over CNI_ARGS; the others are not claimed.
     let all = with(&with(&config, "runtimeConfig", rc(json!(["10.17.0.60"]))), "args", args(json!(["10.17.0.61/24"])));
-    assert_eq!(address(&run(&sb, "ADD", &all, "c3", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.60/24");
+    assert_eq!(address(&sb.delegated("ADD", &all, "c3", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.60/24");
     let both = with(&config, "args", args(json!(["10.17.0.61"])));
-    assert_eq!(address(&run(&sb, "ADD", &both, "c4", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.61/24");
-    assert_eq!(address(&run(&sb, "ADD", &config, "c5", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.62/24");
+    assert_eq!(address(&sb.delegated("ADD", &both, "c4", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.61/24");
+    assert_eq!(address(&sb.delegated("ADD", &config, "c5", &[("CNI_ARGS", "IP=10.17.0.62")])), "10.17.0.62/24");
 
     // A static address inside the dynamic range is skipped by sequential allocation.
-    let rs = run(&sb, "ADD", &config, "c8", &[("CNI_ARGS", "IP=10.17.0.100")]);
+    let rs = sb.delegated("ADD", &config, "c8", &[("CNI_ARGS", "IP=10.17.0.100")]);
     assert_eq!(address(&rs), "10.17.0.100/24");
     // An excluded address may be claimed by name.
-    assert_eq!(address(&run(&sb, "ADD", &config, "c6", &[("CNI_ARGS", "IP=10.17.0.105")])), "10.17.0.105/24");
+    assert_eq!(address(&sb.delegated("ADD", &config, "c6", &[("CNI_ARGS", "IP=10.17.0.105")])), "10.17.0.105/24");
     // Dynamic allocation was not moved by any of them, and skips the held rangeStart.
     assert_eq!(address(&add(&sb, &config, "c7")), "10.17.0.101/24");
 
@@ -528,11 +499,11 @@ fn unusable_or_foreign_static_requests_are_error_102() {
         ("fd00:17::", "network"),
         ("fd00:99::5", "outside every candidate pool"),
     ] {
-        let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={ip}"))]);
+        let out = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={ip}"))]);
         assert_error(&out, 102, &[ip, why]);
     }
     // Outside every pool: each is named, with its subnets.
-    let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.99.0.5")]);
+    let out = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.99.0.5")]);
     assert_error(&out, 102, &["(st4 10.17.0.0/24; st6 fd00:17::/64)"]);
     assert_eq!(db_state(&sb), before, "a failed ADD changed the database");
 }
@@ -544,7 +515,7 @@ fn a_static_request_that_is_not_an_address_or_cidr_is_error_7_naming_its_source(
     add(&sb, &config, "c0").result();
     let before = db_state(&sb);
     for bad in ["10.17.0.50/", "10.17.0", "nonsense", "10.17.0.50/33", "fd00:17::50/129"] {
-        let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={bad}"))]);
+        let out = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", &format!("IP={bad}"))]);
         assert_error(&out, 7, &["CNI_ARGS IP", bad]);
         let out = add(&sb, &with(&config, "runtimeConfig", json!({"ips": [bad]})), "c1");
         assert_error(&out, 7, &["runtimeConfig.ips", bad]);
@@ -559,18 +530,18 @@ fn a_static_address_held_by_another_attachment_is_error_101_and_rolls_back() {
     let sb = Sandbox::new();
     let config = network(&sb, "1.0.0", "static", static_pools());
     let ip50 = [("CNI_ARGS", "IP=10.17.0.50")];
-    let first = run(&sb, "ADD", &config, "c0", &ip50);
+    let first = sb.delegated("ADD", &config, "c0", &ip50);
     assert_eq!(addresses(&first), ["10.17.0.50/24", "fd00:17::2/64"]);
     // The same attachment asking again: the same addresses, no second lease.
-    assert_eq!(run(&sb, "ADD", &config, "c0", &ip50).result(), first.result());
+    assert_eq!(sb.delegated("ADD", &config, "c0", &ip50).result(), first.result());
     let before = db_state(&sb);
     assert_eq!(before[2..], rows(&["10.17.0.50|st4|static|c0|eth0", "fd00:17::2|st6|static|c0|eth0"]));
 
     // Another attachment: 101 naming the address, and nothing for it —
     // neither the free address it asked for first nor an IPv6 one.
-    let out = run(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.17.0.53,10.17.0.50")]);
+    let out = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.17.0.53,10.17.0.50")]);
     assert_error(&out, 101, &["10.17.0.50", "c0"]);
-    let out = run(&sb, "ADD", &config, "c1", &ip50);
+    let out = sb.delegated("ADD", &config, "c1", &ip50);
     assert_error(&out, 101, &["10.17.0.50"]);
     assert_eq!(db_state(&sb), before, "a failed ADD changed the database");
 
@@ -583,19 +554,19 @@ fn a_static_address_held_by_another_attachment_is_error_101_and_rolls_back() {
     let full6 = network(&sb, "1.0.0", "full6", pools);
     assert_eq!(addresses(&add(&sb, &full6, "d0")), ["10.17.1.2/24", "fd00:17:1::7/64"]);
     let before = db_state(&sb);
-    let out = run(&sb, "ADD", &full6, "d1", &[("CNI_ARGS", "IP=10.17.1.40")]);
+    let out = sb.delegated("ADD", &full6, "d1", &[("CNI_ARGS", "IP=10.17.1.40")]);
     assert_error(&out, 100, &["IPv6", "ipam-da-sequential"]);
     assert_eq!(db_state(&sb), before, "the rollback left a lease");
     // And 10.17.1.40 is claimable by someone else (narrowed to IPv4 only).
     let only4 = with(&full6, "args", json!({"cni": {"pools": ["r4"]}}));
-    assert_eq!(address(&run(&sb, "ADD", &only4, "d2", &[("CNI_ARGS", "IP=10.17.1.40")])), "10.17.1.40/24");
+    assert_eq!(address(&sb.delegated("ADD", &only4, "d2", &[("CNI_ARGS", "IP=10.17.1.40")])), "10.17.1.40/24");
 }
 
 #[test]
 fn a_static_ipv4_request_in_dual_stack_gets_only_ipv6_from_sequential() {
     let sb = Sandbox::new();
     let config = network(&sb, "1.0.0", "static", static_pools());
-    let out = run(&sb, "ADD", &config, "c0", &[("CNI_ARGS", "IP=10.17.0.7")]);
+    let out = sb.delegated("ADD", &config, "c0", &[("CNI_ARGS", "IP=10.17.0.7")]);
     assert_eq!(
         out.result()["ips"],
         json!([
@@ -621,7 +592,7 @@ fn add_twice_gives_the_same_addresses_and_del_releases_everything() {
     assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.10.0.2/24", "fd00:10::3/64"]);
     // Another interface of the same container is another attachment.
     assert_eq!(
-        addresses(&run(&sb, "ADD", &config, "c0", &[("CNI_IFNAME", "net1")])),
+        addresses(&sb.delegated("ADD", &config, "c0", &[("CNI_IFNAME", "net1")])),
         ["10.10.0.3/24", "fd00:10::4/64"]
     );
     assert_eq!(
@@ -696,16 +667,16 @@ fn check_passes_after_add_and_fails_with_104_after_del() {
     let config = network(&sb, "1.0.0", "blue", dual_stack_pools());
     let out = add(&sb, &config, "c0");
     let checked = with(&config, "prevResult", out.result().clone());
-    run(&sb, "CHECK", &checked, "c0", &[]).assert_quiet_success();
+    sb.delegated("CHECK", &checked, "c0", &[]).assert_quiet_success();
     // Another attachment presenting c0's result is not recorded.
-    assert_error(&run(&sb, "CHECK", &checked, "c1", &[]), 104, &["10.10.0.1"]);
+    assert_error(&sb.delegated("CHECK", &checked, "c1", &[]), 104, &["10.10.0.1"]);
 
     del(&sb, &config, "c0").assert_quiet_success();
-    assert_error(&run(&sb, "CHECK", &checked, "c0", &[]), 104, &["10.10.0.1"]);
+    assert_error(&sb.delegated("CHECK", &checked, "c0", &[]), 104, &["10.10.0.1"]);
 
     // An address outside every pool of this database is not ours to check.
     let foreign = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.200.0.5/24"}], "routes": [], "dns": {}});
-    run(&sb, "CHECK", &with(&config, "prevResult", foreign), "c0", &[]).assert_quiet_success();
+    sb.delegated("CHECK", &with(&config, "prevResult", foreign), "c0", &[]).assert_quiet_success();
 }
 
 // ---------------------------------------------------------------------------
@@ -719,7 +690,7 @@ fn gc_releases_only_stale_attachments_of_its_own_network() {
     for ctr in ["a0", "a1", "shared"] {
         add(&sb, &net_a, ctr).result();
     }
-    run(&sb, "ADD", &net_a, "a0", &[("CNI_IFNAME", "net1")]).result();
+    sb.delegated("ADD", &net_a, "a0", &[("CNI_IFNAME", "net1")]).result();
     for ctr in ["b0", "shared"] {
         add(&sb, &net_b, ctr).result();
     }

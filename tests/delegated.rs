@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{Outcome, Response, Rng, Sandbox, CONTAINER_ID, IFNAME, NETNS};
+use support::{assert_error, Outcome, Response, Rng, Sandbox, CONTAINER_ID, IFNAME, NETNS};
 
 const DELEGATED: &str = "ipam-delegated";
 const ALL_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -42,15 +42,6 @@ fn result(tag: u8) -> Value {
 
 fn calls(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
-}
-
-/// Asserts a failure with `code` whose text (msg and details) mentions each of `words`.
-fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
-    let (got, msg, details) = out.error();
-    assert_eq!(got, code, "{out:#?}");
-    for w in words {
-        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
-    }
 }
 
 // ---------------------------------------------------------------------------

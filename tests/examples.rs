@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use ipam_ds_cluster::etcd::testing::TestEtcd;
 use netns::{leaving_the_host_as_found, prerequisites, unique, veth_master_in, Netns, PLUGINS};
 use serde_json::{json, Value};
-use support::{bin_dir, list_leases as leases, Outcome, Sandbox};
+use support::{addresses, bin_dir, list_leases as leases, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 
@@ -98,16 +98,6 @@ fn add(sb: &Sandbox, config: &Value, container: &str, args: Option<&str>) -> Out
         env.push(("CNI_ARGS", args));
     }
     sb.cni(DELEGATED, "ADD", config, &env)
-}
-
-/// The `address` of each entry of a successful result's `ips`.
-fn addresses(out: &Outcome) -> Vec<String> {
-    out.result()["ips"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no ips: {out:#?}"))
-        .iter()
-        .map(|ip| ip["address"].as_str().expect("address").to_string())
-        .collect()
 }
 
 /// The operator's lease listing of `db` as JSON.

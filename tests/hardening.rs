@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{bin_dir, copies_dir, list_leases, run_args, suite_bin, Outcome, Response, Sandbox};
+use support::{addresses, assert_error, bin_dir, copies_dir, run_args, suite_bin, Outcome, Response, Sandbox};
 
 /// The full stack on the sandbox's database, `cniVersion` 1.0.0, with `pools`.
 fn network(sb: &Sandbox, pools: Value) -> Value {
@@ -29,38 +29,18 @@ fn with_ipam(config: &Value, key: &str, value: Value) -> Value {
     c
 }
 
-fn cni(sb: &Sandbox, command: &str, config: &Value, ctr: &str, extra: &[(&str, &str)]) -> Outcome {
-    let mut env = vec![("CNI_CONTAINERID", ctr)];
-    env.extend_from_slice(extra);
-    sb.cni("ipam-delegated", command, config, &env)
-}
-
 fn add(sb: &Sandbox, config: &Value, ctr: &str) -> Outcome {
-    cni(sb, "ADD", config, ctr, &[])
+    sb.delegated("ADD", config, ctr, &[])
 }
 
-/// The addresses of a 1.0.0 result, as text without the prefix length.
-fn addresses(out: &Outcome) -> Vec<String> {
-    stack::addresses(out.result()).iter().map(ToString::to_string).collect()
-}
-
-/// (address, container, ifname) of every lease on record.
-fn leases(sb: &Sandbox) -> Vec<(String, String, String)> {
-    let text = |l: &Value, k: &str| l[k].as_str().unwrap_or_default().to_string();
-    let list = list_leases(&sb.db());
-    let list = list.as_array().cloned().unwrap_or_default();
-    list.iter().map(|l| (text(l, "address"), text(l, "container_id"), text(l, "ifname"))).collect()
-}
-
-fn lease(address: &str, ctr: &str, ifname: &str) -> (String, String, String) {
-    (address.to_string(), ctr.to_string(), ifname.to_string())
-}
-
-fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
-    let (got, msg, details) = out.error();
-    assert_eq!(got, code, "{out:#?}");
-    for w in words {
-        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
+/// A lease of the pool `p` of the network `hard` (see [`network`]), as [`stack::leases`] lists it.
+fn lease(address: &str, ctr: &str, ifname: &str) -> stack::LeaseRow {
+    stack::LeaseRow {
+        address: address.parse().expect("an address"),
+        pool: "p".into(),
+        network: "hard".into(),
+        container_id: ctr.into(),
+        ifname: ifname.into(),
     }
 }
 
@@ -69,16 +49,16 @@ fn an_add_with_a_chains_prev_result_allocates_for_its_own_attachment() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.79.0.0/24")]));
     let c1 = add(&sb, &config, "c1");
-    assert_eq!(addresses(&c1), ["10.79.0.2"]);
+    assert_eq!(addresses(&c1), ["10.79.0.2/24"]);
 
     // A plugin later in a chain passes its prevResult to IPAM unchanged.
     let c2 = add(&sb, &stack::with_prev(&config, c1.result()), "c2");
-    assert_eq!(addresses(&c2), ["10.79.0.3"], "c2 was answered with c1's address");
+    assert_eq!(addresses(&c2), ["10.79.0.3/24"], "c2 was answered with c1's address");
     let foreign = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.200.0.5/24"}]});
     let c3 = add(&sb, &stack::with_prev(&config, &foreign), "c3");
-    assert_eq!(addresses(&c3), ["10.79.0.4"], "c3 was answered with a foreign address");
+    assert_eq!(addresses(&c3), ["10.79.0.4/24"], "c3 was answered with a foreign address");
     assert_eq!(
-        leases(&sb),
+        stack::leases(&sb.db()),
         [lease("10.79.0.2", "c1", "eth0"), lease("10.79.0.3", "c2", "eth0"), lease("10.79.0.4", "c3", "eth0")]
     );
 }
@@ -88,7 +68,7 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.83.0.0/24")]));
     let eth0 = add(&sb, &config, "c1");
-    let eth1 = cni(&sb, "ADD", &config, "c1", &[("CNI_IFNAME", "eth1")]);
+    let eth1 = sb.delegated("ADD", &config, "c1", &[("CNI_IFNAME", "eth1")]);
     // As the results have them, with the prefix length.
     let cidr = |out: &Outcome| out.result()["ips"][0]["address"].clone();
     let (a0, a1) = (cidr(&eth0), cidr(&eth1));
@@ -100,19 +80,19 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
     let bare = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": a1}]});
     for prev in [&chain, &bare] {
         for ifname in ["eth0", "eth1"] {
-            let out = cni(&sb, "CHECK", &stack::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
+            let out = sb.delegated("CHECK", &stack::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
             out.assert_quiet_success();
         }
     }
     // Another container's address is still a failure.
     let other = add(&sb, &config, "c2");
     let theirs = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": cidr(&other)}]});
-    assert_error(&cni(&sb, "CHECK", &stack::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
+    assert_error(&sb.delegated("CHECK", &stack::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
 
-    cni(&sb, "DEL", &stack::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
+    sb.delegated("DEL", &stack::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
     assert_eq!(
-        leases(&sb).iter().filter(|l| l.1 == "c1").cloned().collect::<Vec<_>>(),
-        [lease(&addresses(&eth0)[0], "c1", "eth0")]
+        stack::leases(&sb.db()).iter().filter(|l| l.container_id == "c1").cloned().collect::<Vec<_>>(),
+        [lease(&stack::ipv4_of(eth0.result()).to_string(), "c1", "eth0")]
     );
 }
 
@@ -120,58 +100,58 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
 fn a_held_address_outside_its_changed_pool_is_not_handed_back() {
     let sb = Sandbox::new();
     let before = network(&sb, json!([pool("p", "10.77.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &before, "c1")), ["10.77.0.2"]);
+    assert_eq!(addresses(&add(&sb, &before, "c1")), ["10.77.0.2/24"]);
 
     let moved = network(&sb, json!([pool("p", "10.78.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &moved, "c1")), ["10.78.0.2"]);
+    assert_eq!(addresses(&add(&sb, &moved, "c1")), ["10.78.0.2/24"]);
     // 0.2.0, whose result has one ip4 object that libcni requires.
     let mut legacy = moved.clone();
     legacy["cniVersion"] = json!("0.2.0");
     assert_eq!(add(&sb, &legacy, "c1").result()["ip4"]["ip"], "10.78.0.2/24");
 
     let six = network(&sb, json!([pool("p", "fd00:78::/64")]));
-    assert_eq!(addresses(&add(&sb, &six, "c1")), ["fd00:78::2"]);
+    assert_eq!(addresses(&add(&sb, &six, "c1")), ["fd00:78::2/64"]);
     // The old addresses stay held until DEL: the container may still use them.
-    let held: Vec<String> = leases(&sb).into_iter().map(|l| l.0).collect();
+    let held: Vec<String> = stack::leases(&sb.db()).into_iter().map(|l| l.address.to_string()).collect();
     assert_eq!(held, ["10.77.0.2", "10.78.0.2", "fd00:78::2"]);
-    cni(&sb, "DEL", &six, "c1", &[]).assert_quiet_success();
-    assert!(leases(&sb).is_empty());
+    sb.delegated("DEL", &six, "c1", &[]).assert_quiet_success();
+    assert!(stack::leases(&sb.db()).is_empty());
 }
 
 #[test]
 fn a_held_address_that_became_the_gateway_or_excluded_is_not_handed_back() {
     let sb = Sandbox::new();
     let base = network(&sb, json!([pool("p", "10.80.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &base, "c1")), ["10.80.0.2"]);
-    assert_eq!(addresses(&add(&sb, &base, "c2")), ["10.80.0.3"]);
+    assert_eq!(addresses(&add(&sb, &base, "c1")), ["10.80.0.2/24"]);
+    assert_eq!(addresses(&add(&sb, &base, "c2")), ["10.80.0.3/24"]);
 
     let gateway = network(&sb, json!([{"name": "p", "ranges": [{"subnet": "10.80.0.0/24", "gateway": "10.80.0.2"}]}]));
     let out = add(&sb, &gateway, "c1");
-    assert_eq!(addresses(&out), ["10.80.0.4"]);
+    assert_eq!(addresses(&out), ["10.80.0.4/24"]);
     assert_eq!(out.result()["ips"][0]["gateway"], "10.80.0.2");
 
     let excluded =
         network(&sb, json!([{"name": "p", "ranges": [{"subnet": "10.80.0.0/24"}], "exclude": ["10.80.0.3"]}]));
-    assert_eq!(addresses(&add(&sb, &excluded, "c2")), ["10.80.0.5"]);
+    assert_eq!(addresses(&add(&sb, &excluded, "c2")), ["10.80.0.5/24"]);
 }
 
 #[test]
 fn a_failed_repeat_add_keeps_the_attachments_lease() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.82.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.82.0.2"]);
-    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.82.0.3"]);
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.82.0.2/24"]);
+    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.82.0.3/24"]);
 
-    let taken = cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.82.0.3")]);
+    let taken = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.82.0.3")]);
     assert_error(&taken, 101, &["10.82.0.3"]);
-    assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
+    assert_eq!(stack::leases(&sb.db()), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
 
     // What the failed ADD itself took is rolled back, and only that.
     let dual = network(&sb, json!([pool("p", "10.82.0.0/24"), pool("p6", "fd00:82::/64")]));
     let with_static = stack::with_static(&dual, &["10.82.0.3".parse().unwrap()]);
     let out = add(&sb, &with_static, "c1");
     assert_error(&out, 101, &["10.82.0.3"]);
-    assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
+    assert_eq!(stack::leases(&sb.db()), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
 
     // A transient failure: the lock is stuck past lockTimeout, then freed
     // while the rollback runs. The rollback must not take c1's lease.
@@ -182,10 +162,10 @@ fn a_failed_repeat_add_keeps_the_attachments_lease() {
         std::thread::sleep(Duration::from_millis(800));
         drop(holder);
     });
-    let out = cni(&sb, "ADD", &stack::with_static(&quick, &["10.82.0.9".parse().unwrap()]), "c1", &[]);
+    let out = sb.delegated("ADD", &stack::with_static(&quick, &["10.82.0.9".parse().unwrap()]), "c1", &[]);
     releaser.join().expect("releaser");
     assert_error(&out, 11, &["locked"]);
-    assert_eq!(leases(&sb), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
+    assert_eq!(stack::leases(&sb.db()), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
 }
 
 fn lock_file(db: &Path) -> std::path::PathBuf {
@@ -215,7 +195,7 @@ fn a_stack_that_runs_itself_is_error_7_at_once() {
 fn a_renamed_pool_takes_over_its_subnet_once_the_old_one_holds_nothing() {
     let sb = Sandbox::new();
     let p = network(&sb, json!([pool("p", "10.85.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &p, "c1")), ["10.85.0.2"]);
+    assert_eq!(addresses(&add(&sb, &p, "c1")), ["10.85.0.2/24"]);
     let q = network(&sb, json!([pool("q", "10.85.0.0/24")]));
     let out = add(&sb, &q, "c2");
     assert_error(&out, 7, &["pool q", "pool p", "holds 1 lease", "forget-pool --network hard --pool p"]);
@@ -225,12 +205,12 @@ fn a_renamed_pool_takes_over_its_subnet_once_the_old_one_holds_nothing() {
     let forgot = run_args(&suite_bin("ipam-delegated"), &args, &[], b"", None);
     assert_eq!(forgot.status, 0, "{forgot:#?}");
     assert!(forgot.stdout.contains("released 10.85.0.2") && forgot.stdout.contains("1 lease released"), "{forgot:#?}");
-    assert_eq!(addresses(&add(&sb, &q, "c2")), ["10.85.0.2"]);
+    assert_eq!(addresses(&add(&sb, &q, "c2")), ["10.85.0.2/24"]);
 
     // Without leases the old registration gives way by itself.
-    cni(&sb, "DEL", &q, "c2", &[]).assert_quiet_success();
+    sb.delegated("DEL", &q, "c2", &[]).assert_quiet_success();
     let r = network(&sb, json!([pool("r", "10.85.0.0/23")]));
-    assert_eq!(addresses(&add(&sb, &r, "c3")), ["10.85.0.2"]);
+    assert_eq!(addresses(&add(&sb, &r, "c3")), ["10.85.0.2/23"]);
 }
 
 #[test]
@@ -242,9 +222,9 @@ fn ten_thousand_pools_register_in_one_add() {
     let started = Instant::now();
     let out = add(&sb, &config, "c1");
     let first = started.elapsed();
-    assert_eq!(addresses(&out), ["10.100.0.2"]);
+    assert_eq!(addresses(&out), ["10.100.0.2/24"]);
     let started = Instant::now();
-    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.100.0.3"]);
+    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.100.0.3/24"]);
     println!("first ADD registering 10,000 pools: {first:?}; the next ADD: {:?}", started.elapsed());
 }
 
@@ -252,7 +232,7 @@ fn ten_thousand_pools_register_in_one_add() {
 fn a_stuck_lock_costs_the_call_one_deadline() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.86.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.86.0.2"]);
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.86.0.2/24"]);
     let holder = File::open(lock_file(&sb.db())).expect("lock file");
     fs2::FileExt::lock_exclusive(&holder).expect("flock");
 
@@ -297,19 +277,20 @@ fn a_del_reaches_every_delegate_even_after_one_hangs() {
         config["ipam"]["delegates"] = json!(STACK);
         let path = format!("{}:{}", sb.fakes_dir().display(), suite.display());
         let env = [("CNI_PATH", path.as_str())];
-        let added = cni(&sb, "ADD", &config, "c1", &env);
-        assert_eq!(addresses(&added), ["10.87.0.2"], "{}", suite.display());
-        assert_eq!(leases(&sb), [lease("10.87.0.2", "c1", "eth0")]);
+        let added = sb.delegated("ADD", &config, "c1", &env);
+        assert_eq!(addresses(&added), ["10.87.0.2/24"], "{}", suite.display());
+        assert_eq!(stack::leases(&sb.db()), [lease("10.87.0.2", "c1", "eth0")]);
 
         let started = Instant::now();
-        let out = cni(&sb, "DEL", &stack::with_prev(&config, added.result()), "c1", &env);
+        let out = sb.delegated("DEL", &stack::with_prev(&config, added.result()), "c1", &env);
         let took = started.elapsed();
         assert_error(&out, 105, &["2 delegates failed DEL", "\"ipam-x-hang\"", "\"ipam-x-hang2\"", "killed"]);
         let (_, _, details) = out.error();
         for suites in &STACK[1..4] {
             assert!(!details.contains(&format!("{suites:?}:")), "{suites} did not fail: {details}");
         }
-        assert!(leases(&sb).is_empty(), "a lease outlived the DEL ({}): {:?}", suite.display(), leases(&sb));
+        let left = stack::leases(&sb.db());
+        assert!(left.is_empty(), "a lease outlived the DEL ({}): {left:?}", suite.display());
         // ipam.timeout, then at most a second and the half second's grace per delegate.
         let bound = Duration::from_secs(1) + STACK.len() as u32 * Duration::from_millis(1500);
         assert!(took >= Duration::from_secs(1) && took < bound, "took {took:?}");
@@ -342,14 +323,14 @@ fn a_lock_file_that_cannot_be_opened_is_named() {
 fn del_with_an_odd_prev_result_still_releases_and_succeeds() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.89.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.89.0.2"]);
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.89.0.2/24"]);
     for odd in [
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2/24", "gateway": ""}]}),
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2"}]}),
         json!("not a result"),
     ] {
-        cni(&sb, "DEL", &stack::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
-        assert!(leases(&sb).is_empty(), "{odd}");
+        sb.delegated("DEL", &stack::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
+        assert!(stack::leases(&sb.db()).is_empty(), "{odd}");
         add(&sb, &config, "c1");
     }
 }
@@ -358,11 +339,11 @@ fn del_with_an_odd_prev_result_still_releases_and_succeeds() {
 fn octets_with_leading_zeros_are_refused_in_requests_too() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.90.0.0/24")]));
-    assert_error(&cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=10.90.0.050")]), 7, &["CNI_ARGS IP", "050"]);
-    assert_error(&cni(&sb, "ADD", &config, "c1", &[("CNI_ARGS", "IP=010.90.0.5/24")]), 7, &["CNI_ARGS IP"]);
+    assert_error(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.90.0.050")]), 7, &["CNI_ARGS IP", "050"]);
+    assert_error(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=010.90.0.5/24")]), 7, &["CNI_ARGS IP"]);
     let zero = network(&sb, json!([pool("p", "010.90.0.0/24")]));
     assert_error(&add(&sb, &zero, "c1"), 7, &["010.90.0.0/24"]);
-    assert!(leases(&sb).is_empty());
+    assert!(stack::leases(&sb.db()).is_empty());
 }
 
 /// Runs an operator command of ipam-delegated on the sandbox's database.
@@ -378,7 +359,7 @@ fn names_of_any_length_never_crash_the_operator_listing() {
     let sb = Sandbox::new();
     let long = "n".repeat(70_000);
     let config = stack::config("1.0.0", &long, "bridge", &sb.db(), json!([pool("p", "10.91.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.91.0.2"]);
+    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.91.0.2/24"]);
     for args in [&["list"][..], &["pools"], &["list", "--json"], &["pools", "--json"], &["check"]] {
         let out = operator(&sb, args);
         assert_eq!(out.status, 0, "{args:?}: {}", out.stderr);

@@ -23,7 +23,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use support::{bin_dir, copies_dir, run_args, Outcome, Response, Sandbox, IFNAME, NETNS, SUITE_EXECUTABLES};
+use support::{
+    addresses, assert_error, bin_dir, copies_dir, result_addresses, run_args, Outcome, Response, Sandbox, IFNAME,
+    NETNS, SUITE_EXECUTABLES,
+};
 
 const DELEGATED: &str = "ipam-delegated";
 const POOL: &str = "ipam-ds-pool";
@@ -368,31 +371,6 @@ fn with_prev(config: &Value, add: &Outcome) -> Value {
 
 fn pool(name: &str, subnet: &str) -> Value {
     json!({"name": name, "ranges": [{"subnet": subnet}]})
-}
-
-/// The addresses of a successful ADD, in any version's shape (ip4/ip6 or ips).
-fn addresses(out: &Outcome) -> Vec<String> {
-    result_addresses(out.result())
-}
-
-/// The addresses of a result in any version's shape (ip4/ip6 or ips).
-fn result_addresses(result: &Value) -> Vec<String> {
-    let text = |v: &Value| v.as_str().unwrap_or_else(|| panic!("address in {result}")).to_string();
-    match result.get("ips") {
-        Some(ips) => {
-            ips.as_array().unwrap_or_else(|| panic!("ips in {result}")).iter().map(|ip| text(&ip["address"])).collect()
-        }
-        None => ["ip4", "ip6"].iter().filter_map(|k| result.get(*k)).map(|ip| text(&ip["ip"])).collect(),
-    }
-}
-
-/// Asserts a failure with `code` whose msg or details mention each of `words`.
-fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
-    let (got, msg, details) = out.error();
-    assert_eq!(got, code, "{out:#?}");
-    for w in words {
-        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
-    }
 }
 
 /// Asserts the outcome of a command that `version` may or may not allow:

@@ -202,6 +202,34 @@ impl Outcome {
     }
 }
 
+/// Asserts a failure with `code` (and a CNI error object on stdout) whose msg
+/// or details mention each of `words`.
+pub fn assert_error(out: &Outcome, code: u64, words: &[&str]) {
+    let (got, msg, details) = out.error();
+    assert_eq!(got, code, "{out:#?}");
+    for w in words {
+        assert!(msg.contains(w) || details.contains(w), "error does not mention {w:?}: {out:#?}");
+    }
+}
+
+/// The addresses of a successful ADD as its result writes them, in order:
+/// `ips[].address` (0.3.0 and later, with the prefix length) or `ip4.ip`,
+/// `ip6.ip` (0.1.0, 0.2.0).
+pub fn addresses(out: &Outcome) -> Vec<String> {
+    result_addresses(out.result())
+}
+
+/// The addresses of a result, as [`addresses`].
+pub fn result_addresses(result: &Value) -> Vec<String> {
+    let text = |v: &Value| v.as_str().unwrap_or_else(|| panic!("address in {result}")).to_string();
+    match result.get("ips") {
+        Some(ips) => {
+            ips.as_array().unwrap_or_else(|| panic!("ips in {result}")).iter().map(|ip| text(&ip["address"])).collect()
+        }
+        None => ["ip4", "ip6"].iter().filter_map(|k| result.get(*k)).map(|ip| text(&ip["ip"])).collect(),
+    }
+}
+
 /// Runs `exe` with `CNI_COMMAND=command`, the variables `env`, and `stdin`.
 /// No CNI_* variable of the test's own environment reaches it.
 pub fn run(exe: &Path, command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Outcome {
@@ -473,6 +501,14 @@ exit 0
             }
         }
         env
+    }
+
+    /// Runs `command` of ipam-delegated for the attachment (`ctr`, eth0) with
+    /// the additional CNI_* variables `extra` (CNI_ARGS, CNI_IFNAME, …).
+    pub fn delegated(&self, command: &str, config: &Value, ctr: &str, extra: &[(&str, &str)]) -> Outcome {
+        let mut env = vec![("CNI_CONTAINERID", ctr)];
+        env.extend_from_slice(extra);
+        self.cni("ipam-delegated", command, config, &env)
     }
 
     /// Runs a suite executable (by name) or any executable (by path) with

@@ -29,13 +29,56 @@ pub fn run(dir: &Path) -> Result<Report, Failure> {
 }
 
 fn page(command: &clap::Command, dir: &Path) -> Result<PathBuf, Failure> {
-    let man = Man::new(command.clone()).source(format!("{NAME} {}", env!("CARGO_PKG_VERSION")));
+    // clap_mangen's own synopsis names an option without its value
+    // (`[--database]`): the page's synopsis is written here instead.
+    let synopsis = synopsis(command);
+    let man =
+        Man::new(command.clone().override_usage(synopsis)).source(format!("{NAME} {}", env!("CARGO_PKG_VERSION")));
     let path = dir.join(man.get_filename());
     let mut roff = Vec::new();
     man.render(&mut roff)
         .and_then(|()| fs::write(&path, roff))
         .map_err(|e| Failure(format!("cannot write {}: {e}", path.display())))?;
     Ok(path)
+}
+
+/// The command's synopsis, every option with its value as `--help` shows it:
+/// `ipam-delegated list [--network <NAME>] … [-h|--help]`; the options in the
+/// order of the definition, then the positionals, then `<COMMAND>`.
+fn synopsis(command: &clap::Command) -> String {
+    let name = command.get_bin_name().unwrap_or_else(|| command.get_name());
+    let mut words = vec![name.to_string()];
+    for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+        let values = || {
+            arg.get_value_names()
+                .map(|names| names.iter().map(|n| format!("<{n}>")).collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase()))
+        };
+        let mut word = if arg.is_positional() {
+            values()
+        } else {
+            let flag = match (arg.get_short(), arg.get_long()) {
+                (Some(short), Some(long)) => format!("-{short}|--{long}"),
+                (Some(short), None) => format!("-{short}"),
+                (None, Some(long)) => format!("--{long}"),
+                (None, None) => continue,
+            };
+            if arg.get_action().takes_values() {
+                format!("{flag} {}", values())
+            } else {
+                flag
+            }
+        };
+        if !arg.is_required_set() {
+            word = format!("[{word}]");
+        }
+        words.push(word);
+    }
+    if command.has_subcommands() {
+        let value = command.get_subcommand_value_name().unwrap_or("COMMAND");
+        words.push(if command.is_subcommand_required_set() { format!("<{value}>") } else { format!("[{value}]") });
+    }
+    words.join(" ")
 }
 
 #[cfg(test)]
@@ -72,5 +115,37 @@ mod tests {
         let list = fs::read_to_string(out.join("ipam-delegated-list.1")).expect("the page of list");
         assert!(list.contains("\n.TH ipam-delegated-list 1 "), "{list}");
         assert!(list.contains("ipam\\-delegated list"), "{list}");
+    }
+
+    /// The SYNOPSIS section of a page: the lines between `.SH SYNOPSIS` and the next `.SH`.
+    fn synopsis_of(page: &str) -> String {
+        let after = page.split_once(".SH SYNOPSIS\n").map(|(_, rest)| rest).unwrap_or_else(|| panic!("{page}"));
+        after.split("\n.SH ").next().unwrap().replace("\\-", "-").replace("\\fB", "").replace("\\fR", "")
+    }
+
+    #[test]
+    fn a_synopsis_names_the_value_every_option_takes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        run(dir.path()).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let read = |name: &str| synopsis_of(&fs::read_to_string(dir.path().join(name)).expect(name));
+        assert_eq!(
+            read("ipam-delegated.1").trim(),
+            "ipam-delegated [--database <PATH>] [-h|--help] [-V|--version] <COMMAND>"
+        );
+        assert_eq!(
+            read("ipam-delegated-list.1").trim(),
+            "ipam-delegated list [--network <NAME>] [--pool <NAME>] [--container <ID>] [--json] [--database <PATH>] \
+             [-h|--help]"
+        );
+        assert!(
+            read("ipam-delegated-cluster.1").contains("[--conf <CONFLIST>]"),
+            "{}",
+            read("ipam-delegated-cluster.1")
+        );
+        assert!(read("ipam-delegated-completions.1").contains(" <SHELL>"), "{}", read("ipam-delegated-completions.1"));
+        for page in fs::read_dir(dir.path()).unwrap() {
+            let text = synopsis_of(&fs::read_to_string(page.unwrap().path()).unwrap());
+            assert!(!text.contains("[--database]") && !text.contains("[--conf]"), "{text}");
+        }
     }
 }
