@@ -11,6 +11,7 @@ mod cli;
 mod cluster;
 mod completions;
 mod forget_pool;
+mod install_cni;
 mod list;
 mod man;
 mod metrics;
@@ -86,6 +87,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         // Logging is the configuration's (ipam.logFile): a node released by
         // hand is on record beside the plugins' own lines.
         Invocation::Cluster { conf, command } => finish(cluster::run(&conf, command)),
+        Invocation::InstallCni(options) => install_cni::main(&options),
         Invocation::Database { database, command } => {
             // Where the plugins log (stderr for warnings; the verbose build's
             // file), so that a release by hand is on record beside theirs.

@@ -18,9 +18,11 @@ use shared::Attachment;
 mod notes;
 
 use notes::{
-    ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, LIST_NOTES, MAN_NOTES, METRICS_NOTES,
-    POOLS_NOTES, RELEASE_NOTES,
+    ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, INSTALL_CNI_NOTES, LIST_NOTES, MAN_NOTES,
+    METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES,
 };
+
+use super::install_cni::{self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE};
 
 use super::cluster::notes::{BLOCKS_NOTES, CLUSTER_NOTES, RELEASE_NODE_NOTES};
 
@@ -40,6 +42,8 @@ pub enum Invocation {
         conf: PathBuf,
         command: ClusterCommand,
     },
+    /// The installer of a Kubernetes DaemonSet.
+    InstallCni(install_cni::Options),
 }
 
 #[derive(Debug, PartialEq)]
@@ -98,6 +102,7 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
         Sub::Completions { shell } => return Ok(Invocation::Completions(shell)),
         Sub::Man { dir } => return Ok(Invocation::Man(dir)),
         Sub::Cluster(a) => return cluster(top_given, a),
+        Sub::InstallCni(a) => return install(top_given, a),
     };
     Ok(Invocation::Database { database: database(given)?, command })
 }
@@ -127,6 +132,24 @@ fn cluster(top_database: bool, a: ClusterArgs) -> Result<Invocation, clap::Error
         ClusterSub::ReleaseNode { node, json, gone } => ClusterCommand::ReleaseNode { node, json, gone },
     };
     Ok(Invocation::Cluster { conf, command })
+}
+
+fn install(top_database: bool, a: InstallCniArgs) -> Result<Invocation, clap::Error> {
+    if top_database {
+        return Err(Cli::command()
+            .error(ErrorKind::ArgumentConflict, "the argument '--database <PATH>' cannot be used with 'install-cni'"));
+    }
+    Ok(Invocation::InstallCni(install_cni::Options {
+        bin_dir: a.bin_dir,
+        node_file: a.node_file,
+        conflists: a.conflist,
+        conf_dir: a.conf_dir,
+        etcd_secret: a.etcd_secret,
+        etcd_dir: a.etcd_dir,
+        force: a.force,
+        once: a.once,
+        uninstall: a.uninstall,
+    }))
 }
 
 /// The clap definition itself, for the completions and the man pages.
@@ -179,6 +202,9 @@ enum Sub {
     /// Cluster mode (ipam-ds-cluster): the blocks of a network's cluster pools in etcd
     #[command(after_help = CLUSTER_NOTES, subcommand_required = true)]
     Cluster(ClusterArgs),
+    /// Install the plugins on this node from a container (a Kubernetes DaemonSet), then wait for SIGTERM
+    #[command(after_help = INSTALL_CNI_NOTES)]
+    InstallCni(InstallCniArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = COMPLETIONS_NOTES)]
     Completions {
@@ -266,6 +292,46 @@ struct ForgetPoolArgs {
 struct CheckArgs {
     #[command(flatten)]
     database: DatabaseArg,
+}
+
+#[derive(Args, Debug)]
+struct InstallCniArgs {
+    /// The host's CNI plugin directory, as mounted in the container
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_BIN_DIR, value_parser = absolute_path)]
+    bin_dir: PathBuf,
+    /// Where to write the node's name (from the environment variable NODE_NAME), as mounted in the container
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_NODE_FILE, value_parser = absolute_path)]
+    node_file: PathBuf,
+    /// A network configuration to copy into --conf-dir under its own file name (repeatable)
+    #[arg(long, value_name = "SRC", value_parser = absolute_path)]
+    conflist: Vec<PathBuf>,
+    /// Where --conflist files go, as mounted in the container
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_CONF_DIR, value_parser = absolute_path)]
+    conf_dir: PathBuf,
+    /// A mounted Secret (etcd's TLS files, password) whose files to copy into --etcd-dir, mode 0600
+    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
+    etcd_secret: Option<PathBuf>,
+    /// Where --etcd-secret's files go, as mounted in the container (the directory is made 0700)
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_ETCD_DIR, value_parser = absolute_path)]
+    etcd_dir: PathBuf,
+    /// Replace files of the same names that were not installed by install-cni
+    #[arg(long)]
+    force: bool,
+    /// Exit once done instead of waiting for SIGTERM
+    #[arg(long)]
+    once: bool,
+    /// Remove what install-cni installed (its manifest in --bin-dir says what), and nothing else
+    #[arg(long, conflicts_with_all = ["conflist", "etcd_secret", "force"])]
+    uninstall: bool,
+}
+
+fn absolute_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if path.is_absolute() && !text.is_empty() {
+        Ok(path)
+    } else {
+        Err("expected an absolute path".to_string())
+    }
 }
 
 #[derive(Args, Debug)]

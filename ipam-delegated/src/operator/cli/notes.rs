@@ -67,3 +67,38 @@ Where each shell looks for them, for example:
 pub const MAN_NOTES: &str = "\
 Writes DIR/ipam-delegated.1 and one page per command (ipam-delegated-list.1,
 ...), creating DIR if needed, and prints the paths written.";
+
+pub const INSTALL_CNI_NOTES: &str = "\
+For a DaemonSet's container (deploy/kubernetes/), with the host's directories
+mounted under /host. In order:
+
+  1. copies this program (/proc/self/exe) to --bin-dir as ipam-delegated, and
+     links ipam-ds-pool, ipam-ds-cluster, ipam-da-static and
+     ipam-da-sequential to it (symlinks to ipam-delegated, the fast layout);
+  2. writes the node's name, from the environment variable NODE_NAME (the
+     downward API's spec.nodeName), and a newline to --node-file: the file
+     ipam.cluster.nodeFile names, as the host sees it;
+  3. with --etcd-secret, copies its files (a mounted Secret's keys) into
+     --etcd-dir, mode 0600: the files ipam.cluster.etcd's tls and
+     passwordFile name, as the host sees them;
+  4. copies each --conflist file into --conf-dir under its own name;
+  5. waits for SIGTERM or SIGINT and exits 0, unless --once.
+
+Every file is written to a temporary name in its own directory, fsynced, and
+renamed over the old one: a runtime starting the plugin meanwhile runs the old
+program or the new, never a part, and plugins still running from the old file
+go on. What is already in place with the same content is left as it is, so
+running it again changes nothing.
+
+Ours, and replaced without asking: a file holding this program's build marker
+(every build of ipam-delegated holds it; a file is never run to find out what
+it is), a symlink to ipam-delegated, a file whose content is what the manifest
+says install-cni wrote. Anything else of the same name is refused (exit 1,
+naming it, and nothing is changed) unless --force. The manifest,
+BIN-DIR/.ipam-delegated-installed, lists each file and directory installed;
+--uninstall removes those that are still as installed (and directories it
+created, once empty), names those it keeps, then waits like an install unless
+--once. The allocation database is the plugins' state, and stays.
+
+Exit status: 0 done (or signalled while waiting); 1 failure (a file refused, a
+path unwritable, NODE_NAME missing); 2 usage error.";

@@ -1,0 +1,451 @@
+//! `ipam-delegated install-cni`, the installer the Kubernetes DaemonSet runs
+//! (deploy/kubernetes/), as real processes writing into a temporary "host"
+//! tree: the fast layout, the node name, etcd's Secret and a conflist; a
+//! second run that changes nothing; a new build replacing a program that is
+//! running; a foreign file refused without --force; the wait that SIGTERM
+//! ends with 0; and --uninstall, which removes exactly what was installed.
+
+mod support;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const DELEGATES: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+const MANIFEST: &str = ".ipam-delegated-installed";
+
+/// The program under test, its real file (not a link to it).
+fn program() -> PathBuf {
+    fs::canonicalize(support::suite_bin("ipam-delegated")).expect("the program under test")
+}
+
+/// A "host" as the DaemonSet's container sees it: the host's directories
+/// under `root`.
+struct Host {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Host {
+    fn new() -> Host {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("host");
+        fs::create_dir_all(root.join("opt/cni/bin")).expect("bin dir");
+        fs::create_dir_all(root.join("etc/cni/net.d")).expect("conf dir");
+        Host { root, _dir: dir }
+    }
+
+    fn bin(&self) -> PathBuf {
+        self.root.join("opt/cni/bin")
+    }
+
+    fn conf_dir(&self) -> PathBuf {
+        self.root.join("etc/cni/net.d")
+    }
+
+    fn node_file(&self) -> PathBuf {
+        self.root.join("etc/cni/ipam-delegated/node-name")
+    }
+
+    fn etcd_dir(&self) -> PathBuf {
+        self.root.join("etc/cni/ipam-delegated/etcd")
+    }
+
+    /// A scratch directory beside the host tree (sources, other builds).
+    fn scratch(&self, name: &str) -> PathBuf {
+        let dir = self.root.parent().expect("tempdir").join(name);
+        fs::create_dir_all(&dir).expect("scratch dir");
+        dir
+    }
+
+    /// The installer's arguments for this tree, then `extra`.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "install-cni".to_string(),
+            format!("--bin-dir={}", self.bin().display()),
+            format!("--node-file={}", self.node_file().display()),
+            format!("--conf-dir={}", self.conf_dir().display()),
+            format!("--etcd-dir={}", self.etcd_dir().display()),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    }
+
+    fn command(&self, exe: &Path, extra: &[&str]) -> Command {
+        let mut command = Command::new(exe);
+        command.args(self.args(extra)).env_remove("CNI_COMMAND").env("NODE_NAME", "node-a");
+        command
+    }
+
+    /// Runs the installer with --once and returns its output.
+    fn run(&self, exe: &Path, extra: &[&str]) -> Output {
+        let mut extra = extra.to_vec();
+        extra.push("--once");
+        output(&mut self.command(exe, &extra))
+    }
+
+    /// Every path under the host tree, with what it is: the tree's state.
+    fn tree(&self) -> Vec<String> {
+        fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
+            let mut entries: Vec<_> = fs::read_dir(dir).expect("read_dir").map(|e| e.expect("entry").path()).collect();
+            entries.sort();
+            for path in entries {
+                let meta = fs::symlink_metadata(&path).expect("lstat");
+                let name = path.strip_prefix(root).expect("under root").display().to_string();
+                if meta.file_type().is_symlink() {
+                    out.push(format!("{name} -> {}", fs::read_link(&path).expect("readlink").display()));
+                } else if meta.is_dir() {
+                    out.push(format!("{name}/"));
+                    walk(&path, root, out);
+                } else {
+                    out.push(format!("{name} {:o} {} bytes", meta.permissions().mode() & 0o7777, meta.len()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, &self.root, &mut out);
+        out
+    }
+}
+
+/// Runs a command to its end. A program file just written may be briefly
+/// "text file busy" while another test thread forks (the child holds the
+/// writer's descriptor until its exec): tried again then.
+fn output(command: &mut Command) -> Output {
+    for _ in 0..100 {
+        match command.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => thread::sleep(Duration::from_millis(20)),
+            other => return other.expect("running the installer"),
+        }
+    }
+    panic!("{command:?}: text file busy, again and again")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn assert_success(output: &Output) {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        stdout(output),
+        stderr(output)
+    );
+}
+
+/// A mounted Secret as the kubelet lays it out: each key a symlink into
+/// `..data`, itself a symlink to a timestamped directory.
+fn secret_mount(dir: &Path, files: &[(&str, &str)]) {
+    let stamped = dir.join("..2026_11_25_08_00_00.123456789");
+    fs::create_dir_all(&stamped).expect("secret dir");
+    for (name, contents) in files {
+        fs::write(stamped.join(name), contents).expect("secret file");
+        symlink(format!("..data/{name}"), dir.join(name)).expect("secret key link");
+    }
+    symlink("..2026_11_25_08_00_00.123456789", dir.join("..data")).expect("..data");
+}
+
+fn conflist(dir: &Path, name: &str, network: &str) -> PathBuf {
+    let path = dir.join(name);
+    let text = format!(
+        r#"{{"cniVersion": "1.0.0", "name": "{network}", "plugins": [{{"type": "macvlan", "master": "eth0",
+  "ipam": {{"type": "ipam-delegated", "delegates": ["ipam-ds-pool", "ipam-da-sequential"],
+            "pools": [{{"name": "p", "ranges": [{{"subnet": "10.9.0.0/24"}}]}}]}}}}]}}
+"#
+    );
+    fs::write(&path, text).expect("conflist");
+    path
+}
+
+#[test]
+fn installs_the_fast_layout_node_name_secret_and_conflist_and_a_second_run_changes_nothing() {
+    let host = Host::new();
+    let secret = host.scratch("secret");
+    secret_mount(&secret, &[("ca.crt", "CA\n"), ("tls.crt", "CERT\n"), ("tls.key", "KEY\n"), ("password", "pw\n")]);
+    let source = conflist(&host.scratch("config"), "macvlan-cluster.conflist", "macvlan-cluster");
+    let secret_arg = format!("--etcd-secret={}", secret.display());
+    let conflist_arg = format!("--conflist={}", source.display());
+    let first = host.run(&program(), &[&secret_arg, &conflist_arg]);
+    assert_success(&first);
+
+    // The program, whole and executable, and the delegates' names linked to it.
+    let installed = host.bin().join("ipam-delegated");
+    assert_eq!(fs::read(&installed).expect("installed program"), fs::read(program()).expect("program"));
+    assert_eq!(fs::metadata(&installed).expect("stat").permissions().mode() & 0o777, 0o755);
+    for delegate in DELEGATES {
+        assert_eq!(fs::read_link(host.bin().join(delegate)).ok(), Some(PathBuf::from("ipam-delegated")), "{delegate}");
+    }
+    // It runs, and as each delegate (VERSION through the link).
+    let version = Command::new(&installed).arg("--version").output().expect("run the installed program");
+    assert_success(&version);
+    assert!(stdout(&version).starts_with("ipam-delegated "), "{}", stdout(&version));
+    let pool = Command::new(host.bin().join("ipam-ds-pool"))
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ipam-ds-pool");
+    assert_success(&pool);
+    assert!(stdout(&pool).contains("supportedVersions"), "{}", stdout(&pool));
+
+    // The node name, as ipam.cluster.nodeFile reads it.
+    assert_eq!(fs::read_to_string(host.node_file()).expect("node file"), "node-a\n");
+    // The Secret's keys, private, and nothing of its ..data layout.
+    let mut etcd: Vec<_> =
+        fs::read_dir(host.etcd_dir()).expect("etcd dir").map(|e| e.expect("entry").file_name()).collect();
+    etcd.sort();
+    assert_eq!(etcd, ["ca.crt", "password", "tls.crt", "tls.key"]);
+    assert_eq!(fs::read_to_string(host.etcd_dir().join("tls.key")).expect("key"), "KEY\n");
+    assert_eq!(fs::metadata(host.etcd_dir().join("tls.key")).expect("stat").permissions().mode() & 0o777, 0o600);
+    assert_eq!(fs::metadata(host.etcd_dir()).expect("stat").permissions().mode() & 0o777, 0o700);
+    // The conflist, byte for byte, under its own name.
+    assert_eq!(
+        fs::read(host.conf_dir().join("macvlan-cluster.conflist")).expect("copied conflist"),
+        fs::read(&source).expect("source")
+    );
+    assert!(host.bin().join(MANIFEST).is_file(), "{:?}", host.tree());
+    // No temporary file left anywhere.
+    assert!(!host.tree().iter().any(|p| p.contains(".install-cni-")), "{:?}", host.tree());
+
+    // Again: nothing to do, nothing rewritten (same inodes and times).
+    let before = host.tree();
+    let inode = fs::metadata(&installed).expect("stat").ino();
+    let manifest_inode = fs::metadata(host.bin().join(MANIFEST)).expect("stat").ino();
+    let second = host.run(&program(), &[&secret_arg, &conflist_arg]);
+    assert_success(&second);
+    let out = stdout(&second);
+    assert!(!out.contains("installed ") && !out.contains("wrote ") && !out.contains("linked "), "{out}");
+    assert!(out.contains(&format!("unchanged {}", installed.display())), "{out}");
+    assert_eq!(host.tree(), before);
+    assert_eq!(fs::metadata(&installed).expect("stat").ino(), inode);
+    assert_eq!(fs::metadata(host.bin().join(MANIFEST)).expect("stat").ino(), manifest_inode);
+}
+
+/// Reads the child's stdout lines on a thread; waits for a line containing `what`.
+fn wait_for_line(child: &mut Child, what: &str) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("piped stdout");
+    let (send, receive) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match receive.recv_timeout(left) {
+            Ok(line) if line.contains(what) => return receive,
+            Ok(line) => seen.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("no line with {what:?} ({e}); saw {seen:?}; status {:?}", child.try_wait());
+            }
+        }
+    }
+}
+
+fn signal(child: &Child, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    // SAFETY: kill only sends a signal to our own child.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill {pid}");
+}
+
+fn wait_with_limit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_and_sigint_end_the_wait_with_status_0() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let host = Host::new();
+        let mut child = host.command(&program(), &[]).stdout(Stdio::piped()).spawn().expect("start the installer");
+        let _lines = wait_for_line(&mut child, "waiting for SIGTERM");
+        // Installed before it waits.
+        assert!(host.bin().join("ipam-delegated").is_file());
+        thread::sleep(Duration::from_millis(200));
+        assert!(child.try_wait().expect("try_wait").is_none(), "it must wait, not exit");
+        signal(&child, sig);
+        let status = wait_with_limit(&mut child, Duration::from_secs(30));
+        assert_eq!(status.code(), Some(0), "signal {sig}: {status:?}");
+    }
+}
+
+#[test]
+fn a_new_build_replaces_a_running_program_which_keeps_running() {
+    let host = Host::new();
+    assert_success(&host.run(&program(), &[]));
+    let installed = host.bin().join("ipam-delegated");
+    let old = fs::read(&installed).expect("installed");
+
+    // A process running from the installed file: the installed program's
+    // own install-cni, waiting, into another tree.
+    let other = Host::new();
+    let mut running =
+        other.command(&installed, &[]).stdout(Stdio::piped()).spawn().expect("start the installed program");
+    let _lines = wait_for_line(&mut running, "waiting for SIGTERM");
+    let pid = running.id();
+    let exe_before = fs::read_link(format!("/proc/{pid}/exe")).expect("/proc/pid/exe");
+    assert_eq!(exe_before, installed);
+
+    // Another build: the same program with other bytes at its end (the
+    // marker is still in it). Writing into the running file in place would
+    // fail with ETXTBSY; the installer writes beside it and renames.
+    let new_build = host.scratch("new-build").join("ipam-delegated");
+    let mut bytes = old.clone();
+    bytes.extend_from_slice(b"\0another build\0");
+    fs::write(&new_build, &bytes).expect("new build");
+    fs::set_permissions(&new_build, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let upgrade = host.run(&new_build, &[]);
+    assert_success(&upgrade);
+    assert!(stdout(&upgrade).contains(&format!("installed {}", installed.display())), "{}", stdout(&upgrade));
+
+    // The new file is complete, and the old process still runs from the old inode.
+    assert_eq!(fs::read(&installed).expect("installed"), bytes);
+    assert!(running.try_wait().expect("try_wait").is_none(), "the running program was ended");
+    let exe_after = fs::read_link(format!("/proc/{pid}/exe")).expect("/proc/pid/exe");
+    assert!(exe_after.display().to_string().ends_with("(deleted)"), "{}", exe_after.display());
+    signal(&running, libc::SIGTERM);
+    assert_eq!(wait_with_limit(&mut running, Duration::from_secs(30)).code(), Some(0));
+
+    // And the old build installs back over the new one: builds of ours are
+    // replaced without --force.
+    assert_success(&host.run(&program(), &[]));
+    assert_eq!(fs::read(&installed).expect("installed"), old);
+}
+
+#[test]
+fn a_foreign_file_is_refused_and_nothing_changes_unless_force() {
+    let host = Host::new();
+    let foreign = host.bin().join("ipam-ds-pool");
+    fs::write(&foreign, "#!/bin/sh\necho another plugin\n").expect("foreign plugin");
+    fs::set_permissions(&foreign, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let before = host.tree();
+    let refused = host.run(&program(), &[]);
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    let err = stderr(&refused);
+    assert!(err.contains(&foreign.display().to_string()) && err.contains("--force"), "{err}");
+    assert!(err.contains("not an ipam-delegated build"), "{err}");
+    assert_eq!(host.tree(), before, "a refused install changes nothing");
+
+    // A conflist of the same name with other contents is refused too.
+    let source = conflist(&host.scratch("config"), "net.conflist", "net");
+    fs::write(host.conf_dir().join("net.conflist"), "{\"name\": \"someone else's\"}").expect("foreign conflist");
+    let refused = host.run(&program(), &[&format!("--conflist={}", source.display())]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains(&host.conf_dir().join("net.conflist").display().to_string()),
+        "{}",
+        stderr(&refused)
+    );
+
+    // --force replaces them.
+    let forced = host.run(&program(), &["--force", &format!("--conflist={}", source.display())]);
+    assert_success(&forced);
+    assert_eq!(fs::read_link(&foreign).ok(), Some(PathBuf::from("ipam-delegated")));
+    assert_eq!(fs::read(host.conf_dir().join("net.conflist")).expect("conflist"), fs::read(&source).expect("source"));
+}
+
+#[test]
+fn node_name_must_be_set_and_a_name() {
+    let host = Host::new();
+    let missing = output(host.command(&program(), &["--once"]).env_remove("NODE_NAME"));
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("NODE_NAME is not set"), "{}", stderr(&missing));
+    let bad = output(host.command(&program(), &["--once"]).env("NODE_NAME", "a node"));
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("is not a node name"), "{}", stderr(&bad));
+    assert!(!host.bin().join("ipam-delegated").exists(), "{:?}", host.tree());
+
+    // A new name (the node file is ours) is written over the old one.
+    assert_success(&host.run(&program(), &[]));
+    let renamed = output(host.command(&program(), &["--once"]).env("NODE_NAME", "node-b"));
+    assert_success(&renamed);
+    assert_eq!(fs::read_to_string(host.node_file()).expect("node file"), "node-b\n");
+}
+
+#[test]
+fn a_conflist_must_be_a_network_configuration_libcni_loads() {
+    let host = Host::new();
+    let config = host.scratch("config");
+    fs::write(config.join("net.yaml"), "{}").expect("write");
+    fs::write(config.join("broken.conflist"), "{\"name\": ").expect("write");
+    for (file, reason) in
+        [("net.yaml", "*.conflist"), ("broken.conflist", "not JSON"), ("missing.conf", "missing.conf")]
+    {
+        let path = config.join(file);
+        let out = host.run(&program(), &[&format!("--conflist={}", path.display())]);
+        assert_eq!(out.status.code(), Some(1), "{file}");
+        assert!(
+            stderr(&out).contains(&path.display().to_string()) && stderr(&out).contains(reason),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let usage = output(Command::new(program()).args(["install-cni", "--bin-dir=relative/bin", "--once"]));
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
+    assert!(stderr(&usage).contains("expected an absolute path"), "{}", stderr(&usage));
+}
+
+#[test]
+fn uninstall_removes_exactly_what_was_installed() {
+    let host = Host::new();
+    // The host's own files, which must stay.
+    fs::write(host.bin().join("bridge"), "a plugin of the host").expect("bridge");
+    fs::write(host.conf_dir().join("00-multus.conf"), "{}").expect("multus conf");
+    let before = host.tree();
+
+    let secret = host.scratch("secret");
+    secret_mount(&secret, &[("ca.crt", "CA\n")]);
+    let config = host.scratch("config");
+    let kept = conflist(&config, "edited.conflist", "edited");
+    let removed = conflist(&config, "net.conflist", "net");
+    let args = [
+        format!("--etcd-secret={}", secret.display()),
+        format!("--conflist={}", kept.display()),
+        format!("--conflist={}", removed.display()),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_success(&host.run(&program(), &args));
+    // An administrator edits one of the installed files: it is no longer ours.
+    fs::write(host.conf_dir().join("edited.conflist"), "{\"name\": \"edited by hand\"}").expect("edit");
+
+    let out = host.run(&program(), &["--uninstall"]);
+    assert_success(&out);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("kept {}", host.conf_dir().join("edited.conflist").display())), "{text}");
+    let mut expected = before.clone();
+    expected.push("etc/cni/net.d/edited.conflist 644 26 bytes".to_string());
+    expected.sort();
+    let mut after = host.tree();
+    after.sort();
+    assert_eq!(after, expected, "{text}");
+
+    // Again: nothing left to remove, and that is no error.
+    let again = host.run(&program(), &["--uninstall"]);
+    assert_success(&again);
+    assert!(stdout(&again).contains("nothing to remove"), "{}", stdout(&again));
+}
