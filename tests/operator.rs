@@ -422,7 +422,9 @@ fn help_for_the_tool_and_each_command() {
     ] {
         assert!(main.stdout.contains(part), "{part} in {}", main.stdout);
     }
-    for command in ["list", "pools", "metrics", "release", "forget-pool", "check", "completions", "man", "help"] {
+    for command in
+        ["list", "pools", "metrics", "release", "forget-pool", "check", "install-cni", "completions", "man", "help"]
+    {
         assert!(main.stdout.contains(&format!("\n  {command} ")), "{command} in {}", main.stdout);
     }
     assert_eq!(run(&["help"], &[], None, None).stdout, main.stdout);
@@ -448,6 +450,22 @@ fn help_for_the_tool_and_each_command() {
         ("check", "Check the database's integrity", &["--database <PATH>", "Prints ok and exits 0"]),
         ("completions", "Print a shell completion script", &["<SHELL>", "[possible values: bash, zsh, fish]"]),
         ("man", "Write the man pages", &["<DIR>", "ipam-delegated-list.1"]),
+        (
+            "install-cni",
+            "Install the plugins on this node",
+            &[
+                "--bin-dir <DIR>",
+                "[default: /host/opt/cni/bin]",
+                "--node-file <FILE>",
+                "--conflist <SRC>",
+                "--etcd-secret <DIR>",
+                "--force",
+                "--once",
+                "--uninstall",
+                "build marker",
+                ".ipam-delegated-installed",
+            ],
+        ),
     ] {
         let usage = format!("Usage: ipam-delegated {command} ");
         for args in [&[command, "--help"][..], &[command, "-h"], &["help", command]] {
@@ -470,8 +488,19 @@ fn completions_for_bash_zsh_and_fish() {
     assert_success(&bash);
     assert!(bash.stdout.starts_with("_ipam__delegated() {"), "{}", bash.stdout);
     assert!(bash.stdout.contains("complete -F _ipam__delegated"), "{}", bash.stdout);
-    for word in ["list", "pools", "metrics", "release", "forget-pool", "check", "completions", "man", "--lock-timeout"]
-    {
+    for word in [
+        "list",
+        "pools",
+        "metrics",
+        "release",
+        "forget-pool",
+        "check",
+        "install-cni",
+        "completions",
+        "man",
+        "--lock-timeout",
+        "--bin-dir",
+    ] {
         assert!(bash.stdout.contains(word), "{word} in the bash script");
     }
     // bash itself loads it and registers the function for the tool.
@@ -511,6 +540,7 @@ fn man_writes_a_page_for_the_tool_and_each_command() {
         "-cluster",
         "-cluster-blocks",
         "-cluster-release-node",
+        "-install-cni",
         "-completions",
         "-man",
     ];

@@ -23,7 +23,8 @@ const ABOUT: About = About {
 };
 
 const OPERATOR_HINT: &str = "Operator commands (list, pools, metrics, release, forget-pool, check) over the \
-     allocation database, and cluster (blocks, release-node) over etcd: ipam-delegated --help";
+     allocation database, cluster (blocks, release-node) over etcd, and install-cni (a DaemonSet's installer): \
+     ipam-delegated --help";
 
 struct Orchestrator;
 
