@@ -291,6 +291,15 @@ fn sigterm_and_sigint_end_the_wait_with_status_0() {
         signal(&child, sig);
         let status = wait_with_limit(&mut child, Duration::from_secs(30));
         assert_eq!(status.code(), Some(0), "signal {sig}: {status:?}");
+
+        // --uninstall waits the same way (the uninstalling DaemonSet's pods
+        // stay, ready, once their node is clean).
+        let mut child =
+            host.command(&program(), &["--uninstall"]).stdout(Stdio::piped()).spawn().expect("start the uninstaller");
+        let _lines = wait_for_line(&mut child, "waiting for SIGTERM");
+        assert!(!host.bin().join("ipam-delegated").exists(), "{:?}", host.tree());
+        signal(&child, sig);
+        assert_eq!(wait_with_limit(&mut child, Duration::from_secs(30)).code(), Some(0));
     }
 }
 
