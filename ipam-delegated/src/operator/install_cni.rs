@@ -443,7 +443,7 @@ fn plan_file(
             } else if ours(&current) || force {
                 plan.steps.push(Step::File { path: path.to_path_buf(), contents, mode });
             } else {
-                plan.refusals.push(foreign(path, "a file with other contents"));
+                plan.refusals.push(foreign(path, &format!("a file with other contents (or not mode {mode:o})")));
             }
         }
         Some(meta) if meta.file_type().is_symlink() && force => {

@@ -133,3 +133,38 @@ fn seconds_are_finite_and_not_negative() {
         assert!(seconds(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn install_cni_defaults_and_refusals() {
+    let Ok(Invocation::InstallCni(options)) = parse_strs(&["install-cni"]) else {
+        panic!("install-cni did not parse");
+    };
+    assert_eq!(
+        options,
+        install_cni::Options {
+            bin_dir: PathBuf::from("/host/opt/cni/bin"),
+            node_file: PathBuf::from("/host/etc/cni/ipam-delegated/node-name"),
+            conflists: vec![],
+            conf_dir: PathBuf::from("/host/etc/cni/net.d"),
+            etcd_secret: None,
+            etcd_dir: PathBuf::from("/host/etc/cni/ipam-delegated/etcd"),
+            force: false,
+            once: false,
+            uninstall: false,
+        }
+    );
+    let Ok(Invocation::InstallCni(options)) =
+        parse_strs(&["install-cni", "--conflist=/a/x.conflist", "--conflist", "/b/y.conf", "--once", "--force"])
+    else {
+        panic!("install-cni with options did not parse");
+    };
+    assert_eq!(options.conflists, [PathBuf::from("/a/x.conflist"), PathBuf::from("/b/y.conf")]);
+    assert!(options.once && options.force);
+    let (kind, text) = refusal(&["install-cni", "--node-file", "node-name"]);
+    assert_eq!(kind, ErrorKind::ValueValidation, "{text}");
+    assert!(text.contains("expected an absolute path"), "{text}");
+    let (kind, _) = refusal(&["install-cni", "--uninstall", "--force"]);
+    assert_eq!(kind, ErrorKind::ArgumentConflict);
+    let (kind, text) = refusal(&["--database", "/db", "install-cni"]);
+    assert_eq!(kind, ErrorKind::ArgumentConflict, "{text}");
+}
