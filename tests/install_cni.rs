@@ -458,3 +458,33 @@ fn uninstall_removes_exactly_what_was_installed() {
     assert_success(&again);
     assert!(stdout(&again).contains("nothing to remove"), "{}", stdout(&again));
 }
+
+#[test]
+fn a_build_of_ours_in_place_is_taken_over_and_a_foreign_symlink_is_not() {
+    let host = Host::new();
+    // scripts/install's layout of an older build, but for one delegate copied
+    // file by file, and one name a symlink elsewhere (a package's file).
+    let mut older = fs::read(program()).expect("program");
+    older.extend_from_slice(b"\0an older build\0");
+    fs::write(host.bin().join("ipam-delegated"), &older).expect("older build");
+    fs::write(host.bin().join("ipam-ds-pool"), &older).expect("a copy");
+    symlink("ipam-delegated", host.bin().join("ipam-ds-cluster")).expect("link");
+    symlink("/usr/lib/cni/ipam-delegated", host.bin().join("ipam-da-static")).expect("foreign link");
+    let before = host.tree();
+    let refused = host.run(&program(), &[]);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = stderr(&refused);
+    assert!(err.contains("ipam-da-static is a symbolic link (to /usr/lib/cni/ipam-delegated)"), "{err}");
+    assert!(!err.contains("ipam-ds-pool"), "a copy of ours is ours: {err}");
+    assert_eq!(host.tree(), before);
+
+    fs::remove_file(host.bin().join("ipam-da-static")).expect("remove the foreign link");
+    assert_success(&host.run(&program(), &[]));
+    assert_eq!(fs::read(host.bin().join("ipam-delegated")).expect("program"), fs::read(program()).expect("program"));
+    for delegate in DELEGATES {
+        assert_eq!(fs::read_link(host.bin().join(delegate)).ok(), Some(PathBuf::from("ipam-delegated")), "{delegate}");
+    }
+    // Taken over: --uninstall removes them too.
+    assert_success(&host.run(&program(), &["--uninstall"]));
+    assert_eq!(fs::read_dir(host.bin()).expect("bin").count(), 0, "{:?}", host.tree());
+}
