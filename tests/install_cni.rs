@@ -414,6 +414,14 @@ fn a_conflist_must_be_a_network_configuration_libcni_loads() {
             stderr(&out)
         );
     }
+    // Two sources of one name would be one file.
+    let other = host.scratch("other");
+    let (a, b) = (conflist(&config, "net.conflist", "a"), conflist(&other, "net.conflist", "b"));
+    let out = host.run(&program(), &[&format!("--conflist={}", a.display()), &format!("--conflist={}", b.display())]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("one file name, net.conflist"), "{}", stderr(&out));
+    assert!(!host.bin().join("ipam-delegated").exists(), "nothing installed: {:?}", host.tree());
+
     let usage = output(Command::new(program()).args(["install-cni", "--bin-dir=relative/bin", "--once"]));
     assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
     assert!(stderr(&usage).contains("expected an absolute path"), "{}", stderr(&usage));
@@ -487,4 +495,27 @@ fn a_build_of_ours_in_place_is_taken_over_and_a_foreign_symlink_is_not() {
     // Taken over: --uninstall removes them too.
     assert_success(&host.run(&program(), &["--uninstall"]));
     assert_eq!(fs::read_dir(host.bin()).expect("bin").count(), 0, "{:?}", host.tree());
+}
+
+/// In a container the installer is PID 1, for which the kernel drops
+/// signals that have no handler: the wait must still end on SIGTERM.
+#[test]
+#[ignore = "needs root: runs the installer as PID 1 of a PID namespace (unshare); scripts/test runs it with the end-to-end tests"]
+fn sigterm_ends_the_wait_of_pid_1_in_a_pid_namespace() {
+    let host = Host::new();
+    let mut command = Command::new("unshare");
+    command.args(["--pid", "--fork", "--kill-child"]).arg(program()).args(host.args(&[]));
+    command.env_remove("CNI_COMMAND").env("NODE_NAME", "node-a").stdout(Stdio::piped());
+    let mut unshare = command.spawn().expect("unshare (util-linux), as root");
+    let _lines = wait_for_line(&mut unshare, "waiting for SIGTERM");
+    let children = fs::read_to_string(format!("/proc/{}/task/{}/children", unshare.id(), unshare.id()))
+        .expect("unshare's children");
+    let pid: libc::pid_t =
+        children.split_whitespace().next().and_then(|p| p.parse().ok()).expect("the installer's pid");
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).expect("NSpid");
+    assert!(nspid.split_whitespace().last() == Some("1"), "not PID 1 in its namespace: {nspid}");
+    // SAFETY: kill only sends a signal to our own grandchild.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(wait_with_limit(&mut unshare, Duration::from_secs(30)).code(), Some(0));
 }

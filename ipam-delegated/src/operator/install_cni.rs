@@ -208,8 +208,16 @@ fn install(options: &Options) -> Result<Report, Failure> {
             plan_file(&mut plan, &recorded, &options.etcd_dir.join(name), contents, 0o600, options.force)?;
         }
     }
+    let mut names: BTreeMap<String, &Path> = BTreeMap::new();
     for source in &options.conflists {
         let (name, contents) = network_configuration(source)?;
+        if let Some(other) = names.insert(name.clone(), source) {
+            return Err(Failure(format!(
+                "--conflist {} and {}: one file name, {name}, in --conf-dir",
+                other.display(),
+                source.display()
+            )));
+        }
         plan_file(&mut plan, &recorded, &options.conf_dir.join(name), contents, 0o644, options.force)?;
     }
     if !plan.refusals.is_empty() {
