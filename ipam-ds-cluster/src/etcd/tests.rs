@@ -443,7 +443,14 @@ fn a_partitioned_member_misses_the_majority_writes() {
     let c0 = Client::new(settings(vec![cluster.endpoint(0)], 1000)).unwrap();
     put_all(&c0, &[("k", "old")]);
     cluster.partition(0);
-    put_all(&cluster.client(), &[("k", "new")]);
+    // The majority may first elect a new leader (member 0 may have led).
+    let majority = cluster.client();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let put_new = Txn { success: vec![put("k", "new")], ..Txn::default() };
+    while let Err(e) = majority.txn(&put_new) {
+        assert!(Instant::now() < deadline, "the majority never took a write: {e:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(cluster.dump("k"), [("k".to_string(), "new".to_string())]);
     let e = c0.range(&RangeRequest::key("k")).unwrap_err();
     assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
