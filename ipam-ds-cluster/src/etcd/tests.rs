@@ -17,6 +17,16 @@ fn put_all(c: &Client, kvs: &[(&str, &str)]) {
     assert_eq!(r.responses, vec![OpResponse::Put; kvs.len()]);
 }
 
+/// Puts `k` = `value`, trying again while etcd says it has no leader.
+fn put_once_a_leader_answers(c: &Client, value: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let txn = Txn { success: vec![put("k", value)], ..Txn::default() };
+    while let Err(e) = c.txn(&txn) {
+        assert!(Instant::now() < deadline, "no leader took the write within 15 s: {e:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn value(c: &Client, key: &str) -> Option<Vec<u8>> {
     c.range(&RangeRequest::key(key)).unwrap().kvs.pop().map(|kv| kv.value)
 }
@@ -441,16 +451,11 @@ fn a_cluster_member_without_its_quorum_is_unavailable() {
 fn a_partitioned_member_misses_the_majority_writes() {
     let cluster = TestEtcdCluster::start(3);
     let c0 = Client::new(settings(vec![cluster.endpoint(0)], 1000)).unwrap();
-    put_all(&c0, &[("k", "old")]);
+    // A new cluster may not have elected its leader yet.
+    put_once_a_leader_answers(&c0, "old");
     cluster.partition(0);
-    // The majority may first elect a new leader (member 0 may have led).
-    let majority = cluster.client();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let put_new = Txn { success: vec![put("k", "new")], ..Txn::default() };
-    while let Err(e) = majority.txn(&put_new) {
-        assert!(Instant::now() < deadline, "the majority never took a write: {e:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The majority may elect a new one (member 0 may have led).
+    put_once_a_leader_answers(&cluster.client(), "new");
     assert_eq!(cluster.dump("k"), [("k".to_string(), "new".to_string())]);
     let e = c0.range(&RangeRequest::key("k")).unwrap_err();
     assert!(matches!(e, Error::Unavailable(_)), "{e:?}");
@@ -462,8 +467,16 @@ fn a_partitioned_member_misses_the_majority_writes() {
     assert_eq!(rules(), 3, "the partition's rules are in");
     cluster.heal(0);
     assert_eq!(rules(), 0, "heal removed the partition's rules");
+    // Until it has rejoined, member 0 may still say it has no leader.
+    let caught_up = || {
+        c0.range(&RangeRequest::key("k"))
+            .ok()
+            .and_then(|r| r.kvs.into_iter().next())
+            .is_some_and(|kv| kv.value == b"new")
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while value(&c0, "k").as_deref() != Some(b"new") {
+    while !caught_up() {
         assert!(Instant::now() < deadline, "member 0 never caught up once healed");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
