@@ -16,10 +16,7 @@ mod stack;
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
@@ -28,7 +25,7 @@ use std::time::{Duration, Instant};
 use cluster_harness::*;
 use serde_json::json;
 use stack::ipv4_of;
-use support::{bin_dir, suite_bin, Outcome, Rng};
+use support::{bin_dir, processes_with_env, run_killable, Outcome, Rng};
 
 #[derive(Debug)]
 enum Fate {
@@ -36,8 +33,8 @@ enum Fate {
     Done(Outcome),
 }
 
-/// Runs ipam-delegated in a process group of its own and, with `kill_after`,
-/// SIGKILLs the group then (as tests/crash.rs does).
+/// `command` of `container` on `node` (eth0, CNI_ARGS in `extra`), killed
+/// `kill_after` the spawn when given (see [`run_killable`]).
 fn killable(
     c: &Cluster,
     command: &str,
@@ -46,66 +43,24 @@ fn killable(
     extra: &[(&str, &str)],
     kill_after: Option<Duration>,
 ) -> Fate {
-    let mut cmd = Command::new(suite_bin("ipam-delegated"));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CNI_") {
-            cmd.env_remove(key);
-        }
+    let bin = bin_dir().display().to_string();
+    let mut env = vec![
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", container),
+        ("CNI_NETNS", NETNS_PATH),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", bin.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    match run_killable(env, c.dir.path(), c.config(node).to_string().as_bytes(), kill_after) {
+        Some(out) => Fate::Done(out),
+        None => Fate::Killed,
     }
-    cmd.env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", NETNS_PATH)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", bin_dir())
-        .envs(extra.iter().copied())
-        .current_dir(c.dir.path())
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = cmd.spawn().expect("starting ipam-delegated");
-    let group = child.id() as libc::pid_t;
-    let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(c.config(node).to_string().as_bytes());
-    drop(stdin);
-    if let Some(delay) = kill_after {
-        if let Some(rest) = delay.checked_sub(started.elapsed()) {
-            thread::sleep(rest);
-        }
-        // SAFETY: a plain syscall on the process group of our own child,
-        // not yet reaped, so the id cannot have been reused.
-        unsafe { libc::kill(-group, libc::SIGKILL) };
-    }
-    let out = child.wait_with_output().expect("waiting for ipam-delegated");
-    if out.status.signal() == Some(libc::SIGKILL) {
-        return Fate::Killed;
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let json = if stdout.trim().is_empty() { None } else { serde_json::from_str(&stdout).ok() };
-    Fate::Done(Outcome {
-        status: out.status.code().unwrap_or(-1),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        json,
-    })
 }
 
 /// Processes still running with one of this test's container ids.
 fn leftovers(tag: &str) -> Vec<String> {
-    let needle = format!("CNI_CONTAINERID={tag}").into_bytes();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|&b| b == 0).any(|var| var.starts_with(&needle)) {
-            found.push(name);
-        }
-    }
-    found
+    processes_with_env(&format!("CNI_CONTAINERID={tag}"))
 }
 
 /// The storm over shared blocks (the pool's 32 blocks make them so): every

@@ -136,11 +136,29 @@ fn idle_owners_of_several_pools_strand_nothing_in_either_family() {
     assert_eq!(held, every, "every address of the three pools is held, each once");
     let (code, msg) = failure(&c.add("n3", "one-too-many"));
     assert_eq!(code, 100, "both families are full: {msg}");
-    // What a failed dual-stack ADD published is released by its rollback.
-    assert!(
-        c.etcd.dump("/ipam-delegated/v1/cnet/").iter().all(|(_, v)| !v.contains("one-too-many")),
-        "no record of the failed ADD is left"
+}
+
+#[test]
+fn a_failed_dual_stack_add_gives_back_the_address_it_was_granted() {
+    let _took = Took::new("a_failed_dual_stack_add_gives_back_the_address_it_was_granted");
+    // Room for 8 IPv4 pods but 2 IPv6 ones.
+    let c = Cluster::new(
+        json!([
+            {"name": "blue", "ranges": [{"subnet": "10.68.0.0/24", "rangeStart": "10.68.0.8", "rangeEnd": "10.68.0.15"}], "blockSize": 29},
+            {"name": "six", "ranges": [{"subnet": "fd00:68::/120", "rangeStart": "fd00:68::10", "rangeEnd": "fd00:68::11"}], "blockSize": 127}
+        ]),
+        30.0,
     );
+    place(&c, "n1", "p", 2);
+    // The IPv4 address is granted first, then IPv6 has none: the ADD fails
+    // and its rollback deletes the IPv4 record it was granted.
+    let (code, msg) = failure(&c.add("n2", "third"));
+    assert_eq!(code, 100, "{msg}");
+    let left: Vec<(String, String)> =
+        c.etcd.dump("/ipam-delegated/v1/cnet/").into_iter().filter(|(_, v)| v.contains("\"third\"")).collect();
+    assert!(left.is_empty(), "the failed ADD left records: {left:?}");
+    assert!(c.node_records("n2").is_empty(), "and rows: {:?}", c.node_records("n2"));
+    assert!(c.leases("n2").is_empty(), "and leases: {:?}", c.leases("n2"));
 }
 
 #[test]
@@ -254,4 +272,41 @@ fn etcd_wiped_shared_blocks_are_claimed_back_with_their_records() {
         }
     });
     assert_eq!(held_addresses(&c, &["n1", "n2", "n3"]), v4_range("10.66.0", 16, 47));
+}
+
+/// A call killed after it wrote its row down and before etcd had the record
+/// leaves a `writing` row whose address nobody holds in the cluster: the
+/// attachment's next ADD (a runtime repeating it) must not hand that address
+/// out, since any node may be granted it meanwhile.
+#[test]
+fn an_address_whose_record_may_not_be_in_etcd_is_never_handed_out() {
+    let _took = Took::new("an_address_whose_record_may_not_be_in_etcd_is_never_handed_out");
+    let c = Cluster::new(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.67.0.0/24", "rangeStart": "10.67.0.16", "rangeEnd": "10.67.0.31"}], "blockSize": 28}]),
+        30.0,
+    );
+    let first = place(&c, "n1", "p", 1);
+    assert_eq!(ipv4_of(&first[0]), "10.67.0.16".parse::<IpAddr>().unwrap());
+    // c2's grant of .17, killed before the etcd transaction: its row only.
+    let key = "/ipam-delegated/v1/cnet/blue/addrs/10.67.0.16-28/10.67.0.17";
+    let value = r#"{"kind":"allocated","node":"n1","container":"c2","ifname":"eth0"}"#;
+    let conn = rusqlite::Connection::open(c.db("n1")).unwrap();
+    conn.execute(
+        "INSERT INTO cluster_records (key, value, network, pool, address, kind, container_id, ifname, added_by, state) \
+         VALUES (?1, ?2, 'cnet', 'blue', '10.67.0.17', 'allocated', 'c2', 'eth0', NULL, 'writing')",
+        [key, value],
+    )
+    .unwrap();
+    drop(conn);
+    assert!(c.addrs().iter().all(|a| a.ip.to_string() != "10.67.0.17"), "etcd has no record of .17");
+    // The runtime repeats c2's ADD: whatever it gets is recorded in etcd for it.
+    let out = c.add("n1", "c2");
+    assert_eq!(out.status, 0, "{}", brief(&out));
+    let got = ipv4_of(out.result());
+    assert!(
+        c.addrs().iter().any(|a| a.ip == got && a.container == "c2"),
+        "c2 got {got}, which etcd does not record for it: {:?}",
+        c.addrs()
+    );
+    assert_covered(&c, &held_once(&c, &["n1"]));
 }

@@ -11,10 +11,7 @@ mod stack;
 mod support;
 
 use std::collections::{BTreeSet, HashSet};
-use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
@@ -23,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use stack::{address_range, leases, LeaseRow};
 use support::Rng;
-use support::{suite_bin, Outcome, Sandbox};
+use support::{processes_with_env, run_killable, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 const ATTEMPTS: usize = 300;
@@ -53,64 +50,18 @@ fn container(i: usize) -> String {
 /// Starts a full-stack ADD in its own process group, kills the group
 /// `delay` after the spawn (unless `delay` is None), and says how it ended.
 fn attempt(sb: &Sandbox, config: &[u8], id: &str, delay: Option<Duration>) -> Fate {
-    let mut cmd = Command::new(suite_bin(DELEGATED));
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CNI_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.envs(sb.env("ADD", &[("CNI_CONTAINERID", id)]))
-        .current_dir(sb.workdir())
-        .process_group(0)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let mut child = cmd.spawn().expect("starting ipam-delegated");
-    let group = child.id() as libc::pid_t;
-    // The configuration is far smaller than a pipe's buffer: this never blocks.
-    let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(config);
-    drop(stdin);
-    if let Some(delay) = delay {
-        if let Some(rest) = delay.checked_sub(started.elapsed()) {
-            thread::sleep(rest);
-        }
-        // SAFETY: a plain syscall on the process group of our own, not yet
-        // reaped, child (so the id cannot have been reused).
-        unsafe { libc::kill(-group, libc::SIGKILL) };
-    }
-    let out = child.wait_with_output().expect("waiting for ipam-delegated");
-    if out.status.signal() == Some(libc::SIGKILL) {
+    let Some(out) = run_killable(sb.env("ADD", &[("CNI_CONTAINERID", id)]), &sb.workdir(), config, delay) else {
         return Fate::Killed;
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    match (out.status.success(), serde_json::from_str::<Value>(&stdout)) {
-        (true, Ok(result)) => Fate::Succeeded(stack::ipv4_of(&result)),
-        _ => Fate::Failed(format!(
-            "{}: stdout {stdout:?}, stderr {:?}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )),
+    };
+    match (out.status, &out.json) {
+        (0, Some(result)) => Fate::Succeeded(stack::ipv4_of(result)),
+        _ => Fate::Failed(format!("exit {}: stdout {:?}, stderr {:?}", out.status, out.stdout, out.stderr)),
     }
 }
 
 /// Processes still running with one of this test's container ids.
 fn leftovers() -> Vec<String> {
-    let needle = format!("CNI_CONTAINERID=crash-{}-", std::process::id()).into_bytes();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|&b| b == 0).any(|var| var.starts_with(&needle)) {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-            found.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
-        }
-    }
-    found
+    processes_with_env(&format!("CNI_CONTAINERID=crash-{}-", std::process::id()))
 }
 
 fn cni(sb: &Sandbox, command: &str, config: &Value, container: &str) -> Outcome {

@@ -347,9 +347,12 @@ impl<'s> Node<'s> {
         // lent by another node. The allocators get each as a single address.
         let mut granted: Vec<(String, IpAddr)> = Vec::new();
         let singles = |pool: &Pool, granted: &[(String, IpAddr)]| -> Vec<IpAddr> {
+            // Only records etcd is known to have: a `writing` row may be of a
+            // call killed before its etcd write, whose address anyone may be
+            // granted (DEL and GC release such rows).
             let mut singles: Vec<IpAddr> = records
                 .iter()
-                .filter(|r| r.pool == pool.name && r.state != RecordState::Releasing)
+                .filter(|r| r.pool == pool.name && r.state == RecordState::Held)
                 .map(|r| r.address)
                 .collect();
             singles.extend(granted.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));

@@ -244,6 +244,76 @@ pub fn run_env(exe: &Path, env: &[(&str, &str)], stdin: &[u8], cwd: Option<&Path
     run_args(exe, &[], env, stdin, cwd)
 }
 
+/// Runs `ipam-delegated` (the suite under test) with `env` as its only CNI_
+/// variables, in `cwd`, in a process group of its own, `stdin` on its input,
+/// and SIGKILLs the group `kill_after` the spawn when given: a kill -9 at a
+/// moment of the call. `None` when the kill ended it.
+pub fn run_killable<K, V>(
+    env: impl IntoIterator<Item = (K, V)>,
+    cwd: &Path,
+    stdin: &[u8],
+    kill_after: Option<Duration>,
+) -> Option<Outcome>
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let mut cmd = Command::new(suite_bin("ipam-delegated"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env).current_dir(cwd).process_group(0).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let started = std::time::Instant::now();
+    let mut child = cmd.spawn().expect("starting ipam-delegated");
+    let group = child.id() as libc::pid_t;
+    // The configuration is far smaller than a pipe's buffer: this never blocks.
+    let mut pipe = child.stdin.take().expect("stdin");
+    let _ = pipe.write_all(stdin);
+    drop(pipe);
+    if let Some(delay) = kill_after {
+        if let Some(rest) = delay.checked_sub(started.elapsed()) {
+            thread::sleep(rest);
+        }
+        // SAFETY: a plain syscall on the process group of our own child,
+        // not yet reaped, so the id cannot have been reused.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+    }
+    let out = child.wait_with_output().expect("waiting for ipam-delegated");
+    if out.status.signal() == Some(libc::SIGKILL) {
+        return None;
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = if stdout.trim().is_empty() { None } else { serde_json::from_str(&stdout).ok() };
+    Some(Outcome {
+        status: out.status.code().unwrap_or(-1),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        json,
+    })
+}
+
+/// Processes still running whose environment holds a variable starting with
+/// `var_prefix` (e.g. `CNI_CONTAINERID=crash-123-`): pid and command line.
+pub fn processes_with_env(var_prefix: &str) -> Vec<String> {
+    let needle = var_prefix.as_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("reading /proc").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|&b| b == 0).any(|var| var.starts_with(needle)) {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
 /// Like [`run_env`], with command-line arguments (the operator's tool).
 pub fn run_args(exe: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8], cwd: Option<&Path>) -> Outcome {
     let mut cmd = Command::new(exe);
