@@ -21,7 +21,8 @@ const NETWORK: &str = "bench";
 const CNI_VERSION: &str = "1.0.0";
 /// The suite's program, and the delegates' names it is installed under.
 const PROGRAM: &str = "ipam-delegated";
-const DELEGATES: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+const DELEGATES: [&str; 5] =
+    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 /// The four names a bin directory of the suite holds.
 pub const SUITE_NAMES: [&str; 5] = [PROGRAM, DELEGATES[0], DELEGATES[1], DELEGATES[2], DELEGATES[3]];
 

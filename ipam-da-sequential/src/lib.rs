@@ -29,12 +29,14 @@ fn add(req: &Request) -> Result<Reply> {
         return Ok(Reply::Result(result));
     }
     let attachment = req.attachment()?;
+    let identity = suite_delegate::identity(req)?;
     let mut store = suite_delegate::open_store(req)?;
     // All families in one transaction: an exhausted family leaves nothing
     // half-allocated.
     let chosen = store.write(|tx| {
+        suite_delegate::begin_allocating(tx)?;
         let held = tx.leases_of(&attachment)?;
-        families
+        let chosen = families
             .iter()
             .map(|&family| {
                 let of_family: Vec<&Pool> = pools.iter().filter(|p| p.family() == family).collect();
@@ -62,7 +64,9 @@ fn add(req: &Request) -> Result<Reply> {
                     format!("no free {family} address in the candidate pools ({})", pool::names(of_family)),
                 ))
             })
-            .collect::<Result<Vec<(IpAddr, &Pool)>>>()
+            .collect::<Result<Vec<(IpAddr, &Pool)>>>()?;
+        suite_delegate::bind_identity(tx, &attachment, identity.as_deref())?;
+        Ok(chosen)
     })?;
     for (address, pool) in chosen {
         // Every chosen address lies in a range of its pool (found there, or

@@ -27,13 +27,40 @@ fn add(req: &Request) -> Result<Reply> {
         .iter()
         .map(|&address| pool::static_target(&pools, address).map(|pool| (address, pool)))
         .collect::<Result<Vec<_>>>()?;
+    let identity = suite_delegate::identity(req)?;
     let mut store = suite_delegate::open_store(req)?;
     store.write(|tx| {
+        suite_delegate::begin_allocating(tx)?;
         for (address, pool) in &claims {
             suite_delegate::register(tx, &attachment.network, pool)?;
             match tx.holder(*address)? {
-                Some(lease) if lease.owner == attachment => {
+                Some(lease) if lease.owner == attachment && !lease.is_hold() => {
                     tracing::debug!("{address} is already held by this attachment");
+                }
+                // Its own identity's hold: asked for by name, it comes back.
+                Some(lease)
+                    if lease.is_hold()
+                        && lease.identity.is_some()
+                        && lease.identity == identity
+                        && lease.owner.network == attachment.network
+                        && lease.owner.ifname == attachment.ifname =>
+                {
+                    tx.take_hold(*address, &attachment)?;
+                    tracing::info!("requested address {address} was held for this attachment's identity: taken back");
+                }
+                Some(lease) if lease.is_hold() => {
+                    let (who, until) = (lease.identity.unwrap_or_default(), lease.held_until.unwrap_or_default());
+                    return Err(CniError::new(
+                        Code::AddressInUse,
+                        format!(
+                            "requested address {address} is held for identity {who:?} until {} (sticky)",
+                            shared::utc::iso8601(until)
+                        ),
+                    )
+                    .with_details(format!(
+                        "it was last leased by {}; 'ipam-delegated release --identity {who}' ends the hold",
+                        lease.owner
+                    )));
                 }
                 Some(lease) => {
                     return Err(CniError::new(
@@ -48,7 +75,7 @@ fn add(req: &Request) -> Result<Reply> {
                 }
             }
         }
-        Ok(())
+        suite_delegate::bind_identity(tx, &attachment, identity.as_deref())
     })?;
     for (address, pool) in &claims {
         if let Ok(range) = pool.check_static(*address) {

@@ -12,8 +12,13 @@ use std::path::PathBuf;
 use shared::Builtin;
 
 /// The delegates this program is, by the names they are installed as.
-pub const DELEGATES: [&Builtin; 4] =
-    [&ipam_ds_pool::BUILTIN, &ipam_ds_cluster::BUILTIN, &ipam_da_static::BUILTIN, &ipam_da_sequential::BUILTIN];
+pub const DELEGATES: [&Builtin; 5] = [
+    &ipam_ds_pool::BUILTIN,
+    &ipam_ds_cluster::BUILTIN,
+    &ipam_da_static::BUILTIN,
+    &ipam_da_sticky::BUILTIN,
+    &ipam_da_sequential::BUILTIN,
+];
 
 /// The delegate installed as `name`, if it is one of this program's.
 pub fn named(name: &OsStr) -> Option<&'static Builtin> {

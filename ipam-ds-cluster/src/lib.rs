@@ -35,6 +35,7 @@ impl Plugin for ClusterSelector {
         let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
         let attachment = req.attachment()?;
         let requests = suite_delegate::requested_addresses(req, &pools)?;
+        let identity = suite_delegate::identity(req)?;
         // Checked here, against the pools as configured: the view handed on
         // holds only this node's part of them (possibly nothing), so the
         // allocator after it could not say which pool an address misses, and
@@ -45,7 +46,7 @@ impl Plugin for ClusterSelector {
         let mut store = suite_delegate::open_store(req)?;
         let node = Node::new(&settings, &attachment.network, &mut store)?;
         node.settle(&mut store);
-        let views = node.add(&mut store, &pools, &attachment, &requests, &result);
+        let views = node.add(&mut store, &pools, &attachment, identity.as_deref(), &requests, &result);
         node.finish(&mut store);
         let views = views?;
         tracing::debug!("this node's view of the cluster pools: {}", pool::names(&views));

@@ -271,12 +271,15 @@ impl<'s> Node<'s> {
     /// ADD's part: reserves the addresses asked for by name, makes sure each
     /// family that needs an address has room in some pool (claiming a block
     /// when this node's are full), and returns the pools as this node's
-    /// allocators must see them.
+    /// allocators must see them. The addresses of `identity` (sticky) in
+    /// blocks of this node's own are in the view, as the attachment's own
+    /// leases are, so that ipam-da-sticky can hand them back.
     pub fn add(
         &self,
         store: &mut StoreHandle,
         pools: &[Pool],
         who: &Attachment,
+        identity: Option<&str>,
         requests: &[IpAddr],
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
@@ -300,7 +303,18 @@ impl<'s> Node<'s> {
             }
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
             let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
-            Ok((owned, with_room, shared, tx.node_records_of(who)?, tx.leases_of(who)?, notes))
+            let mut held = tx.leases_of(who)?;
+            if let Some(identity) = identity {
+                // Only in blocks of its own: what a node holds elsewhere
+                // in the cluster is governed by etcd's records.
+                let own = |l: &Lease| owned.iter().flatten().any(|b| !b.shared && b.block.contains(&l.address));
+                held.extend(
+                    tx.rows_of_identity(&self.network, identity, &who.ifname)?
+                        .into_iter()
+                        .filter(|l| l.owner != *who && own(l)),
+                );
+            }
+            Ok((owned, with_room, shared, tx.node_records_of(who)?, held, notes))
         })?;
         let (boot, watermark, offline_window) = notes;
         let needed = needed_families(pools, prev, requests, &held);

@@ -15,8 +15,10 @@ pub mod plugin;
 pub mod pool;
 pub mod result;
 pub mod stack_call;
+pub mod sticky;
 pub mod store;
 pub mod suite_delegate;
+pub mod utc;
 pub mod version;
 
 pub use args::{Attachment, CniArgs};

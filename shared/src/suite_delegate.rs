@@ -10,10 +10,12 @@ use std::time::Instant;
 use ipnet::IpNet;
 
 use crate::addr::parse_cidr;
+use crate::args::Attachment;
 use crate::error::{CniError, Code, Result};
 use crate::plugin::{Plugin, Reply, Request};
 use crate::pool::{LeaseIndex, Pool, Range};
 use crate::result::{IpConfig, IpamResult};
+use crate::sticky::{self, Sticky};
 use crate::store::{self, LockWait, StoreHandle, Tx};
 
 /// An allocation delegate whose ADD is `add`; DEL, CHECK, GC and STATUS
@@ -174,16 +176,42 @@ pub fn add_address(result: &mut IpamResult, pool: &Pool, range: &Range, address:
     }
 }
 
+/// The attachment's workload identity when the stack is sticky (see
+/// [`sticky`]): what the allocators tie their leases to.
+pub fn identity(req: &Request) -> Result<Option<String>> {
+    match Sticky::of(&req.config)? {
+        Some(sticky) => sticky.identity(req),
+        None => Ok(None),
+    }
+}
+
+/// In an allocator's write transaction: holds past their end are dropped
+/// first, so that their addresses are free to it.
+pub fn begin_allocating(tx: &Tx) -> Result<()> {
+    tx.drop_expired_holds().map(drop)
+}
+
+/// In an allocator's write transaction, after it leased: the attachment's
+/// leases are tied to its identity, if it has one.
+pub fn bind_identity(tx: &Tx, attachment: &Attachment, identity: Option<&str>) -> Result<()> {
+    match identity {
+        Some(identity) => tx.bind_identity(attachment, identity),
+        None => Ok(()),
+    }
+}
+
 /// DEL: releases everything the attachment holds in this database, whatever
-/// the prevResult says, and passes the prevResult on. The rollback of a
+/// the prevResult says, and passes the prevResult on. An identity's
+/// addresses stay held for it when the stack is sticky. The rollback of a
 /// failed ADD (ipam-delegated says which) releases only what that ADD took,
 /// so that a failed repeat ADD leaves the attachment's earlier leases held.
 pub fn del(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
     let mut store = open_store(req)?;
+    let hold = sticky::release_hold(&req.config);
     let released = match &req.env.stack.rollback_of {
-        Some(add_id) => store.write(|tx| tx.release_added_by(&attachment, add_id))?,
-        None => store.write(|tx| tx.release(&attachment))?,
+        Some(add_id) => store.write(|tx| tx.release_added_by(&attachment, add_id, hold))?,
+        None => store.write(|tx| tx.release(&attachment, hold))?,
     };
     for lease in &released {
         tracing::info!("released {} of pool {}", lease.address, lease.pool);
@@ -212,7 +240,10 @@ pub fn check(req: &Request) -> Result<Reply> {
                 continue;
             }
             match tx.holder(address)? {
-                Some(lease) if lease.owner == attachment => {}
+                Some(lease) if lease.owner == attachment && !lease.is_hold() => {}
+                Some(lease) if !lease.is_hold() && tx.shares_lease(address, &attachment)? => {
+                    tracing::debug!("{address} is shared with {} (sticky shareLive)", lease.owner);
+                }
                 Some(lease)
                     if lease.owner.container_id == attachment.container_id
                         && lease.owner.ifname != attachment.ifname =>
@@ -243,7 +274,8 @@ pub fn gc(req: &Request) -> Result<Reply> {
     let network = req.config.name()?;
     let valid = req.config.valid_attachments()?;
     let mut store = open_store(req)?;
-    let released = store.write(|tx| tx.gc(network, &valid))?;
+    let hold = sticky::release_hold(&req.config);
+    let released = store.write(|tx| tx.gc(network, &valid, hold))?;
     for lease in &released {
         tracing::info!("GC released {} held by {} {}", lease.address, lease.owner.container_id, lease.owner.ifname);
     }

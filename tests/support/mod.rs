@@ -22,9 +22,9 @@ use serde_json::Value;
 /// How long one plugin run may take before the harness kills it and fails the test.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
-/// The suite's five executables (one program under five names).
-pub const SUITE_EXECUTABLES: [&str; 5] =
-    ["ipam-delegated", "ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+/// The suite's six executables (one program under six names).
+pub const SUITE_EXECUTABLES: [&str; 6] =
+    ["ipam-delegated", "ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 
 /// The environment variable that points the tests at installed executables
 /// (e.g. `/usr/lib/cni` after `dpkg -i` of the package) instead of a build.

@@ -29,7 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Failure, Report, NAME};
 
-pub const DELEGATES: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+pub const DELEGATES: [&str; 5] =
+    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 pub const MANIFEST: &str = ".ipam-delegated-installed";
 pub const DEFAULT_BIN_DIR: &str = "/host/opt/cni/bin";
 pub const DEFAULT_NODE_FILE: &str = "/host/etc/cni/ipam-delegated/node-name";

@@ -19,7 +19,7 @@ mod pools;
 mod release;
 mod survey;
 mod table;
-mod utc;
+use shared::utc;
 
 use std::ffi::OsString;
 use std::io::{self, Write};

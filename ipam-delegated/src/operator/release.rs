@@ -7,7 +7,7 @@ use shared::Attachment;
 use super::{Failure, Report};
 
 pub fn run(store: &mut AllocationStore, owner: &Attachment) -> Result<Report, Failure> {
-    let released = store.write(|tx| tx.release(owner))?;
+    let released = store.write(|tx| tx.release(owner, None))?;
     let who = owner.to_string();
     if released.is_empty() {
         tracing::info!("operator release: {who} held no lease in {}", store.path().display());

@@ -28,7 +28,7 @@ pub const DNS: &[&str] = &["nameservers", "domain", "search", "options"];
 /// The `ipam` keys the suite's executables read. Other delegates' keys are
 /// legal beside them.
 pub const IPAM: &[&str] =
-    &["type", "delegates", "pools", "database", "timeout", "lockTimeout", "logFile", "logLevel", "cluster"];
+    &["type", "delegates", "pools", "database", "timeout", "lockTimeout", "logFile", "logLevel", "cluster", "sticky"];
 
 /// Error 7 for the first key of `keys` (of an object at `field`) that is not
 /// among `known`.

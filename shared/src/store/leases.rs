@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::Type;
 use rusqlite::{params, Row};
@@ -12,14 +12,27 @@ use crate::addr::{from_key, to_key, to_u128};
 use crate::args::Attachment;
 use crate::error::{CniError, Code, Result};
 
-/// One address held by one attachment.
+/// One address held by one attachment, or, once that attachment is gone,
+/// held for the workload identity it had (see [`Lease::held_until`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     pub address: IpAddr,
     pub pool: String,
+    /// The attachment that holds it; of a hold, the one that last held it.
     pub owner: Attachment,
     /// Unix seconds.
     pub since: i64,
+    /// The workload identity the address sticks to (ipam-da-sticky).
+    pub identity: Option<String>,
+    /// `None`: leased by `owner`. Else held for `identity` until then
+    /// (unix seconds), and no attachment's.
+    pub held_until: Option<i64>,
+}
+
+impl Lease {
+    pub fn is_hold(&self) -> bool {
+        self.held_until.is_some()
+    }
 }
 
 /// Which leases the operator listing shows; `None` matches everything.
@@ -30,14 +43,19 @@ pub struct LeaseFilter {
     pub container_id: Option<String>,
 }
 
-const LEASE_COLUMNS: &str = "key, pool, network, container_id, ifname, since";
+pub(super) const LEASE_COLUMNS: &str = "key, pool, network, container_id, ifname, since, identity, held_until";
 
-fn lease_from_row(row: &Row) -> rusqlite::Result<Lease> {
+/// Of the rows an attachment's queries read: its leases, not holds.
+pub(super) const LEASED: &str = "held_until IS NULL";
+
+pub(super) fn lease_from_row(row: &Row) -> rusqlite::Result<Lease> {
     Ok(Lease {
         address: address_column(row, 0)?,
         pool: row.get(1)?,
         owner: Attachment { network: row.get(2)?, container_id: row.get(3)?, ifname: row.get(4)? },
         since: row.get(5)?,
+        identity: row.get(6)?,
+        held_until: row.get(7)?,
     })
 }
 
@@ -57,7 +75,7 @@ pub(super) fn now_unix() -> i64 {
 impl Tx<'_> {
     /// The leases matching `condition` (an SQL expression over `leases`), in
     /// address order.
-    fn leases_where(&self, condition: &str, values: impl rusqlite::Params) -> Result<Vec<Lease>> {
+    pub(super) fn leases_where(&self, condition: &str, values: impl rusqlite::Params) -> Result<Vec<Lease>> {
         let mut stmt = self
             .sql
             .prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE {condition} ORDER BY key"))
@@ -65,7 +83,7 @@ impl Tx<'_> {
         stmt.query_map(values, lease_from_row).and_then(Iterator::collect).in_db(self.path)
     }
 
-    /// The lease on `address`, if any.
+    /// The lease or hold on `address`, if any.
     pub fn holder(&self, address: IpAddr) -> Result<Option<Lease>> {
         let mut stmt =
             self.sql.prepare_cached(&format!("SELECT {LEASE_COLUMNS} FROM leases WHERE key = ?1")).in_db(self.path)?;
@@ -129,7 +147,7 @@ impl Tx<'_> {
             .in_db(self.path)?;
         if inserted == 0 {
             let held_by = match self.holder(address)? {
-                Some(lease) => lease.owner.to_string(),
+                Some(lease) => super::holds::holder_words(&lease),
                 None => "another attachment".to_string(),
             };
             return Err(CniError::new(Code::AddressInUse, format!("address {address} is already held by {held_by}")));
@@ -140,23 +158,26 @@ impl Tx<'_> {
     /// The leases of one attachment, in address order.
     pub fn leases_of(&self, owner: &Attachment) -> Result<Vec<Lease>> {
         self.leases_where(
-            "network = ?1 AND container_id = ?2 AND ifname = ?3",
+            &format!("network = ?1 AND container_id = ?2 AND ifname = ?3 AND {LEASED}"),
             params![owner.network, owner.container_id, owner.ifname],
         )
     }
 
-    /// Releases every lease of `owner` (none is fine) and returns them.
-    pub fn release(&self, owner: &Attachment) -> Result<Vec<Lease>> {
+    /// Releases every lease of `owner` (none is fine) and returns them. With
+    /// `hold`, an address of a workload identity stays held for it that long
+    /// instead (see [`Tx::end_leases`]).
+    pub fn release(&self, owner: &Attachment, hold: Option<Duration>) -> Result<Vec<Lease>> {
         let leases = self.leases_of(owner)?;
-        self.delete_leases(&leases)?;
+        self.end_leases(&leases, hold)?;
+        self.drop_shares_of(owner, None)?;
         Ok(leases)
     }
 
     /// Releases the lease on `address` if `owner` holds it; true if it did.
     pub fn release_address(&self, address: IpAddr, owner: &Attachment) -> Result<bool> {
         match self.holder(address)? {
-            Some(lease) if lease.owner == *owner => {
-                self.delete_leases(std::slice::from_ref(&lease))?;
+            Some(lease) if lease.owner == *owner && !lease.is_hold() => {
+                self.end_leases(std::slice::from_ref(&lease), None)?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -166,19 +187,22 @@ impl Tx<'_> {
     /// Rolling back a failed ADD: releases the leases of `owner` that the ADD
     /// `add_id` took, and only those. What the attachment held before that
     /// ADD (a repeat ADD that failed) stays held.
-    pub fn release_added_by(&self, owner: &Attachment, add_id: &str) -> Result<Vec<Lease>> {
+    pub fn release_added_by(&self, owner: &Attachment, add_id: &str, hold: Option<Duration>) -> Result<Vec<Lease>> {
         let leases = self.leases_where(
-            "network = ?1 AND container_id = ?2 AND ifname = ?3 AND added_by = ?4",
+            &format!("network = ?1 AND container_id = ?2 AND ifname = ?3 AND added_by = ?4 AND {LEASED}"),
             params![owner.network, owner.container_id, owner.ifname, add_id],
         )?;
-        self.delete_leases(&leases)?;
+        self.end_leases(&leases, hold)?;
+        self.drop_shares_of(owner, Some(add_id))?;
         Ok(leases)
     }
 
-    /// How many leases the pool `name` of `network` holds.
+    /// How many leases the pool `name` of `network` holds (holds not counted).
     pub fn count_pool_leases(&self, network: &str, name: &str) -> Result<u64> {
-        let mut stmt =
-            self.sql.prepare_cached("SELECT count(*) FROM leases WHERE network = ?1 AND pool = ?2").in_db(self.path)?;
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!("SELECT count(*) FROM leases WHERE network = ?1 AND pool = ?2 AND {LEASED}"))
+            .in_db(self.path)?;
         stmt.query_row([network, name], |row| row.get(0)).in_db(self.path)
     }
 
@@ -186,23 +210,29 @@ impl Tx<'_> {
     pub(super) fn release_pool_leases(&self, network: &str, name: &str) -> Result<Vec<Lease>> {
         let leases = self.leases_where("network = ?1 AND pool = ?2", [network, name])?;
         self.delete_leases(&leases)?;
+        for lease in &leases {
+            self.drop_shares_on(lease.address)?;
+        }
         Ok(leases)
     }
 
     /// Releases every lease of `network` whose (container id, interface) is
-    /// not in `keep`; other networks' leases are untouched.
-    pub fn gc(&self, network: &str, keep: &HashSet<(String, String)>) -> Result<Vec<Lease>> {
-        let all = self.leases_where("network = ?1", [network])?;
+    /// not in `keep` (with `hold` as [`Tx::release`]); other networks'
+    /// leases are untouched, and so are holds.
+    pub fn gc(&self, network: &str, keep: &HashSet<(String, String)>, hold: Option<Duration>) -> Result<Vec<Lease>> {
+        let all = self.leases_where(&format!("network = ?1 AND {LEASED}"), [network])?;
         // Clones only to probe the set, whose keys are owned pairs.
         let stale: Vec<Lease> = all
             .into_iter()
             .filter(|l| !keep.contains(&(l.owner.container_id.clone(), l.owner.ifname.clone())))
             .collect();
-        self.delete_leases(&stale)?;
+        self.end_leases(&stale, hold)?;
+        self.drop_stale_shares(network, keep)?;
         Ok(stale)
     }
 
-    fn delete_leases(&self, leases: &[Lease]) -> Result<()> {
+    /// Frees the rows of `leases`: the addresses become free.
+    pub(super) fn delete_leases(&self, leases: &[Lease]) -> Result<()> {
         let mut stmt = self.sql.prepare_cached("DELETE FROM leases WHERE key = ?1").in_db(self.path)?;
         for lease in leases {
             stmt.execute([&to_key(lease.address)[..]]).in_db(self.path)?;
@@ -249,7 +279,7 @@ mod tests {
         let mine: Vec<IpAddr> = store.read(|tx| tx.leases_of(&a)).unwrap().iter().map(|l| l.address).collect();
         assert_eq!(mine, vec![ip("10.0.0.2"), ip("fd00::2")]);
 
-        let released = store.write(|tx| tx.release(&a)).unwrap();
+        let released = store.write(|tx| tx.release(&a, None)).unwrap();
         assert_eq!(released.len(), 2);
         assert_eq!(store.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap(), None);
         assert!(store.read(|tx| tx.leases_of(&a)).unwrap().is_empty());
@@ -258,7 +288,7 @@ mod tests {
     #[test]
     fn releasing_an_unknown_owner_is_ok_and_empty() {
         let (_dir, mut store) = temp_store();
-        assert!(store.write(|tx| tx.release(&owner("net", "nobody", "eth0"))).unwrap().is_empty());
+        assert!(store.write(|tx| tx.release(&owner("net", "nobody", "eth0"), None)).unwrap().is_empty());
     }
 
     #[test]
@@ -297,7 +327,7 @@ mod tests {
             })
             .unwrap();
         let keep: HashSet<(String, String)> = [("c1".to_string(), "eth0".to_string())].into();
-        let released = store.write(|tx| tx.gc("blue", &keep)).unwrap();
+        let released = store.write(|tx| tx.gc("blue", &keep, None)).unwrap();
         let released: Vec<IpAddr> = released.iter().map(|l| l.address).collect();
         assert_eq!(released, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
         let left: Vec<IpAddr> =

@@ -6,6 +6,7 @@
 //! `<database>.lock` (see [`lock`]), so SQLite itself never makes a writer
 //! wait; readers use WAL snapshots and take no lock.
 
+mod holds;
 mod integrity;
 mod leases;
 mod lock;
@@ -29,6 +30,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::error::{CniError, Code, Result};
 
+pub use holds::Share;
 pub use leases::{Lease, LeaseFilter};
 pub use lock::LockWait;
 pub use pools::{PoolOverlap, RegisteredPool};

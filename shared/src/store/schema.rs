@@ -16,7 +16,7 @@ use crate::addr::to_key;
 use crate::error::{CniError, Code, Result};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// `PRAGMA application_id` of the suite's databases ("IPMD"): a SQLite file
 /// without it is someone else's and is never written to.
@@ -24,7 +24,8 @@ pub const APPLICATION_ID: i32 = 0x4950_4D44;
 
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
 /// entries never change, new versions append.
-const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] = [to_v1, to_v2, to_v3, to_v4];
+const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] =
+    [to_v1, to_v2, to_v3, to_v4, to_v5];
 
 const V1: &str = "
 -- A pool belongs to the network whose configuration defines it: two networks
@@ -154,6 +155,36 @@ ALTER TABLE cluster_blocks ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;
 
 fn to_v4(tx: &Transaction) -> rusqlite::Result<()> {
     tx.execute_batch(V4)
+}
+
+/// Sticky addresses (ipam-da-sticky). A row of `leases` is still the one
+/// place an address is taken, so that one primary key keeps every address
+/// on one holder: either an attachment's lease (`held_until` NULL) or, once
+/// that attachment is gone, a hold for the workload identity it had, until
+/// `held_until`. A second live attachment of an identity that may share its
+/// address (`shareLive`) is a row of `lease_sharers`, never a second lease.
+const V5: &str = "
+ALTER TABLE leases ADD COLUMN identity TEXT;       -- the workload identity the address sticks to, or NULL
+ALTER TABLE leases ADD COLUMN held_until INTEGER;  -- NULL: leased; else held for the identity until then (unix s)
+
+CREATE INDEX leases_by_identity ON leases (network, identity, ifname) WHERE identity IS NOT NULL;
+CREATE INDEX leases_held ON leases (held_until) WHERE held_until IS NOT NULL;
+
+CREATE TABLE lease_sharers (
+    network      TEXT NOT NULL,
+    container_id TEXT NOT NULL,
+    ifname       TEXT NOT NULL,
+    key          BLOB NOT NULL,              -- the shared lease's address
+    since        INTEGER NOT NULL,
+    added_by     TEXT,
+    PRIMARY KEY (network, container_id, ifname, key)
+) WITHOUT ROWID;
+
+CREATE INDEX lease_sharers_by_key ON lease_sharers (key);
+";
+
+fn to_v5(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V5)
 }
 
 /// What the file at the database path is, judged before anything is written.

@@ -340,10 +340,10 @@ fn a_rollback_releases_only_what_its_add_took() {
     store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &c1)).unwrap();
     store.set_add_id(Some("repeat".into()));
     store.write(|tx| tx.insert_lease(ip("fd00::2"), "p6", &c1)).unwrap();
-    let released = store.write(|tx| tx.release_added_by(&c1, "repeat")).unwrap();
+    let released = store.write(|tx| tx.release_added_by(&c1, "repeat", None)).unwrap();
     assert_eq!(released.iter().map(|l| l.address).collect::<Vec<_>>(), [ip("fd00::2")]);
     assert!(store.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap().is_some(), "the earlier ADD's lease went");
-    assert!(store.write(|tx| tx.release_added_by(&owner("n", "c2", "eth0"), "first")).unwrap().is_empty());
+    assert!(store.write(|tx| tx.release_added_by(&owner("n", "c2", "eth0"), "first", None)).unwrap().is_empty());
 }
 
 #[test]

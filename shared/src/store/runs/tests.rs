@@ -42,7 +42,7 @@ fn first_unleased_agrees_with_a_model_through_random_inserts_and_releases() {
                     let who = rng.below(owners.len() as u64) as usize;
                     match rng.below(10) {
                         0 => {
-                            let released = tx.release(&owners[who]).unwrap();
+                            let released = tx.release(&owners[who], None).unwrap();
                             assert_eq!(released.len(), held_by[who].len());
                             for n in std::mem::take(&mut held_by[who]) {
                                 leased.remove(&n);
@@ -106,7 +106,7 @@ fn runs_at_the_ends_of_the_address_space_do_not_overflow() {
             Ok(())
         })
         .unwrap();
-    store.write(|tx| tx.release(&a)).unwrap();
+    store.write(|tx| tx.release(&a, None)).unwrap();
     assert_eq!(store.read(|tx| tx.first_unleased(below_max, max)).unwrap(), Some(below_max));
     assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap().iter().filter(|p| p.contains("runs")).count(), 0);
 }

@@ -1,0 +1,291 @@
+//! Sticky addresses: the leases of a workload identity, the holds they
+//! become when their attachment goes, and the attachments that share a live
+//! identity's lease (`shareLive`).
+//!
+//! A hold is a row of `leases` whose `held_until` is set: the address stays
+//! taken (sequential allocation skips it, a static request for it is 101)
+//! until the identity comes back for it or the hold ends.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use rusqlite::params;
+
+use super::leases::{now_unix, LEASED};
+use super::{InDatabase, Lease, Tx};
+use crate::addr::to_key;
+use crate::args::Attachment;
+use crate::error::Result;
+use crate::utc::iso8601;
+
+/// How messages name who has an address: an attachment, or an identity's hold.
+pub(super) fn holder_words(lease: &Lease) -> String {
+    match (&lease.identity, lease.held_until) {
+        (Some(identity), Some(until)) => format!("a hold for identity {identity:?} until {}", iso8601(until)),
+        _ => lease.owner.to_string(),
+    }
+}
+
+/// A second live attachment of an identity, on the address its first one leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    pub address: IpAddr,
+    pub sharer: Attachment,
+    pub since: i64,
+}
+
+impl Tx<'_> {
+    /// Ties the leases `owner` holds to `identity`: when they are released,
+    /// they stay held for it. Every allocator calls this in the transaction
+    /// that leases, so the identity is recorded with whatever address the
+    /// attachment ends up with.
+    pub fn bind_identity(&self, owner: &Attachment, identity: &str) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(&format!(
+                "UPDATE leases SET identity = ?4 WHERE network = ?1 AND container_id = ?2 AND ifname = ?3 AND \
+                 {LEASED} AND identity IS NOT ?4"
+            ))
+            .in_db(self.path)?;
+        stmt.execute(params![owner.network, owner.container_id, owner.ifname, identity]).in_db(self.path)?;
+        Ok(())
+    }
+
+    /// The rows of `identity` on interface `ifname` of `network`: its live
+    /// leases and its holds, in address order.
+    pub fn rows_of_identity(&self, network: &str, identity: &str, ifname: &str) -> Result<Vec<Lease>> {
+        self.leases_where("network = ?1 AND identity = ?2 AND ifname = ?3", params![network, identity, ifname])
+    }
+
+    /// Turns the hold on `address` into `owner`'s lease, tagged with this
+    /// handle's ADD. False when there is no hold there any more.
+    pub fn take_hold(&self, address: IpAddr, owner: &Attachment) -> Result<bool> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "UPDATE leases SET container_id = ?2, ifname = ?3, since = ?4, added_by = ?5, held_until = NULL
+                 WHERE key = ?1 AND network = ?6 AND held_until IS NOT NULL",
+            )
+            .in_db(self.path)?;
+        let changed = stmt
+            .execute(params![
+                &to_key(address)[..],
+                owner.container_id,
+                owner.ifname,
+                now_unix(),
+                self.add_id,
+                owner.network
+            ])
+            .in_db(self.path)?;
+        Ok(changed == 1)
+    }
+
+    /// Ends the rows of `leases`, live leases of attachments being released:
+    /// one that another attachment shares passes to that attachment; one of
+    /// an identity stays held for it for `hold` (when given and not zero);
+    /// any other is freed.
+    pub(super) fn end_leases(&self, leases: &[Lease], hold: Option<Duration>) -> Result<()> {
+        let until = hold.filter(|h| !h.is_zero()).map(|h| now_unix().saturating_add(h.as_secs() as i64));
+        let mut free = Vec::new();
+        for lease in leases {
+            let Some(identity) = &lease.identity else {
+                free.push(lease.clone());
+                continue;
+            };
+            if self.pass_to_sharer(lease)? {
+                continue;
+            }
+            match until {
+                Some(until) => {
+                    let mut stmt = self
+                        .sql
+                        .prepare_cached("UPDATE leases SET held_until = ?2, added_by = NULL WHERE key = ?1")
+                        .in_db(self.path)?;
+                    stmt.execute(params![&to_key(lease.address)[..], until]).in_db(self.path)?;
+                    tracing::info!("{} stays held for identity {identity:?} until {}", lease.address, iso8601(until));
+                }
+                None => free.push(lease.clone()),
+            }
+        }
+        self.delete_leases(&free)
+    }
+
+    /// Ends the holds on `addresses` (their addresses become free) and
+    /// returns those that were holds.
+    pub fn drop_holds(&self, holds: &[Lease]) -> Result<Vec<Lease>> {
+        let holds: Vec<Lease> = holds.iter().filter(|l| l.is_hold()).cloned().collect();
+        self.delete_leases(&holds)?;
+        Ok(holds)
+    }
+
+    /// Ends every hold past its end: the addresses become free as usual.
+    /// The allocators call it in the transaction in which they allocate.
+    pub fn drop_expired_holds(&self) -> Result<Vec<Lease>> {
+        let expired = self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now_unix()])?;
+        self.delete_leases(&expired)?;
+        for hold in &expired {
+            tracing::info!(
+                "the hold of {} for identity {:?} ended: the address is free",
+                hold.address,
+                hold.identity.as_deref().unwrap_or("")
+            );
+        }
+        Ok(expired)
+    }
+
+    /// The holds of `identity` (of `network`, or of every network), which
+    /// the operator's `release --identity` drops.
+    pub fn holds_of_identity(&self, network: Option<&str>, identity: &str) -> Result<Vec<Lease>> {
+        self.leases_where(
+            "identity = ?1 AND held_until IS NOT NULL AND (?2 IS NULL OR network = ?2)",
+            params![identity, network],
+        )
+    }
+
+    /// How many holds lie in pool `name` of `network`.
+    pub fn count_pool_holds(&self, network: &str, name: &str) -> Result<u64> {
+        let mut stmt = self
+            .sql
+            .prepare_cached("SELECT count(*) FROM leases WHERE network = ?1 AND pool = ?2 AND held_until IS NOT NULL")
+            .in_db(self.path)?;
+        stmt.query_row([network, name], |row| row.get(0)).in_db(self.path)
+    }
+
+    /// Records that `sharer` shares the lease on `address` (no-op when it
+    /// does already).
+    pub fn share_lease(&self, address: IpAddr, sharer: &Attachment) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "INSERT INTO lease_sharers (network, container_id, ifname, key, since, added_by)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+            )
+            .in_db(self.path)?;
+        stmt.execute(params![
+            sharer.network,
+            sharer.container_id,
+            sharer.ifname,
+            &to_key(address)[..],
+            now_unix(),
+            self.add_id
+        ])
+        .in_db(self.path)?;
+        Ok(())
+    }
+
+    /// The leases `sharer` shares with another attachment.
+    pub fn shared_by(&self, sharer: &Attachment) -> Result<Vec<Lease>> {
+        self.leases_where(
+            &format!(
+                "key IN (SELECT key FROM lease_sharers WHERE network = ?1 AND container_id = ?2 AND ifname = ?3) \
+                 AND {LEASED}"
+            ),
+            params![sharer.network, sharer.container_id, sharer.ifname],
+        )
+    }
+
+    /// Every attachment that shares a lease, with the address (the operator's listing).
+    pub fn shares(&self) -> Result<Vec<Share>> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "SELECT key, network, container_id, ifname, since FROM lease_sharers ORDER BY key, since, container_id",
+            )
+            .in_db(self.path)?;
+        stmt.query_map([], |row| {
+            Ok(Share {
+                address: super::leases::address_column(row, 0)?,
+                sharer: Attachment { network: row.get(1)?, container_id: row.get(2)?, ifname: row.get(3)? },
+                since: row.get(4)?,
+            })
+        })
+        .and_then(Iterator::collect)
+        .in_db(self.path)
+    }
+
+    /// A lease being released that another attachment shares becomes that
+    /// attachment's (the one sharing longest). True if it did.
+    fn pass_to_sharer(&self, lease: &Lease) -> Result<bool> {
+        let key = to_key(lease.address);
+        let mut first = self
+            .sql
+            .prepare_cached(
+                "SELECT container_id, ifname, added_by FROM lease_sharers WHERE key = ?1 AND network = ?2
+                 ORDER BY since, container_id, ifname LIMIT 1",
+            )
+            .in_db(self.path)?;
+        let next: Option<(String, String, Option<String>)> = first
+            .query_map(params![&key[..], lease.owner.network], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .in_db(self.path)?
+            .next()
+            .transpose()
+            .in_db(self.path)?;
+        let Some((container_id, ifname, added_by)) = next else { return Ok(false) };
+        self.sql
+            .prepare_cached(
+                "UPDATE leases SET container_id = ?2, ifname = ?3, added_by = ?4 WHERE key = ?1 AND held_until IS NULL",
+            )
+            .and_then(|mut s| s.execute(params![&key[..], container_id, ifname, added_by]))
+            .in_db(self.path)?;
+        self.sql
+            .prepare_cached(
+                "DELETE FROM lease_sharers WHERE key = ?1 AND network = ?2 AND container_id = ?3 AND ifname = ?4",
+            )
+            .and_then(|mut s| s.execute(params![&key[..], lease.owner.network, container_id, ifname]))
+            .in_db(self.path)?;
+        tracing::info!(
+            "{} passes from container {} to container {container_id}, which shares it",
+            lease.address,
+            lease.owner.container_id
+        );
+        Ok(true)
+    }
+
+    /// Ends what `sharer` shares (only what ADD `add_id` recorded, when given).
+    pub(super) fn drop_shares_of(&self, sharer: &Attachment, add_id: Option<&str>) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "DELETE FROM lease_sharers WHERE network = ?1 AND container_id = ?2 AND ifname = ?3
+                 AND (?4 IS NULL OR added_by = ?4)",
+            )
+            .in_db(self.path)?;
+        stmt.execute(params![sharer.network, sharer.container_id, sharer.ifname, add_id]).in_db(self.path)?;
+        Ok(())
+    }
+
+    /// Ends every share of the lease on `address` (its pool is forgotten).
+    pub(super) fn drop_shares_on(&self, address: IpAddr) -> Result<()> {
+        let mut stmt = self.sql.prepare_cached("DELETE FROM lease_sharers WHERE key = ?1").in_db(self.path)?;
+        stmt.execute([&to_key(address)[..]]).in_db(self.path)?;
+        Ok(())
+    }
+
+    /// GC: ends the shares of `network`'s attachments not in `keep`.
+    pub(super) fn drop_stale_shares(
+        &self,
+        network: &str,
+        keep: &std::collections::HashSet<(String, String)>,
+    ) -> Result<()> {
+        for share in self.shares()?.into_iter().filter(|s| s.sharer.network == network) {
+            if !keep.contains(&(share.sharer.container_id.clone(), share.sharer.ifname.clone())) {
+                self.drop_shares_of(&share.sharer, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `sharer` shares the lease on `address` (CHECK).
+    pub fn shares_lease(&self, address: IpAddr, sharer: &Attachment) -> Result<bool> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "SELECT count(*) FROM lease_sharers WHERE key = ?1 AND network = ?2 AND container_id = ?3 AND ifname = ?4",
+            )
+            .in_db(self.path)?;
+        let n: i64 = stmt
+            .query_row(params![&to_key(address)[..], sharer.network, sharer.container_id, sharer.ifname], |r| r.get(0))
+            .in_db(self.path)?;
+        Ok(n > 0)
+    }
+}
