@@ -50,6 +50,12 @@ fn add(req: &Request) -> Result<Reply> {
                 shared
             }
             None => {
+                // Its own: a repeat ADD, or taken over for it on this node
+                // by ipam-ds-cluster from another node's hold.
+                let own: Vec<&Lease> = rows.iter().filter(|l| !l.is_hold() && l.owner == attachment).collect();
+                let mut back = pick(&families, &pools, &own);
+                let families: Vec<Family> =
+                    families.iter().copied().filter(|f| !back.iter().any(|(a, _)| Family::of(*a) == *f)).collect();
                 let holds: Vec<&Lease> = rows.iter().filter(|l| l.is_hold()).collect();
                 for gone in unusable(&pools, &holds) {
                     tracing::warn!(
@@ -60,11 +66,12 @@ fn add(req: &Request) -> Result<Reply> {
                     );
                     tx.drop_holds(std::slice::from_ref(gone))?;
                 }
-                let back = pick(&families, &pools, &holds);
-                for (address, _) in &back {
+                let from_holds = pick(&families, &pools, &holds);
+                for (address, _) in &from_holds {
                     tx.take_hold(*address, &attachment)?;
                     tracing::info!("{address} was held for identity {identity:?}: handed back");
                 }
+                back.extend(from_holds);
                 back
             }
         };

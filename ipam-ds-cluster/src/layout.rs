@@ -10,6 +10,7 @@
 //! <prefix>/v1/<network>/_nodes/<node>                {"db": …, "offlineGrace": …, "timeout": …}: who runs as <node>
 //! <prefix>/v1/<network>/_pools/<pool>                the pool's geometry again: the network's pools, checked for overlap
 //! <prefix>/v1/<network>/_recovery                    {"node", "at", "from", "to"}: etcd lost history; nodes re-claim (leased)
+//! <prefix>/v1/<network>/_sticky/<ifname>/<identity>  {"node", "container", "addresses", "until"?}: a workload identity's addresses
 //! ```
 //! Pool names start with a letter or digit, so `_nodes` and `_pools` are never pools.
 //! `<block>` is the block's CIDR with `-` for `/` (`10.22.0.64-26`).
@@ -115,6 +116,17 @@ impl NetworkKeys {
         format!("{}{pool}", self.pools())
     }
 
+    /// Where workload identity `identity` (ipam-da-sticky) has its
+    /// addresses on interface `ifname`: live on a node, or held for it.
+    pub fn identity(&self, ifname: &str, identity: &str) -> String {
+        format!("{}{ifname}/{identity}", self.identities())
+    }
+
+    /// Every identity's key.
+    pub fn identities(&self) -> String {
+        format!("{}_sticky/", self.base)
+    }
+
     /// The pool a key under [`NetworkKeys::pools`] names.
     pub fn parse_pool<'k>(&self, key: &'k [u8]) -> Option<&'k str> {
         std::str::from_utf8(key).ok()?.strip_prefix(self.base.as_str())?.strip_prefix("_pools/")
@@ -188,6 +200,64 @@ pub struct AddressRecord {
     /// Of a borrowed address: the node that lent it, to which DEL gives it back.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub lender: String,
+    /// Of a workload identity's address (ipam-da-sticky): the identity. A
+    /// record of kind `static`, so that builds before it keep off the
+    /// address too. Held for the identity (no attachment has it): `node`
+    /// is empty, and the record lives under the etcd lease that ends the
+    /// hold. It changes only together with the identity's key.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
+}
+
+impl AddressRecord {
+    /// The record of `identity`'s address held for it, no attachment's.
+    pub fn held_for(identity: &str) -> AddressRecord {
+        AddressRecord { kind: Kind::Static, identity: identity.to_string(), ..AddressRecord::default() }
+    }
+}
+
+/// `_sticky/<ifname>/<identity>`: where a workload identity's addresses
+/// are. Live: `node` and `container` are its attachment's (and `sharers`
+/// the other live ones, with `shareLive`); the addresses are the ones its
+/// ADD recorded. Held: `until` is when the hold ends, the key and the
+/// addresses' records live under one etcd lease that ends it, and `node` is
+/// the node that last had it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IdentityRecord {
+    pub node: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+    #[serde(default)]
+    pub addresses: Vec<IpAddr>,
+    /// Unix seconds; 0 while live.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub until: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sharers: Vec<Sharer>,
+}
+
+/// Another live attachment of an identity (`shareLive`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sharer {
+    pub node: String,
+    pub container: String,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+impl IdentityRecord {
+    pub fn is_held(&self) -> bool {
+        self.until != 0
+    }
+
+    /// Whether `node`'s `container` has it live, first or sharing.
+    pub fn live_on(&self, node: &str, container: &str) -> bool {
+        !self.is_held()
+            && ((self.node == node && self.container == container)
+                || self.sharers.iter().any(|s| s.node == node && s.container == container))
+    }
 }
 
 impl AddressRecord {

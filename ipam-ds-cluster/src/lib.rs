@@ -35,7 +35,13 @@ impl Plugin for ClusterSelector {
         let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
         let attachment = req.attachment()?;
         let requests = suite_delegate::requested_addresses(req, &pools)?;
-        let identity = suite_delegate::identity(req)?;
+        let sticky = shared::sticky::Sticky::of(&req.config)?;
+        let identity = match &sticky {
+            Some(s) => s.identity(req)?,
+            None => None,
+        };
+        let sticking =
+            sticky.as_ref().zip(identity.as_deref()).map(|(settings, identity)| node::Sticking { identity, settings });
         // Checked here, against the pools as configured: the view handed on
         // holds only this node's part of them (possibly nothing), so the
         // allocator after it could not say which pool an address misses, and
@@ -46,7 +52,7 @@ impl Plugin for ClusterSelector {
         let mut store = suite_delegate::open_store(req)?;
         let node = Node::new(&settings, &attachment.network, &mut store)?;
         node.settle(&mut store);
-        let views = node.add(&mut store, &pools, &attachment, identity.as_deref(), &requests, &result);
+        let views = node.add(&mut store, &pools, &attachment, sticking.as_ref(), &requests, &result);
         node.finish(&mut store);
         let views = views?;
         tracing::debug!("this node's view of the cluster pools: {}", pool::names(&views));
@@ -60,13 +66,22 @@ impl Plugin for ClusterSelector {
         let attachment = req.attachment()?;
         let mut store = suite_delegate::open_store(req)?;
         let records = store.read(|tx| tx.node_records_of(&attachment))?;
-        let records: Vec<_> = match &req.env.stack.rollback_of {
+        let rollback_of = req.env.stack.rollback_of.as_deref();
+        let records: Vec<_> = match rollback_of {
             Some(add_id) => records.into_iter().filter(|r| r.added_by.as_deref() == Some(add_id)).collect(),
             None => records,
         };
         match Settings::from_config(&req.config) {
             Ok(settings) => {
                 let node = Node::new(&settings, &attachment.network, &mut store)?;
+                // An identity's addresses stay its own, held in etcd.
+                let held = match sticky_release(req) {
+                    Some((hold, asked)) => {
+                        node.hold_identities(&mut store, &attachment, asked.as_deref(), hold, rollback_of)?
+                    }
+                    None => Vec::new(),
+                };
+                let records: Vec<_> = records.into_iter().filter(|r| !held.contains(&r.key)).collect();
                 // The session finishes whatever the release did.
                 let released = node.release(&mut store, &records);
                 node.settle(&mut store);
@@ -126,10 +141,29 @@ impl Plugin for ClusterSelector {
             Ok(()) | Err(etcd::Error::Unavailable(_)) => {}
             Err(e) => return Err(node::etcd_error(e)),
         }
+        let gone = |owner: &shared::Attachment| !valid.contains(&(owner.container_id.clone(), owner.ifname.clone()));
+        // Identities of attachments that are gone keep their addresses, held in etcd.
+        let mut held = Vec::new();
+        if let Some((hold, _)) = sticky_release(req) {
+            let of_network = shared::store::LeaseFilter { network: Some(network.to_string()), ..Default::default() };
+            let leases = store.read(|tx| tx.leases(&of_network))?;
+            let mut owners: Vec<shared::Attachment> = leases
+                .into_iter()
+                .filter(|l| l.identity.is_some() && !l.is_hold() && gone(&l.owner))
+                .map(|l| l.owner)
+                .collect();
+            owners.dedup();
+            for owner in owners {
+                held.extend(node.hold_identities(&mut store, &owner, None, hold, None)?);
+            }
+            if let Err(e) = node.forget_gone_identities(&mut store, &valid) {
+                tracing::warn!("identities of gone attachments are let go by a later GC: {e}");
+            }
+        }
         let stale: Vec<_> = store
             .read(|tx| tx.node_records(network))?
             .into_iter()
-            .filter(|r| !valid.contains(&(r.owner.container_id.clone(), r.owner.ifname.clone())))
+            .filter(|r| gone(&r.owner) && !held.contains(&r.key))
             .collect();
         let collected = node.release(&mut store, &stale).and_then(|()| node.retire_empty_blocks(&mut store));
         node.settle(&mut store);
@@ -177,6 +211,17 @@ impl Plugin for ClusterSelector {
                 "etcd is unreachable and no block of this node confirmed within offlineGrace has room: {unreachable}"
             ),
         ))
+    }
+}
+
+/// With ipam-da-sticky in the stack: how long a released identity's
+/// addresses stay held (zero: not at all), and the identity the call names.
+/// Settings that do not read hold for the default, as the allocators do.
+fn sticky_release(req: &Request) -> Option<(std::time::Duration, Option<String>)> {
+    match shared::sticky::Sticky::of(&req.config) {
+        Ok(Some(s)) => Some((s.hold, s.identity(req).ok().flatten())),
+        Ok(None) => None,
+        Err(_) => Some((shared::sticky::DEFAULT_HOLD, None)),
     }
 }
 

@@ -20,7 +20,7 @@ use shared::args::Attachment;
 use shared::pool::Pool;
 use shared::result::IpamResult;
 use shared::store::{unix_now, Lease, LeaseFilter, StoreHandle, Tx};
-use shared::{CniError, Code, Result};
+use shared::{suite_delegate, CniError, Code, Result};
 
 use crate::blocks::Geometry;
 use crate::clock::{BootClock, BOOT_NOTE};
@@ -40,6 +40,9 @@ mod plan;
 mod records;
 mod recovery;
 mod sharing;
+mod sticky;
+
+pub use sticky::Sticking;
 
 use claims::{check_definition, gave_back_note};
 use plan::{PoolFacts, Step};
@@ -279,11 +282,15 @@ impl<'s> Node<'s> {
         store: &mut StoreHandle,
         pools: &[Pool],
         who: &Attachment,
-        identity: Option<&str>,
+        sticking: Option<&Sticking>,
         requests: &[IpAddr],
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
         let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
+        // First of all: two nodes adding one identity at once get it once.
+        if let Some(s) = sticking {
+            self.claim_identity(store, &geometries, who, s)?;
+        }
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.
@@ -297,14 +304,14 @@ impl<'s> Node<'s> {
                     .into_iter()
                     .filter(|b| b.state == BlockState::Owned)
                     .collect();
-                with_room.push(blocks_with_room(tx, g, &all)?);
+                with_room.push(blocks_to_confirm(tx, g, &all)?);
                 shared.push(all.iter().filter(|b| b.shared).cloned().collect::<Vec<_>>());
                 owned.push(all);
             }
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
             let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
             let mut held = tx.leases_of(who)?;
-            if let Some(identity) = identity {
+            if let Some(identity) = sticking.map(|s| s.identity) {
                 // Only in blocks of its own: what a node holds elsewhere
                 // in the cluster is governed by etcd's records.
                 let own = |l: &Lease| owned.iter().flatten().any(|b| !b.shared && b.block.contains(&l.address));
@@ -413,6 +420,11 @@ impl<'s> Node<'s> {
                     break;
                 }
                 let address = match step {
+                    // An identity's address is picked here, so that its
+                    // key can list it (a node sharing it must know it).
+                    Step::Room(i) if sticking.is_some() => {
+                        self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
+                    }
                     Step::Room(_) => {
                         found = true;
                         None
@@ -422,8 +434,11 @@ impl<'s> Node<'s> {
                         let new = self.claim(store, &geometries[i], &owned[i])?;
                         let own = new.iter().any(|b| !b.shared);
                         file_new_blocks(new, &mut blocks[i], &mut shared[i]);
-                        found = own;
+                        found = own && sticking.is_none();
                         match own {
+                            true if sticking.is_some() => {
+                                self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
+                            }
                             true => None,
                             false => self.grant_in_own(store, &geometries[i], &mut shared[i], who, &history)?,
                         }
@@ -462,7 +477,40 @@ impl<'s> Node<'s> {
         if skipped {
             self.check_history(store, &geometries, watermark, &[])?;
         }
+        if let Some(s) = sticking {
+            let mut addresses: Vec<IpAddr> = store.read(|tx| tx.leases_of(who))?.iter().map(|l| l.address).collect();
+            addresses.extend(granted.iter().map(|(_, a)| *a));
+            addresses.extend(requests.iter().filter(|a| pools.iter().any(|p| p.check_static(**a).is_ok())));
+            addresses.sort_unstable();
+            addresses.dedup();
+            self.record_identity_addresses(who, s, &addresses);
+        }
         Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &granted)).collect())
+    }
+
+    /// The first free address of this node's own blocks of a pool, leased
+    /// to `who` (and its identity) now.
+    fn lease_in_own(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        blocks: &[NodeBlock],
+        who: &Attachment,
+        sticking: Option<&Sticking>,
+    ) -> Result<Option<IpAddr>> {
+        let Some(v) = view(g, blocks, &[]) else { return Ok(None) };
+        store.write(|tx| {
+            suite_delegate::begin_allocating(tx)?;
+            let Some(&address) = free_addresses(tx, &v, 1)?.first() else { return Ok(None) };
+            tx.insert_lease(address, &g.pool.name, who)?;
+            suite_delegate::bind_identity(tx, who, sticking.map(|s| s.identity))?;
+            tracing::info!(
+                "allocated {address} of pool {} for identity {:?}",
+                g.pool.name,
+                sticking.map(|s| s.identity)
+            );
+            Ok(Some(address))
+        })
     }
 
     /// Forgets block `b`, with the addresses held in it for lending (nobody
@@ -564,6 +612,7 @@ impl<'s> Node<'s> {
         if let Err(e) = self.release(store, &records) {
             tracing::warn!("releases left for a later call: {e}");
         }
+        self.settle_identities(store);
         for (b, held) in contested {
             let done = if held.is_empty() {
                 tracing::info!("contested block {} of pool {} holds no lease of this node any more", b.block, b.pool);
@@ -758,12 +807,24 @@ const MAX_IN_VIEW: usize = 32;
 /// The blocks among `blocks` that are this node's alone (not shared) and
 /// have a free address, at most [`MAX_IN_VIEW`].
 pub fn blocks_with_room(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
+    blocks_with_room_counting(tx, g, blocks, true)
+}
+
+/// The blocks an ADD confirms: [`blocks_with_room`], where what others hold
+/// in a block does not count: it can end (an identity's hold ends with its
+/// etcd lease), and only a confirming read of the block tells.
+fn blocks_to_confirm(tx: &Tx, g: &Geometry, blocks: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
+    blocks_with_room_counting(tx, g, blocks, false)
+}
+
+fn blocks_with_room_counting(tx: &Tx, g: &Geometry, blocks: &[NodeBlock], taken: bool) -> Result<Vec<NodeBlock>> {
     let mut with_room = Vec::new();
     for b in blocks.iter().filter(|b| !b.shared) {
         if with_room.len() == MAX_IN_VIEW {
             break;
         }
-        if let Some(view) = view(g, std::slice::from_ref(b), &[]) {
+        let counted = NodeBlock { taken: if taken { b.taken.clone() } else { Vec::new() }, ..b.clone() };
+        if let Some(view) = view(g, std::slice::from_ref(&counted), &[]) {
             if !free_addresses(tx, &view, 1)?.is_empty() {
                 with_room.push(b.clone());
             }

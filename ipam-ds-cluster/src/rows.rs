@@ -313,6 +313,23 @@ pub trait ClusterRows {
         rows.next().transpose().in_db(self.db_path())
     }
 
+    /// The names of the notes that start with `prefix`.
+    fn notes_with_prefix(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT name FROM cluster_notes WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name")
+            .in_db(self.db_path())?;
+        stmt.query_map([prefix], |row| row.get(0)).and_then(Iterator::collect).in_db(self.db_path())
+    }
+
+    fn drop_note(&self, name: &str) -> Result<()> {
+        self.conn()
+            .prepare_cached("DELETE FROM cluster_notes WHERE name = ?1")
+            .and_then(|mut stmt| stmt.execute([name]))
+            .in_db(self.db_path())
+            .map(drop)
+    }
+
     /// Drops the notes whose names start with `prefix`, but `keep`.
     fn drop_notes_with_prefix(&self, prefix: &str, keep: &str) -> Result<()> {
         self.conn()

@@ -63,6 +63,7 @@ impl Node<'_> {
             container: who.container_id.clone(),
             ifname: who.ifname.clone(),
             lender: String::new(),
+            identity: String::new(),
         });
         let own_block = store.read(|tx| {
             Ok(tx
@@ -331,6 +332,7 @@ impl Node<'_> {
                     container: who.container_id.clone(),
                     ifname: who.ifname.clone(),
                     lender: String::new(),
+                    identity: String::new(),
                 }),
                 pool: g.pool.name.clone(),
                 address: *address,

@@ -294,6 +294,7 @@ impl Node<'_> {
                 container: lease.owner.container_id.clone(),
                 ifname: lease.owner.ifname.clone(),
                 lender: String::new(),
+                identity: String::new(),
             });
             let row = NodeRecord {
                 key: key.clone(),

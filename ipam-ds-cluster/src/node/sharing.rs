@@ -246,6 +246,7 @@ impl Node<'_> {
             container: who.container_id.clone(),
             ifname: who.ifname.clone(),
             lender: String::new(),
+            identity: String::new(),
         });
         let row = NodeRecord {
             key: key.clone(),

@@ -27,6 +27,8 @@ pub struct Lease {
     /// `None`: leased by `owner`. Else held for `identity` until then
     /// (unix seconds), and no attachment's.
     pub held_until: Option<i64>,
+    /// The ipam-delegated ADD that leased it, if any.
+    pub added_by: Option<String>,
 }
 
 impl Lease {
@@ -43,7 +45,8 @@ pub struct LeaseFilter {
     pub container_id: Option<String>,
 }
 
-pub(super) const LEASE_COLUMNS: &str = "key, pool, network, container_id, ifname, since, identity, held_until";
+pub(super) const LEASE_COLUMNS: &str =
+    "key, pool, network, container_id, ifname, since, identity, held_until, added_by";
 
 /// Of the rows an attachment's queries read: its leases, not holds.
 pub(super) const LEASED: &str = "held_until IS NULL";
@@ -56,6 +59,7 @@ pub(super) fn lease_from_row(row: &Row) -> rusqlite::Result<Lease> {
         since: row.get(5)?,
         identity: row.get(6)?,
         held_until: row.get(7)?,
+        added_by: row.get(8)?,
     })
 }
 

@@ -1,0 +1,769 @@
+//! Workload identities across the cluster (ipam-da-sticky): an identity's
+//! addresses follow it to whatever node it lands on.
+//!
+//! etcd holds one key per identity and interface (`_sticky/<ifname>/<id>`,
+//! an [`IdentityRecord`]): live on one node's attachment, or held for the
+//! identity until its hold ends. While live, its addresses are the node's
+//! as any other (an address of a block of the node's own has no record);
+//! held, each has a record of kind `static` naming the identity and no
+//! node, under one etcd lease with the key, so etcd ends the hold whatever
+//! the nodes do. Every node's block view counts such a record as taken, so
+//! nobody hands the address out; the identity takes it over on any node by
+//! one transaction that compares the key and each record unchanged. The
+//! identity's records change only together with its key.
+//!
+//! The rule of the node database holds: a record this node writes for an
+//! attachment has its row first (`writing`), and a row goes only after etcd
+//! no longer has the record as this node wrote it (a held record is the
+//! identity's, no node's).
+
+use std::collections::BTreeMap;
+
+use shared::sticky::Sticky;
+
+use super::*;
+use crate::layout::{IdentityRecord, Sharer};
+
+/// A workload identity this ADD or release is about.
+pub struct Sticking<'a> {
+    pub identity: &'a str,
+    pub settings: &'a Sticky,
+}
+
+/// The note that an identity's release could not reach etcd: a later call
+/// publishes its hold (see [`Node::settle_identities`]).
+fn pending_note(network: &str, ifname: &str, identity: &str) -> String {
+    format!("{PENDING_PREFIX}{network}\n{ifname}\n{identity}")
+}
+
+const PENDING_PREFIX: &str = "sticky-pending:";
+
+/// An identity key as read: its record (`None` when it does not read: it is
+/// overwritten) and its mod revision.
+struct Found {
+    record: Option<IdentityRecord>,
+    mod_revision: i64,
+}
+
+impl Node<'_> {
+    fn identity_key(&self, ifname: &str, identity: &str) -> String {
+        self.net_keys().identity(ifname, identity)
+    }
+
+    /// ADD, before anything is allocated: makes the identity `who`'s in
+    /// etcd. Absent: it is created live on this node (one transaction that
+    /// reads it when it is there). Held: its addresses in the candidate
+    /// pools are taken over (one transaction comparing the key and each
+    /// record) and leased here to `who`. Live on another attachment: 101
+    /// naming it, or shared with `shareLive` (its addresses leased here
+    /// too). Needs etcd: 11 without it.
+    pub(super) fn claim_identity(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        who: &Attachment,
+        s: &Sticking,
+    ) -> Result<()> {
+        let key = self.identity_key(&who.ifname, s.identity);
+        let me = &self.settings.node;
+        let fresh = IdentityRecord { node: me.clone(), container: who.container_id.clone(), ..Default::default() };
+        for _ in 0..CLAIM_ROUNDS {
+            let txn = Txn {
+                compare: vec![Compare::absent(key.clone())],
+                success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&fresh), lease: 0 }],
+                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
+            };
+            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            if answer.succeeded {
+                tracing::info!("identity {:?} is live on this node ({key})", s.identity);
+                return Ok(());
+            }
+            let [found] = ranges(answer.responses)?;
+            let Some(kv) = found.into_iter().next() else { continue };
+            let found = Found { record: serde_json::from_slice(&kv.value).ok(), mod_revision: kv.mod_revision };
+            let Some(record) = &found.record else {
+                tracing::warn!("identity key {key} does not read: it is replaced");
+                if self.replace_identity(&key, &found, &fresh, &[])? {
+                    return Ok(());
+                }
+                continue;
+            };
+            if record.live_on(me, &who.container_id) {
+                return Ok(());
+            }
+            if record.is_held() {
+                if self.take_over(store, geometries, who, s, (&key, &found), record)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            // Live on an attachment of this node that is gone here (its
+            // DEL could not reach etcd): the identity's addresses are held
+            // in this node's database, and ipam-da-sticky hands them back.
+            if record.node == *me && record.sharers.is_empty() && self.gone_here(store, who, &record.container)? {
+                let again = IdentityRecord { addresses: record.addresses.clone(), ..fresh.clone() };
+                if self.replace_identity(&key, &found, &again, &[])? {
+                    store.write(|tx| tx.drop_note(&pending_note(&self.network, &who.ifname, s.identity)))?;
+                    return Ok(());
+                }
+                continue;
+            }
+            if !s.settings.share_live {
+                return Err(CniError::new(
+                    Code::AddressInUse,
+                    format!(
+                        "identity {:?} is live on node {} in container {}: two live attachments of one identity share \
+                         its address only with ipam.sticky.shareLive",
+                        s.identity,
+                        shown(&record.node),
+                        shown(&record.container)
+                    ),
+                )
+                .with_details(format!("etcd key {key}; DEL of that container releases it")));
+            }
+            let mut shared = record.clone();
+            shared.sharers.push(Sharer { node: me.clone(), container: who.container_id.clone() });
+            if self.replace_identity(&key, &found, &shared, &[])? {
+                let addresses = in_pools(geometries, &record.addresses);
+                store.write(|tx| {
+                    for (g, address) in &addresses {
+                        lease_here(tx, *address, &g.pool.name, who, s.identity)?;
+                    }
+                    Ok(())
+                })?;
+                tracing::info!(
+                    "identity {:?} is live on node {} too: its addresses are shared here (shareLive)",
+                    s.identity,
+                    shown(&record.node)
+                );
+                return Ok(());
+            }
+        }
+        Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing: try again")))
+    }
+
+    /// Whether `container`'s attachment on this node is gone: it holds no
+    /// lease here any more (released while etcd was away).
+    fn gone_here(&self, store: &mut StoreHandle, who: &Attachment, container: &str) -> Result<bool> {
+        let them = Attachment { container_id: container.to_string(), ..who.clone() };
+        Ok(store.read(|tx| tx.leases_of(&them))?.is_empty())
+    }
+
+    /// Replaces the identity key as `found`, with `ops` in the same
+    /// transaction; false when it changed meanwhile.
+    fn replace_identity(&self, key: &str, found: &Found, with: &IdentityRecord, ops: &[Op]) -> Result<bool> {
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(key.to_string(), found.mod_revision)],
+            success: std::iter::once(Op::Put { key: key.as_bytes().to_vec(), value: to_bytes(with), lease: 0 })
+                .chain(ops.iter().cloned())
+                .collect(),
+            failure: Vec::new(),
+        };
+        Ok(self.etcd.txn(&txn).map_err(etcd_error)?.succeeded)
+    }
+
+    /// Takes over a held identity's addresses that lie in the candidate
+    /// pools, for `who`: rows first, then one transaction (the key and each
+    /// record as read), then the rows held and the addresses leased here.
+    /// False when the key changed meanwhile (read it again).
+    fn take_over(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        who: &Attachment,
+        s: &Sticking,
+        (key, found): (&str, &Found),
+        held: &IdentityRecord,
+    ) -> Result<bool> {
+        let taken = in_pools(geometries, &held.addresses);
+        let held_value = to_text(&AddressRecord::held_for(s.identity));
+        let live_value = to_text(&self.live_record(who, s.identity));
+        let rows: Vec<NodeRecord> = taken
+            .iter()
+            .map(|(g, address)| NodeRecord {
+                key: self.keys(&g.pool.name).address(&g.block_of(*address), *address),
+                value: live_value.clone(),
+                pool: g.pool.name.clone(),
+                address: *address,
+                kind: Kind::Static,
+                owner: who.clone(),
+                added_by: None,
+                state: RecordState::Writing,
+            })
+            .collect();
+        let busy = store.write(|tx| {
+            for row in &rows {
+                match tx.node_record(&row.key)? {
+                    Some(r) if r.owner != row.owner => return Ok(Some(r)),
+                    _ => tx.put_node_record(row)?,
+                }
+            }
+            Ok(None)
+        })?;
+        if let Some(r) = busy {
+            store.write(|tx| rows.iter().try_for_each(|row| tx.drop_node_record_if(&row.key, &row.value)))?;
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!("{} of identity {:?} is being released on this node: try again", r.address, s.identity),
+            ));
+        }
+        let live = IdentityRecord {
+            node: self.settings.node.clone(),
+            container: who.container_id.clone(),
+            addresses: taken.iter().map(|(_, a)| *a).collect(),
+            ..Default::default()
+        };
+        let txn = Txn {
+            compare: std::iter::once(Compare::mod_revision_is(key.to_string(), found.mod_revision))
+                .chain(rows.iter().map(|r| Compare::value_is(r.key.clone(), held_value.clone())))
+                .collect(),
+            success: std::iter::once(Op::Put { key: key.as_bytes().to_vec(), value: to_bytes(&live), lease: 0 })
+                .chain(rows.iter().map(|r| Op::Put {
+                    key: r.key.clone().into_bytes(),
+                    value: r.value.clone().into_bytes(),
+                    lease: 0,
+                }))
+                .collect(),
+            failure: Vec::new(),
+        };
+        match self.etcd.txn(&txn) {
+            Ok(answer) if answer.succeeded => {}
+            Ok(_) => {
+                store.write(|tx| rows.iter().try_for_each(|row| tx.drop_node_record_if(&row.key, &row.value)))?;
+                return Ok(false);
+            }
+            Err(e) => {
+                // etcd may have taken it: the rows are released later, by
+                // value, as after any unsure write.
+                for row in &rows {
+                    records::release_later(store, &row.key)?;
+                }
+                return Err(etcd_error(e));
+            }
+        }
+        store.write(|tx| {
+            for row in &rows {
+                tx.set_node_record_state(&row.key, RecordState::Held)?;
+                lease_here(tx, row.address, &row.pool, who, s.identity)?;
+                // In a block of this node's own it was counted taken (its
+                // record was another's); the record is this node's now, and
+                // the lease keeps it.
+                self.count_taken(tx, row.address, false)?;
+            }
+            self.stamp(tx)
+        })?;
+        for (_, address) in &taken {
+            tracing::info!(
+                "{address} was held for identity {:?} (last on node {}): taken over for this attachment",
+                s.identity,
+                shown(&held.node)
+            );
+        }
+        Ok(true)
+    }
+
+    /// ADD, once this node's part is decided: the identity's key lists the
+    /// addresses `who` holds now, so that a node sharing it (`shareLive`)
+    /// knows them and a release holds them. Best effort: a release collects
+    /// them from the node database anyway.
+    pub(super) fn record_identity_addresses(&self, who: &Attachment, s: &Sticking, addresses: &[IpAddr]) {
+        let key = self.identity_key(&who.ifname, s.identity);
+        for _ in 0..CLAIM_ROUNDS {
+            let found = match self.etcd.range(&RangeRequest::key(key.clone())) {
+                Ok(r) => r.kvs.into_iter().next(),
+                Err(e) => {
+                    tracing::warn!("identity {:?}: its addresses are recorded at its release: {e}", s.identity);
+                    return;
+                }
+            };
+            let Some(kv) = found else { return };
+            let Ok(mut record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return };
+            let first = record.node == self.settings.node && record.container == who.container_id;
+            if !first || record.is_held() || record.addresses == addresses {
+                return;
+            }
+            record.addresses = addresses.to_vec();
+            let found = Found { record: None, mod_revision: kv.mod_revision };
+            match self.replace_identity(&key, &found, &record, &[]) {
+                Ok(true) => return,
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!("identity {:?}: its addresses are recorded at its release: {e}", s.identity);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// DEL, GC, a rollback: the identity addresses of `who` stay the
+    /// identity's. Its key is live here on `who`: with a sharer left it
+    /// passes to it; else it becomes held for `hold`, and every address gets
+    /// its held record under one new etcd lease. Then, here, the leases and
+    /// rows go (the records are the identity's now) and each address of a
+    /// block of this node's own is counted taken in it. Returns the keys of
+    /// `who`'s rows this handled, which the ordinary release must not
+    /// touch. Without etcd nothing is handled: the allocators hold the
+    /// addresses in the node database, and a later call publishes the hold.
+    pub fn hold_identities(
+        &self,
+        store: &mut StoreHandle,
+        who: &Attachment,
+        asked: Option<&str>,
+        hold: std::time::Duration,
+        rollback_of: Option<&str>,
+    ) -> Result<Vec<String>> {
+        let (leases, rows) = store.read(|tx| Ok((tx.leases_of(who)?, tx.node_records_of(who)?)))?;
+        if rollback_of.is_some_and(|add_id| {
+            rows.iter().any(|r| r.added_by.as_deref() != Some(add_id))
+                || leases.iter().any(|l| l.added_by.as_deref() != Some(add_id))
+        }) {
+            // A failed repeat ADD: the attachment lives on with what it had.
+            return Ok(Vec::new());
+        }
+        let mut by_identity: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+        for lease in &leases {
+            if let Some(identity) = &lease.identity {
+                by_identity.entry(identity.clone()).or_default().push(lease.address);
+            }
+        }
+        // The identity the call names, which may hold nothing here (an ADD
+        // that failed before it leased): its key must not stay live.
+        if let Some(identity) = asked {
+            by_identity.entry(identity.to_string()).or_default();
+        }
+        // Taken over by an ADD killed before it leased them here.
+        for r in &rows {
+            let Ok(record) = serde_json::from_str::<AddressRecord>(&r.value) else { continue };
+            if !record.identity.is_empty() {
+                let addresses = by_identity.entry(record.identity).or_default();
+                if !addresses.contains(&r.address) {
+                    addresses.push(r.address);
+                }
+            }
+        }
+        let mut handled = Vec::new();
+        for (identity, addresses) in by_identity {
+            match self.hold_identity(store, who, &identity, &addresses, &rows, hold) {
+                Ok(keys) => handled.extend(keys),
+                Err(e) => {
+                    tracing::warn!("identity {identity:?} is held on this node until etcd answers: {e}");
+                    store.write(|tx| tx.set_note(&pending_note(&self.network, &who.ifname, &identity), "1"))?;
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    fn hold_identity(
+        &self,
+        store: &mut StoreHandle,
+        who: &Attachment,
+        identity: &str,
+        addresses: &[IpAddr],
+        rows: &[NodeRecord],
+        hold: std::time::Duration,
+    ) -> Result<Vec<String>> {
+        let key = self.identity_key(&who.ifname, identity);
+        let me = self.settings.node.clone();
+        // Borrowed addresses go back to their lender, as ever.
+        let borrowed = |a: &IpAddr| rows.iter().any(|r| r.address == *a && r.kind == Kind::Borrowed);
+        let addresses: Vec<IpAddr> = addresses.iter().copied().filter(|a| !borrowed(a)).collect();
+        let rows: Vec<&NodeRecord> = rows.iter().filter(|r| addresses.contains(&r.address)).collect();
+        let keyed = self.address_keys(store, &addresses, &rows)?;
+        // What a record of `who`'s may say now: its row's value, or what
+        // another node wrote for it (passing the identity on, shareLive).
+        let live_here = to_text(&self.live_record(who, identity));
+        for _ in 0..CLAIM_ROUNDS {
+            let reads = std::iter::once(key.clone()).chain(keyed.iter().map(|(_, k)| k.clone()));
+            let txn = Txn { success: reads.map(|k| Op::Range(RangeRequest::key(k))).collect(), ..Txn::default() };
+            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            let mut found = answer.responses.into_iter().map(|r| match r {
+                OpResponse::Range(r) => r.kvs.into_iter().next(),
+                _ => None,
+            });
+            let Some(kv) = found.next().flatten() else { return Ok(Vec::new()) };
+            let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(Vec::new()) };
+            let identity_found = Found { record: None, mod_revision: kv.mod_revision };
+            // Held here already (a DEL killed before it finished here).
+            if record.is_held() && record.node == me && addresses.iter().all(|a| record.addresses.contains(a)) {
+                return self.let_go_here(store, who, &addresses, &rows);
+            }
+            if !record.live_on(&me, &who.container_id) {
+                return Ok(Vec::new());
+            }
+            if !(record.node == me && record.container == who.container_id) {
+                // A sharer goes; the identity lives on where it was.
+                let mut next = record.clone();
+                next.sharers.retain(|s| !(s.node == me && s.container == who.container_id));
+                if !self.replace_identity(&key, &identity_found, &next, &[])? {
+                    continue;
+                }
+                tracing::info!("identity {identity:?} stays live on node {}", shown(&record.node));
+                store.write(|tx| addresses.iter().try_for_each(|&a| tx.release_address(a, who).map(drop)))?;
+                return Ok(Vec::new());
+            }
+            // Each record as read: absent, or `who`'s; another's is not ours to change.
+            let mut compare = vec![Compare::mod_revision_is(key.clone(), identity_found.mod_revision)];
+            let mut kept: Vec<(IpAddr, String)> = Vec::new();
+            for ((address, record_key), current) in keyed.iter().zip(found) {
+                let row_value = rows.iter().find(|r| r.address == *address).map(|r| r.value.as_bytes());
+                match current {
+                    None => compare.push(Compare::absent(record_key.clone())),
+                    Some(kv) if Some(kv.value.as_slice()) == row_value || kv.value == live_here.as_bytes() => {
+                        compare.push(Compare::mod_revision_is(record_key.clone(), kv.mod_revision));
+                    }
+                    Some(kv) => {
+                        tracing::warn!(
+                            "{address} of identity {identity:?} is recorded for another ({}): not held",
+                            shown_bytes(&kv.value)
+                        );
+                        continue;
+                    }
+                }
+                kept.push((*address, record_key.clone()));
+            }
+            let held_addresses: Vec<IpAddr> = kept.iter().map(|(a, _)| *a).collect();
+            if (held_addresses.is_empty() || hold.is_zero()) && record.sharers.is_empty() {
+                // Nothing to hold (or no holding): the identity is nobody's,
+                // and its addresses are released as any others.
+                let txn = Txn {
+                    compare,
+                    success: vec![Op::Delete { key: key.clone().into_bytes(), range_end: None }],
+                    failure: Vec::new(),
+                };
+                if !self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                    continue;
+                }
+                tracing::info!("identity {identity:?} is no attachment's: {key} is deleted");
+                return Ok(Vec::new());
+            }
+            let (next, lease, record_value) = match record.sharers.first() {
+                // The first sharer becomes its attachment.
+                Some(heir) => {
+                    let next = IdentityRecord {
+                        node: heir.node.clone(),
+                        container: heir.container.clone(),
+                        addresses: held_addresses.clone(),
+                        sharers: record.sharers[1..].to_vec(),
+                        until: 0,
+                    };
+                    let heir = Attachment { container_id: heir.container.clone(), ..who.clone() };
+                    let value = AddressRecord { node: next.node.clone(), ..self.live_record(&heir, identity) };
+                    (next, 0, to_bytes(&value))
+                }
+                None => {
+                    let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
+                    let lease = self.etcd.lease_grant(secs).map_err(etcd_error)?;
+                    let next = IdentityRecord {
+                        node: me.clone(),
+                        addresses: held_addresses.clone(),
+                        until: unix_now().saturating_add(secs),
+                        ..Default::default()
+                    };
+                    (next, lease, to_bytes(&AddressRecord::held_for(identity)))
+                }
+            };
+            let success = std::iter::once(Op::Put { key: key.clone().into_bytes(), value: to_bytes(&next), lease })
+                .chain(kept.iter().map(|(_, k)| Op::Put {
+                    key: k.clone().into_bytes(),
+                    value: record_value.clone(),
+                    lease,
+                }))
+                .collect();
+            if !self.etcd.txn(&Txn { compare, success, failure: Vec::new() }).map_err(etcd_error)?.succeeded {
+                continue;
+            }
+            match next.is_held() {
+                true => tracing::info!(
+                    "identity {identity:?}: {} held for it until {}",
+                    list(&held_addresses),
+                    shared::utc::iso8601(next.until)
+                ),
+                false => tracing::info!("identity {identity:?} passes to node {} (shareLive)", shown(&next.node)),
+            }
+            return self.let_go_here(store, who, &held_addresses, &rows);
+        }
+        Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing")))
+    }
+
+    /// The record of an identity's address live on `who` of this node.
+    fn live_record(&self, who: &Attachment, identity: &str) -> AddressRecord {
+        AddressRecord {
+            kind: Kind::Static,
+            node: self.settings.node.clone(),
+            container: who.container_id.clone(),
+            ifname: who.ifname.clone(),
+            lender: String::new(),
+            identity: identity.to_string(),
+        }
+    }
+
+    /// GC: identities live on attachments of this node that are gone and
+    /// hold nothing here (an ADD killed before it leased, a DEL never made)
+    /// are let go, as their DEL would (what they hold was held already by
+    /// [`Node::hold_identities`]). Reads every identity key of the network:
+    /// GC is rare.
+    pub fn forget_gone_identities(
+        &self,
+        store: &mut StoreHandle,
+        valid: &std::collections::HashSet<(String, String)>,
+    ) -> Result<()> {
+        let prefix = self.net_keys().identities();
+        let answer = self.etcd.range(&RangeRequest::prefix(prefix.clone())).map_err(etcd_error)?;
+        let me = &self.settings.node;
+        for kv in answer.kvs {
+            let Some((ifname, identity)) = String::from_utf8_lossy(&kv.key)
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split_once('/'))
+                .map(|(i, id)| (i.to_string(), id.to_string()))
+            else {
+                continue;
+            };
+            let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { continue };
+            if record.is_held() {
+                continue;
+            }
+            let ours = std::iter::once(Sharer { node: record.node.clone(), container: record.container.clone() })
+                .chain(record.sharers.iter().cloned())
+                .filter(|s| s.node == *me && !valid.contains(&(s.container.clone(), ifname.clone())));
+            for gone in ours.collect::<Vec<_>>() {
+                let who =
+                    Attachment { network: self.network.clone(), container_id: gone.container, ifname: ifname.clone() };
+                if store.read(|tx| tx.leases_of(&who))?.is_empty() {
+                    tracing::info!(
+                        "GC: identity {identity:?} was live on container {}, which is gone",
+                        who.container_id
+                    );
+                    self.hold_identity(store, &who, &identity, &[], &[], std::time::Duration::ZERO)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The record key of each of `addresses`: its row's, or else that of
+    /// the block of this node it lies in, or else of its block as the pool's
+    /// definition in etcd cuts it (the pool: its lease's here). One whose
+    /// block cannot be told is left out, with a warning.
+    fn address_keys(
+        &self,
+        store: &mut StoreHandle,
+        addresses: &[IpAddr],
+        rows: &[&NodeRecord],
+    ) -> Result<Vec<(IpAddr, String)>> {
+        let (blocks, pools) = store.read(|tx| {
+            let blocks: Vec<NodeBlock> =
+                tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network).collect();
+            let pools: Vec<Option<String>> =
+                addresses.iter().map(|&a| Ok(tx.holder(a)?.map(|l| l.pool))).collect::<Result<_>>()?;
+            Ok((blocks, pools))
+        })?;
+        let mut keyed = Vec::new();
+        for (&address, pool) in addresses.iter().zip(pools) {
+            if let Some(r) = rows.iter().find(|r| r.address == address) {
+                keyed.push((address, r.key.clone()));
+            } else if let Some(b) = blocks.iter().find(|b| b.block.contains(&address)) {
+                keyed.push((address, self.keys(&b.pool).address(&b.block, address)));
+            } else if let Some(block) = pool.as_deref().map(|p| self.block_in_etcd(p, address)).transpose()?.flatten() {
+                let pool = pool.unwrap_or_default();
+                keyed.push((address, self.keys(&pool).address(&block, address)));
+            } else {
+                tracing::warn!("the block of {address} is not known here: it is not held in the cluster");
+            }
+        }
+        Ok(keyed)
+    }
+
+    /// The block of `address` as pool `pool`'s definition in etcd cuts it.
+    fn block_in_etcd(&self, pool: &str, address: IpAddr) -> Result<Option<IpNet>> {
+        let answer = self.etcd.range(&RangeRequest::key(self.keys(pool).definition())).map_err(etcd_error)?;
+        let Some(definition) = answer.kvs.first().and_then(|kv| serde_json::from_slice::<PoolRecord>(&kv.value).ok())
+        else {
+            return Ok(None);
+        };
+        Ok(IpNet::new(address, definition.block_size).ok().map(|n| n.trunc()))
+    }
+
+    /// Counts `address` taken (or no longer) in the block of this node that
+    /// holds it, as the block's next confirming read will.
+    fn count_taken(&self, tx: &Tx, address: IpAddr, taken: bool) -> Result<()> {
+        let blocks = tx.all_node_blocks()?;
+        for mut b in blocks.into_iter().filter(|b| b.network == self.network && b.block.contains(&address)) {
+            if b.taken.contains(&address) != taken {
+                b.taken.retain(|a| *a != address);
+                if taken {
+                    b.taken.push(address);
+                }
+                tx.put_node_block(&b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After etcd holds an identity's addresses (or passed them on): here
+    /// the attachment lets them go. Its leases and rows on them go, and an
+    /// address in a block of this node's own is counted taken there, so that
+    /// this node does not hand it out before its next confirming read.
+    fn let_go_here(
+        &self,
+        store: &mut StoreHandle,
+        who: &Attachment,
+        addresses: &[IpAddr],
+        rows: &[&NodeRecord],
+    ) -> Result<Vec<String>> {
+        store.write(|tx| {
+            for &address in addresses {
+                tx.release_address(address, who)?;
+                self.count_taken(tx, address, true)?;
+            }
+            for r in rows {
+                tx.drop_node_record_if(&r.key, &r.value)?;
+            }
+            Ok(())
+        })?;
+        Ok(rows.iter().map(|r| r.key.clone()).collect())
+    }
+
+    /// What DELs without etcd left: an identity still live in etcd on an
+    /// attachment of this node that is gone. Its addresses held in the node
+    /// database are published as the identity's hold, for what is left of
+    /// it; none left: the key goes. Best effort.
+    pub(super) fn settle_identities(&self, store: &mut StoreHandle) {
+        let prefix = format!("{PENDING_PREFIX}{}\n", self.network);
+        let pending = match store.read(|tx| tx.notes_with_prefix(&prefix)) {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::warn!("cannot read the identities left to publish: {e}");
+                return;
+            }
+        };
+        for name in pending {
+            let Some((ifname, identity)) = name.strip_prefix(&prefix).and_then(|rest| rest.split_once('\n')) else {
+                continue;
+            };
+            if let Err(e) = self.publish_hold(store, ifname, identity) {
+                tracing::warn!("identity {identity:?} is published later: {e}");
+                continue;
+            }
+            if let Err(e) = store.write(|tx| tx.drop_note(&name)) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
+    fn publish_hold(&self, store: &mut StoreHandle, ifname: &str, identity: &str) -> Result<()> {
+        let key = self.identity_key(ifname, identity);
+        let Some(kv) = self.etcd.range(&RangeRequest::key(key.clone())).map_err(etcd_error)?.kvs.into_iter().next()
+        else {
+            return Ok(());
+        };
+        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(()) };
+        let who =
+            Attachment { network: self.network.clone(), container_id: record.container.clone(), ifname: ifname.into() };
+        if record.is_held() || record.node != self.settings.node || !record.sharers.is_empty() {
+            return Ok(());
+        }
+        let now = unix_now();
+        let holds: Vec<Lease> = store.read(|tx| {
+            Ok(tx
+                .rows_of_identity(&self.network, identity, ifname)?
+                .into_iter()
+                .filter(|l| l.is_hold() && l.held_until.is_some_and(|t| t > now))
+                .collect())
+        })?;
+        if !store.read(|tx| tx.leases_of(&who))?.is_empty() {
+            return Ok(());
+        }
+        let found = Found { record: None, mod_revision: kv.mod_revision };
+        let Some(until) = holds.iter().filter_map(|l| l.held_until).min() else {
+            let txn = Txn {
+                compare: vec![Compare::mod_revision_is(key.clone(), found.mod_revision)],
+                success: vec![Op::Delete { key: key.clone().into_bytes(), range_end: None }],
+                failure: Vec::new(),
+            };
+            self.etcd.txn(&txn).map_err(etcd_error)?;
+            tracing::info!("identity {identity:?} holds nothing any more: {key} is deleted");
+            return Ok(());
+        };
+        let addresses: Vec<IpAddr> = holds.iter().map(|l| l.address).collect();
+        let lease = self.etcd.lease_grant((until - now).max(1)).map_err(etcd_error)?;
+        let held = IdentityRecord {
+            node: self.settings.node.clone(),
+            addresses: addresses.clone(),
+            until,
+            ..Default::default()
+        };
+        let record_value = to_bytes(&AddressRecord::held_for(identity));
+        let keyed = self.address_keys(store, &addresses, &[])?;
+        let txn = Txn {
+            compare: std::iter::once(Compare::mod_revision_is(key.clone(), found.mod_revision))
+                .chain(keyed.iter().map(|(_, k)| Compare::absent(k.clone())))
+                .collect(),
+            success: std::iter::once(Op::Put { key: key.clone().into_bytes(), value: to_bytes(&held), lease })
+                .chain(keyed.iter().map(|(_, k)| Op::Put {
+                    key: k.clone().into_bytes(),
+                    value: record_value.clone(),
+                    lease,
+                }))
+                .collect(),
+            failure: Vec::new(),
+        };
+        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+            // The hold is etcd's now: here the addresses are counted taken.
+            store.write(|tx| {
+                tx.drop_holds(&holds)?;
+                addresses.iter().try_for_each(|&address| self.count_taken(tx, address, true))
+            })?;
+            tracing::info!(
+                "identity {identity:?}: {} published as held until {}",
+                list(&addresses),
+                shared::utc::iso8601(until)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Leases `address` here to `who` for `identity`: a hold of the identity on
+/// it becomes the lease; a lease of `who` stays.
+fn lease_here(tx: &Tx, address: IpAddr, pool: &str, who: &Attachment, identity: &str) -> Result<()> {
+    match tx.holder(address)? {
+        None => tx.insert_lease(address, pool, who)?,
+        Some(l) if l.is_hold() && l.identity.as_deref() == Some(identity) => {
+            tx.take_hold(address, who)?;
+        }
+        Some(l) if l.owner == *who && !l.is_hold() => {}
+        Some(l) if !l.is_hold() && l.identity.as_deref() == Some(identity) => tx.share_lease(address, who)?,
+        Some(l) => {
+            tracing::error!(
+                "{address} of identity {identity:?} is leased here to container {} interface {}: an address held twice",
+                shown(&l.owner.container_id),
+                shown(&l.owner.ifname)
+            );
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!("{address} of identity {identity:?} is held here by another attachment"),
+            ));
+        }
+    }
+    tx.bind_identity(who, identity)
+}
+
+/// The addresses among `addresses` that a candidate pool hands out now,
+/// with its geometry.
+fn in_pools<'g, 'p>(geometries: &'g [Geometry<'p>], addresses: &[IpAddr]) -> Vec<(&'g Geometry<'p>, IpAddr)> {
+    addresses.iter().filter_map(|&a| geometries.iter().find(|g| hands_out(g.pool, a)).map(|g| (g, a))).collect()
+}
+
+/// Whether `pool` hands out `address` dynamically (a range, not excluded,
+/// not a gateway), as ipam-da-sticky asks of a hold.
+fn hands_out(pool: &Pool, address: IpAddr) -> bool {
+    let n = shared::addr::to_u128(address);
+    pool.allocatable().iter().any(|(lo, hi)| {
+        lo.is_ipv4() == address.is_ipv4() && shared::addr::to_u128(*lo) <= n && n <= shared::addr::to_u128(*hi)
+    })
+}
+
+fn list(addresses: &[IpAddr]) -> String {
+    addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}

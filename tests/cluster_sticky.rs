@@ -1,0 +1,194 @@
+//! Sticky addresses across nodes, on a real etcd: a workload identity gets
+//! its address on whatever node it lands (a pod re-created elsewhere, a VM
+//! migrated), two nodes adding one identity at once give it to one, a hold
+//! ends when etcd's lease does, and taking over an address needs etcd.
+//! Every call is a real `ipam-delegated` process.
+
+mod cluster_harness;
+mod netns;
+mod stack;
+mod support;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use cluster_harness::*;
+use serde_json::{json, Value};
+use support::{addresses, assert_error, Outcome};
+
+const STICKY: [&str; 5] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+
+fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
+    let mut config = c.config(node);
+    config["ipam"]["delegates"] = json!(STICKY);
+    config["ipam"]["sticky"] = sticky.clone();
+    config
+}
+
+fn pod(name: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
+}
+
+fn add(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
+    c.run("ADD", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
+}
+
+fn del(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
+    c.run("DEL", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
+}
+
+fn ok(out: &Outcome) -> Vec<String> {
+    assert_eq!(out.status, 0, "{}", brief(out));
+    addresses(out)
+}
+
+fn identity_keys(c: &Cluster) -> Vec<(String, Value)> {
+    c.etcd
+        .dump("/ipam-delegated/v1/cnet/_sticky/")
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::from_str(&v).expect("an identity record")))
+        .collect()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.split('/').next().unwrap().parse().unwrap()
+}
+
+/// Every live lease of every node, address → (node, container): each address once.
+fn assert_no_address_twice(c: &Cluster, nodes: &[&str]) {
+    let (_, twice) = held_by(c, nodes);
+    assert!(twice.is_empty(), "addresses held twice: {twice:?}");
+}
+
+#[test]
+fn a_pod_re_created_on_another_node_gets_its_address_in_blocks_of_their_own() {
+    let mut c = Cluster::blue(30.0);
+    c.share_blocks = Some("never");
+    let sticky = json!({"hold": 600});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    // n2 has a block of its own too.
+    ok(&add(&c, "n2", "w1", "web-0", &sticky));
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    let keys = identity_keys(&c);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let held = &keys.iter().find(|(k, _)| k.ends_with("/eth0/prod/db-0")).expect("db-0's key").1;
+    assert!(held["until"].as_i64().unwrap() > 0 && held["addresses"] == json!([ip(&first[0])]), "{held}");
+    // The held address has its record: no node hands it out, its owner n1 neither.
+    for i in 0..5 {
+        let got = ok(&add(&c, "n1", &format!("o{i}"), &format!("other-{i}"), &sticky));
+        assert_ne!(got, first, "n1 handed out db-0's held address");
+    }
+    // db-0 lands on n2: the same address, in n1's block.
+    let moved = ok(&add(&c, "n2", "c2", "db-0", &sticky));
+    assert_eq!(moved, first);
+    assert!(c.blocks_of("n1").iter().any(|b| b.contains(ip(&first[0]))), "it lies in n1's block");
+    assert_no_address_twice(&c, &["n1", "n2"]);
+    // n1, which owns the block, still never hands it out while n2 has it.
+    for i in 5..9 {
+        let got = ok(&add(&c, "n1", &format!("o{i}"), &format!("other-{i}"), &sticky));
+        assert_ne!(got, first);
+    }
+    // And back to n1 after a DEL on n2.
+    del(&c, "n2", "c2", "db-0", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(&c, "n1", "c3", "db-0", &sticky)), first);
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks() {
+    let c = Cluster::new(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.10", "rangeEnd": "10.61.0.40"}], "blockSize": 27}]),
+        30.0,
+    );
+    let sticky = json!({});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    let moved = ok(&add(&c, "n2", "c2", "db-0", &sticky));
+    assert_eq!(moved, first);
+    let rec = c.addrs().into_iter().find(|a| a.ip == ip(&first[0])).expect("its record");
+    assert_eq!((rec.node.as_str(), rec.container.as_str()), ("n2", "c2"), "{rec:?}");
+    // Another pod on n1 never gets it.
+    for i in 0..3 {
+        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), first);
+    }
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn two_nodes_adding_one_identity_at_once_give_it_to_one() {
+    let c = Cluster::blue(30.0);
+    let sticky = json!({});
+    for round in 0..4 {
+        let name = format!("racer-{round}");
+        let outs: Vec<Outcome> = std::thread::scope(|s| {
+            let a = s.spawn(|| add(&c, "n1", &format!("a{round}"), &name, &sticky));
+            let b = s.spawn(|| add(&c, "n2", &format!("b{round}"), &name, &sticky));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let won: Vec<&Outcome> = outs.iter().filter(|o| o.status == 0).collect();
+        assert_eq!(won.len(), 1, "round {round}: {:?}", outs.iter().map(brief).collect::<Vec<_>>());
+        let lost = outs.iter().find(|o| o.status != 0).unwrap();
+        let winner = if outs[0].status == 0 { "n1" } else { "n2" };
+        assert_error(lost, 101, &[&format!("node {winner}"), "shareLive"]);
+    }
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn share_live_lets_a_migrating_vm_have_its_address_on_both_nodes() {
+    let c = Cluster::blue(30.0);
+    let sticky = json!({"shareLive": true});
+    let source = ok(&add(&c, "n1", "src", "vm-1", &sticky));
+    let target = ok(&add(&c, "n2", "dst", "vm-1", &sticky));
+    assert_eq!(target, source);
+    // The source goes: the identity lives on at the target, with its address.
+    del(&c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
+    let key = &identity_keys(&c)[0].1;
+    assert_eq!(
+        (key["node"].as_str(), key["container"].as_str(), key["until"].as_i64()),
+        (Some("n2"), Some("dst"), None)
+    );
+    for i in 0..4 {
+        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), source);
+    }
+    // Then the target goes: held, and back on n1.
+    del(&c, "n2", "dst", "vm-1", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(&c, "n1", "again", "vm-1", &sticky)), source);
+}
+
+#[test]
+fn a_hold_ends_when_etcd_s_lease_does_and_the_address_is_free_again() {
+    let mut c = Cluster::new(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.62.0.0/24", "rangeStart": "10.62.0.10", "rangeEnd": "10.62.0.10"}], "blockSize": 27}]),
+        30.0,
+    );
+    c.share_blocks = Some("never");
+    let sticky = json!({"hold": 2});
+    assert_eq!(ok(&add(&c, "n1", "c1", "db-0", &sticky)), ["10.62.0.10/24"]);
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    assert_error(&add(&c, "n1", "w1", "web-0", &sticky), 100, &[]);
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(identity_keys(&c).is_empty(), "etcd ended the hold: {:?}", identity_keys(&c));
+    assert!(c.addrs().is_empty(), "{:?}", c.addrs());
+    assert_eq!(ok(&add(&c, "n1", "w1", "web-0", &sticky)), ["10.62.0.10/24"]);
+}
+
+#[test]
+fn taking_over_needs_etcd_and_a_del_without_etcd_is_published_later() {
+    let mut c = Cluster::blue(30.0);
+    c.share_blocks = Some("never");
+    let sticky = json!({});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    c.etcd.pause();
+    // DEL always succeeds; an ADD of the identity needs etcd (11).
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    assert_error(&add(&c, "n2", "c2", "db-0", &sticky), 11, &["etcd"]);
+    assert_error(&add(&c, "n1", "c3", "db-0", &sticky), 11, &["etcd"]);
+    c.etcd.resume();
+    // n1's next call publishes the hold; then db-0 lands on n2 with its address.
+    ok(&add(&c, "n1", "w1", "web-0", &sticky));
+    let key = identity_keys(&c).into_iter().find(|(k, _)| k.ends_with("db-0")).expect("db-0's key").1;
+    assert!(key["until"].as_i64().unwrap_or(0) > 0, "held: {key}");
+    assert_eq!(ok(&add(&c, "n2", "c2", "db-0", &sticky)), first);
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
