@@ -289,3 +289,6 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 }
+
+#[cfg(test)]
+mod tests;
