@@ -326,3 +326,25 @@ fn forgetting_a_pool_ends_its_leases_holds_and_shares() {
     let after = holder(&mut store, "10.0.0.2").unwrap();
     assert!(after.is_hold() && after.owner == new, "passed to a sharer of the forgotten lease: {after:?}");
 }
+
+#[test]
+fn gc_of_a_shared_lease_whose_sharer_is_gone_too_holds_it_for_the_identity() {
+    let (_dir, mut store) = temp_store();
+    let (src, dst, kept) = (owner("n", "src", "eth0"), owner("n", "dst", "eth0"), owner("n", "kept", "eth0"));
+    store
+        .write(|tx| {
+            lease(tx, "10.0.0.2", "p", &src, Some("kubevirt/vm-a"))?;
+            tx.share_lease(ip("10.0.0.2"), &dst)?;
+            lease(tx, "10.0.0.3", "p", &kept, Some("kubevirt/vm-b"))
+        })
+        .unwrap();
+    // Both attachments of vm-a are gone without a DEL; GC keeps only vm-b's.
+    let keep: HashSet<(String, String)> = [("kept".to_string(), "eth0".to_string())].into();
+    store.write(|tx| tx.gc("n", &keep, Some(HOUR))).unwrap();
+    let after = holder(&mut store, "10.0.0.2").unwrap();
+    assert!(after.is_hold(), "a gone sharer was left holding the lease: {after:?}");
+    assert!(store.read(|tx| tx.leases_of(&dst)).unwrap().is_empty());
+    assert!(store.read(|tx| tx.shares()).unwrap().is_empty());
+    assert_eq!(holder(&mut store, "10.0.0.3").unwrap().owner, kept);
+    assert_runs_agree(&mut store);
+}
