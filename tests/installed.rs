@@ -259,7 +259,7 @@ fn installed_package_completion_completes_every_level() {
     assert_eq!(complete(&["ipam-delegated", "c"]), ["check", "cluster", "completions"]);
     assert_eq!(
         complete(&["ipam-delegated", "list", "--"]),
-        ["--container", "--database", "--help", "--json", "--network", "--pool"]
+        ["--container", "--database", "--help", "--identity", "--json", "--network", "--pool"]
     );
     let cluster = complete(&["ipam-delegated", "cluster", ""]);
     for expected in ["blocks", "release-node", "--conf"] {

@@ -186,8 +186,10 @@ fn list_json_has_one_object_per_lease() {
     assert_eq!(
         leases,
         json!([
-            {"pool": "red", "address": "10.23.0.10", "network": "red-net", "container_id": "c3", "ifname": "net1"},
-            {"pool": "red6", "address": "fd00:23::2", "network": "red-net", "container_id": "c3", "ifname": "net1"}
+            {"pool": "red", "address": "10.23.0.10", "network": "red-net", "container_id": "c3", "ifname": "net1",
+             "identity": null, "state": "leased", "held_until": null},
+            {"pool": "red6", "address": "fd00:23::2", "network": "red-net", "container_id": "c3", "ifname": "net1",
+             "identity": null, "state": "leased", "held_until": null}
         ])
     );
 }
@@ -214,13 +216,13 @@ fn pools_shows_size_use_and_the_next_address() {
         pools,
         json!([
             {"network": "blue-net", "name": "blue", "subnets": ["10.22.0.0/24"], "size": 10, "used": 2, "free": 8,
-             "percent_used": 20.0, "next": "10.22.0.13"},
+             "held": 0, "percent_used": 20.0, "next": "10.22.0.13"},
             {"network": "blue-net", "name": "blue6", "subnets": ["fd00:22::/120"], "size": 254, "used": 2,
-             "free": 252, "percent_used": 0.79, "next": "fd00:22::4"},
+             "free": 252, "held": 0, "percent_used": 0.79, "next": "fd00:22::4"},
             {"network": "red-net", "name": "red", "subnets": ["10.23.0.0/24"], "size": 11, "used": 1, "free": 10,
-             "percent_used": 9.09, "next": "10.23.0.11"},
+             "held": 0, "percent_used": 9.09, "next": "10.23.0.11"},
             {"network": "red-net", "name": "red6", "subnets": ["fd00:23::/120"], "size": 254, "used": 1,
-             "free": 253, "percent_used": 0.39, "next": "fd00:23::3"}
+             "free": 253, "held": 0, "percent_used": 0.39, "next": "fd00:23::3"}
         ])
     );
 }
@@ -433,18 +435,34 @@ fn help_for_the_tool_and_each_command() {
         (
             "list",
             "Every lease",
-            &["--network <NAME>", "--pool <NAME>", "--container <ID>", "--json", "--database <PATH>"][..],
+            &[
+                "--network <NAME>",
+                "--pool <NAME>",
+                "--container <ID>",
+                "--identity <ID>",
+                "--json",
+                "--database <PATH>",
+            ][..],
         ),
         ("pools", "Per registered pool", &["--json", "--database <PATH>", "used counts the leases inside those"]),
         (
             "metrics",
-            "Per registered pool: size, used, free and leases",
+            "Per registered pool: size, used, free, leases and held addresses",
             &["--output <FILE>", "--database <PATH>", "FILE.tmp-<pid>"],
         ),
         (
             "release",
             "Release every lease of one attachment",
-            &["--network <NAME>", "--container <ID>", "--ifname <NAME>", "--lock-timeout <SECONDS>", "[default: 10]"],
+            &[
+                "--network <NAME>",
+                "--container <ID>",
+                "--ifname <NAME>",
+                "--identity <ID>",
+                "release [OPTIONS] --identity <ID> [--network <NAME>]",
+                "drops the identity's",
+                "--lock-timeout <SECONDS>",
+                "[default: 10]",
+            ],
         ),
         ("forget-pool", "Release every lease of one pool", &["--network <NAME>", "--pool <NAME>", "--lock-timeout"]),
         ("check", "Check the database's integrity", &["--database <PATH>", "Prints ok and exits 0"]),
@@ -500,6 +518,7 @@ fn completions_for_bash_zsh_and_fish() {
         "man",
         "--lock-timeout",
         "--bin-dir",
+        "--identity",
     ] {
         assert!(bash.stdout.contains(word), "{word} in the bash script");
     }
@@ -555,6 +574,7 @@ fn man_writes_a_page_for_the_tool_and_each_command() {
     let release = std::fs::read_to_string(dir.path().join("target/man/ipam-delegated-release.1")).expect("page");
     assert!(release.contains("\\fBipam\\-delegated release\\fR"), "{release}");
     assert!(release.contains("\\-\\-lock\\-timeout"), "{release}");
+    assert!(release.contains("\\-\\-identity <ID>"), "{release}");
     let again = run(&["man", "target/man"], &[], None, Some(dir.path()));
     assert_eq!((again.status, again.stdout), (0, expected), "a second run overwrites");
 }
@@ -586,27 +606,34 @@ ipam_delegated_pool_size_addresses{network="blue-net",pool="blue6"} 254
 ipam_delegated_pool_size_addresses{network="red-net",pool="red"} 11
 ipam_delegated_pool_size_addresses{network="red-net",pool="red6"} 254
 ipam_delegated_pool_size_addresses{network="say \"hi\" \\o/\nnet",pool="odd6"} 18446744073709551614
-# HELP ipam_delegated_pool_used_addresses Leased addresses among the pool's allocatable addresses.
+# HELP ipam_delegated_pool_used_addresses Leased or held addresses among the pool's allocatable addresses.
 # TYPE ipam_delegated_pool_used_addresses gauge
 ipam_delegated_pool_used_addresses{network="blue-net",pool="blue"} 2
 ipam_delegated_pool_used_addresses{network="blue-net",pool="blue6"} 3
 ipam_delegated_pool_used_addresses{network="red-net",pool="red"} 1
 ipam_delegated_pool_used_addresses{network="red-net",pool="red6"} 1
 ipam_delegated_pool_used_addresses{network="say \"hi\" \\o/\nnet",pool="odd6"} 1
-# HELP ipam_delegated_pool_free_addresses Allocatable addresses of the pool that no lease holds.
+# HELP ipam_delegated_pool_free_addresses Allocatable addresses of the pool that no lease or hold takes.
 # TYPE ipam_delegated_pool_free_addresses gauge
 ipam_delegated_pool_free_addresses{network="blue-net",pool="blue"} 8
 ipam_delegated_pool_free_addresses{network="blue-net",pool="blue6"} 251
 ipam_delegated_pool_free_addresses{network="red-net",pool="red"} 10
 ipam_delegated_pool_free_addresses{network="red-net",pool="red6"} 253
 ipam_delegated_pool_free_addresses{network="say \"hi\" \\o/\nnet",pool="odd6"} 18446744073709551613
-# HELP ipam_delegated_pool_leases Leases recorded for the pool, static ones outside its allocatable addresses included.
+# HELP ipam_delegated_pool_leases Leases recorded for the pool, static ones outside its allocatable addresses included (holds are not leases).
 # TYPE ipam_delegated_pool_leases gauge
 ipam_delegated_pool_leases{network="blue-net",pool="blue"} 3
 ipam_delegated_pool_leases{network="blue-net",pool="blue6"} 3
 ipam_delegated_pool_leases{network="red-net",pool="red"} 1
 ipam_delegated_pool_leases{network="red-net",pool="red6"} 1
 ipam_delegated_pool_leases{network="say \"hi\" \\o/\nnet",pool="odd6"} 1
+# HELP ipam_delegated_pool_held_addresses Addresses of the pool held for a workload identity whose attachment is gone (ipam-da-sticky), until the hold ends: neither leases nor free.
+# TYPE ipam_delegated_pool_held_addresses gauge
+ipam_delegated_pool_held_addresses{network="blue-net",pool="blue"} 0
+ipam_delegated_pool_held_addresses{network="blue-net",pool="blue6"} 0
+ipam_delegated_pool_held_addresses{network="red-net",pool="red"} 0
+ipam_delegated_pool_held_addresses{network="red-net",pool="red6"} 0
+ipam_delegated_pool_held_addresses{network="say \"hi\" \\o/\nnet",pool="odd6"} 0
 "#;
 
 #[test]

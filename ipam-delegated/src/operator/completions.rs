@@ -94,9 +94,10 @@ mod tests {
         assert_eq!(complete(&["ipam-delegated", "c"]), ["check", "cluster", "completions"], "the top level's commands");
         assert_eq!(
             complete(&["ipam-delegated", "list", "--"]),
-            ["--container", "--database", "--help", "--json", "--network", "--pool"],
+            ["--container", "--database", "--help", "--identity", "--json", "--network", "--pool"],
             "list's options"
         );
+        assert_eq!(complete(&["ipam-delegated", "release", "--i"]), ["--identity", "--ifname"], "release's options");
         let cluster = complete(&["ipam-delegated", "cluster", ""]);
         for expected in ["blocks", "release-node", "--conf"] {
             assert!(cluster.iter().any(|c| c == expected), "cluster <TAB>: {cluster:?} lacks {expected}");

@@ -46,6 +46,12 @@ fn page(command: &clap::Command, dir: &Path) -> Result<PathBuf, Failure> {
 /// `ipam-delegated list [--network <NAME>] … [-h|--help]`; the options in the
 /// order of the definition, then the positionals, then `<COMMAND>`.
 fn synopsis(command: &clap::Command) -> String {
+    // A usage given by hand (several forms, one per line: `release`) says
+    // what the list of options cannot.
+    let usage = command.clone().render_usage().to_string();
+    if let Some(forms) = usage.strip_prefix("Usage: ").filter(|forms| forms.contains('\n')) {
+        return forms.lines().map(str::trim).collect::<Vec<_>>().join("\n");
+    }
     let name = command.get_bin_name().unwrap_or_else(|| command.get_name());
     let mut words = vec![name.to_string()];
     for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
@@ -135,8 +141,14 @@ mod tests {
         );
         assert_eq!(
             read("ipam-delegated-list.1").trim(),
-            "ipam-delegated list [--network <NAME>] [--pool <NAME>] [--container <ID>] [--json] [--database <PATH>] \
-             [-h|--help]"
+            "ipam-delegated list [--network <NAME>] [--pool <NAME>] [--container <ID>] [--identity <ID>] [--json] \
+             [--database <PATH>] [-h|--help]"
+        );
+        // Its two forms, one per line.
+        assert_eq!(
+            read("ipam-delegated-release.1").trim(),
+            "ipam-delegated release [OPTIONS] --network <NAME> --container <ID> --ifname <NAME>\n.br\n\
+             ipam-delegated release [OPTIONS] --identity <ID> [--network <NAME>]"
         );
         assert!(
             read("ipam-delegated-cluster.1").contains("[--conf <CONFLIST>]"),

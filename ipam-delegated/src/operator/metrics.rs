@@ -32,18 +32,25 @@ const POOL_FAMILIES: &[Family] = &[
     },
     Family {
         name: "ipam_delegated_pool_used_addresses",
-        help: "Leased addresses among the pool's allocatable addresses.",
+        help: "Leased or held addresses among the pool's allocatable addresses.",
         value: |pool| pool.figures.as_ref().ok().map(|f| f.used),
     },
     Family {
         name: "ipam_delegated_pool_free_addresses",
-        help: "Allocatable addresses of the pool that no lease holds.",
+        help: "Allocatable addresses of the pool that no lease or hold takes.",
         value: |pool| pool.figures.as_ref().ok().map(|f| f.free()),
     },
     Family {
         name: "ipam_delegated_pool_leases",
-        help: "Leases recorded for the pool, static ones outside its allocatable addresses included.",
+        help: "Leases recorded for the pool, static ones outside its allocatable addresses included (holds are not \
+               leases).",
         value: |pool| Some(u128::from(pool.leases)),
+    },
+    Family {
+        name: "ipam_delegated_pool_held_addresses",
+        help: "Addresses of the pool held for a workload identity whose attachment is gone (ipam-da-sticky), until \
+               the hold ends: neither leases nor free.",
+        value: |pool| Some(u128::from(pool.holds)),
     },
 ];
 
@@ -228,7 +235,7 @@ mod tests {
     use super::*;
 
     fn pool(network: &str, name: &str, figures: Result<Figures, String>, leases: u64) -> PoolSurvey {
-        PoolSurvey { network: network.into(), name: name.into(), subnets: vec![], leases, figures }
+        PoolSurvey { network: network.into(), name: name.into(), subnets: vec![], leases, holds: leases / 2, figures }
     }
 
     #[test]
@@ -258,9 +265,11 @@ mod tests {
                 "ipam_delegated_pool_free_addresses{network=\"n\",pool=\"big\"} 340282366920938463463374607431768211452",
                 "ipam_delegated_pool_leases{network=\"n\",pool=\"big\"} 4",
                 "ipam_delegated_pool_leases{network=\"n\",pool=\"bad\\\"\"} 1",
+                "ipam_delegated_pool_held_addresses{network=\"n\",pool=\"big\"} 2",
+                "ipam_delegated_pool_held_addresses{network=\"n\",pool=\"bad\\\"\"} 0",
             ]
         );
-        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" gauge")).count(), 5);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" gauge")).count(), 6);
     }
 
     #[test]

@@ -99,10 +99,15 @@ pub fn main(args: &[OsString]) -> ExitCode {
 
 fn execute(database: &Path, command: Command) -> Result<Report, Failure> {
     match command {
-        Command::List { filter, json } => list::run(&mut open_for_reading(database)?, &filter, json),
+        Command::List { filter, identity, json } => {
+            list::run(&mut open_for_reading(database)?, &filter, identity.as_deref(), json)
+        }
         Command::Pools { json } => pools::run(&mut open_for_reading(database)?, json),
         Command::Metrics { output } => metrics::run(database, output.as_deref()),
         Command::Release { owner, lock_timeout } => release::run(&mut open(database, lock_timeout)?, &owner),
+        Command::ReleaseHolds { identity, network, lock_timeout } => {
+            release::holds(&mut open(database, lock_timeout)?, &identity, network.as_deref())
+        }
         Command::ForgetPool { network, pool, lock_timeout } => {
             forget_pool::run(&mut open(database, lock_timeout)?, &network, &pool)
         }

@@ -20,6 +20,8 @@ struct PoolRow {
     used: Option<u128>,
     #[serde(serialize_with = "exact_figure")]
     free: Option<u128>,
+    /// Held for workload identities (in used, not in free).
+    held: u64,
     percent_used: Option<f64>,
     /// The address sequential allocation tries next; null when full.
     next: Option<String>,
@@ -41,6 +43,7 @@ impl PoolRow {
             size: figures.map(|f| f.size),
             used: figures.map(|f| f.used),
             free: figures.map(|f| f.free()),
+            held: pool.holds,
             percent_used: figures.map(|f| percent(f.used, f.size)),
             next: figures.and_then(|f| f.next.clone()),
             error,

@@ -121,7 +121,7 @@ impl Tx<'_> {
     /// Ends every hold past its end: the addresses become free as usual.
     /// The allocators call it in the transaction in which they allocate.
     pub fn drop_expired_holds(&self) -> Result<Vec<Lease>> {
-        let expired = self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now_unix()])?;
+        let expired = self.expired_holds()?;
         self.delete_leases(&expired)?;
         for hold in &expired {
             tracing::info!(
@@ -131,6 +131,12 @@ impl Tx<'_> {
             );
         }
         Ok(expired)
+    }
+
+    /// The holds past their end that no allocation has dropped yet: their
+    /// addresses are free at the next one (the operator counts them as free).
+    pub fn expired_holds(&self) -> Result<Vec<Lease>> {
+        self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now_unix()])
     }
 
     /// The holds of `identity` (of `network`, or of every network), which
@@ -289,3 +295,6 @@ impl Tx<'_> {
         Ok(n > 0)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -35,7 +35,8 @@ impl Problems {
 impl Tx<'_> {
     /// Problems found (empty when healthy): SQLite's integrity check, every
     /// lease inside a subnet of its registered pool, its text address
-    /// matching its key, and `leased_runs` agreeing with `leases`.
+    /// matching its key, `leased_runs` agreeing with `leases`, every hold
+    /// naming its identity and every sharer sharing a live lease.
     pub fn integrity_problems(&self) -> Result<Vec<String>> {
         let mut problems = Problems { list: Vec::new() };
         let mut stmt = self.sql.prepare("PRAGMA integrity_check").in_db(self.path)?;
@@ -48,6 +49,7 @@ impl Tx<'_> {
         }
         self.check_leases(&mut problems)?;
         self.check_pool_index(&mut problems)?;
+        self.check_sticky(&mut problems)?;
         Ok(problems.list)
     }
 
@@ -133,6 +135,61 @@ impl Tx<'_> {
     }
 }
 
+impl Tx<'_> {
+    /// Sticky addresses: a hold is kept for an identity, so one without
+    /// any is an address nobody can get back and nobody else may take until
+    /// it ends; a `lease_sharers` row shares a live lease of its network,
+    /// or it would hand its attachment an address that is free or held.
+    fn check_sticky(&self, problems: &mut Problems) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare(
+                "SELECT key, pool, network FROM leases WHERE held_until IS NOT NULL AND identity IS NULL ORDER BY key",
+            )
+            .in_db(self.path)?;
+        let mut rows = stmt.query([]).in_db(self.path)?;
+        let mut anonymous = 0;
+        while let Some(row) = rows.next().in_db(self.path)? {
+            let address = super::leases::address_column(row, 0).in_db(self.path)?;
+            let (pool, network): (String, String) = (row.get(1).in_db(self.path)?, row.get(2).in_db(self.path)?);
+            problems.add(&mut anonymous, || {
+                format!("hold on {address} (pool {pool} of network {network:?}) names no identity")
+            });
+        }
+        problems.summarize(anonymous, "holds without identity");
+
+        // The lease row of the shared address, if any: its network and whether it is a hold.
+        let mut stmt = self
+            .sql
+            .prepare(
+                "SELECT s.key, s.network, s.container_id, s.ifname, l.network, l.held_until IS NOT NULL
+                 FROM lease_sharers s LEFT JOIN leases l ON l.key = s.key
+                 ORDER BY s.key, s.network, s.container_id, s.ifname",
+            )
+            .in_db(self.path)?;
+        let mut rows = stmt.query([]).in_db(self.path)?;
+        let mut orphaned = 0;
+        while let Some(row) = rows.next().in_db(self.path)? {
+            let address = super::leases::address_column(row, 0).in_db(self.path)?;
+            let sharer = crate::args::Attachment {
+                network: row.get(1).in_db(self.path)?,
+                container_id: row.get(2).in_db(self.path)?,
+                ifname: row.get(3).in_db(self.path)?,
+            };
+            let lease: (Option<String>, Option<bool>) = (row.get(4).in_db(self.path)?, row.get(5).in_db(self.path)?);
+            let what = match lease {
+                (Some(network), Some(false)) if network == sharer.network => continue,
+                (Some(network), Some(false)) => format!("a lease of network {network:?}"),
+                (Some(_), Some(true)) => "a hold".to_string(),
+                _ => "free".to_string(),
+            };
+            problems.add(&mut orphaned, || format!("{sharer} shares {address}, which has no live lease: it is {what}"));
+        }
+        problems.summarize(orphaned, "sharers without a live lease");
+        Ok(())
+    }
+}
+
 /// Address, address text, pool and network of a lease.
 fn lease_row(row: &Row) -> rusqlite::Result<(std::net::IpAddr, String, (String, String))> {
     Ok((super::leases::address_column(row, 0)?, row.get(1)?, (row.get(3)?, row.get(2)?)))
@@ -184,5 +241,47 @@ mod tests {
         assert!(problems[1].contains("10.0.0.9") && problems[1].contains("ghost"), "{}", problems[1]);
         assert!(problems[2].contains("10.9.0.1") && problems[2].contains("outside"), "{}", problems[2]);
         assert!(problems[3].contains("leased_runs") && problems[3].contains("10.0.0.7-10.0.0.7"), "{}", problems[3]);
+    }
+
+    #[test]
+    fn a_hold_without_identity_and_a_sharer_without_a_live_lease_are_named() {
+        let (_dir, mut store) = temp_store();
+        let (first, second, gone) =
+            (owner("net", "c1", "eth0"), owner("net", "c2", "eth0"), owner("net", "c0", "eth0"));
+        store
+            .write(|tx| {
+                tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?.unwrap();
+                tx.register_pool("other", "q", &["10.1.0.0/24".parse().unwrap()], &json!({}))?.unwrap();
+                tx.insert_lease(ip("10.0.0.1"), "p", &first)?;
+                tx.bind_identity(&first, "prod/vm-1")?;
+                tx.share_lease(ip("10.0.0.1"), &second)?;
+                tx.insert_lease(ip("10.0.0.2"), "p", &gone)?;
+                tx.bind_identity(&gone, "prod/db-0")?;
+                tx.release(&gone, Some(std::time::Duration::from_secs(600)))?;
+                tx.insert_lease(ip("10.1.0.1"), "q", &owner("other", "c9", "eth0"))
+            })
+            .unwrap();
+        assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap(), Vec::<String>::new(), "a hold and a share");
+
+        store
+            .write(|tx| {
+                tx.sql.execute("UPDATE leases SET identity = NULL WHERE address = '10.0.0.2'", []).unwrap();
+                // Sharing a hold, a free address and another network's lease.
+                tx.share_lease(ip("10.0.0.2"), &owner("net", "c3", "eth0"))?;
+                tx.share_lease(ip("10.0.0.9"), &owner("net", "c4", "eth0"))?;
+                tx.share_lease(ip("10.1.0.1"), &owner("net", "c5", "eth0"))
+            })
+            .unwrap();
+        let problems = store.read(|tx| tx.integrity_problems()).unwrap();
+        assert_eq!(
+            problems,
+            [
+                "hold on 10.0.0.2 (pool p of network \"net\") names no identity",
+                "container c3 interface eth0 of network \"net\" shares 10.0.0.2, which has no live lease: it is a hold",
+                "container c4 interface eth0 of network \"net\" shares 10.0.0.9, which has no live lease: it is free",
+                "container c5 interface eth0 of network \"net\" shares 10.1.0.1, which has no live lease: it is a \
+                 lease of network \"other\"",
+            ]
+        );
     }
 }

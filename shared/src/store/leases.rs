@@ -230,8 +230,9 @@ impl Tx<'_> {
             .into_iter()
             .filter(|l| !keep.contains(&(l.owner.container_id.clone(), l.owner.ifname.clone())))
             .collect();
-        self.end_leases(&stale, hold)?;
+        // Shares first: a stale lease passes to a sharer only if that one is kept.
         self.drop_stale_shares(network, keep)?;
+        self.end_leases(&stale, hold)?;
         Ok(stale)
     }
 

@@ -332,6 +332,116 @@ fn schema_v1_for_tests() -> &'static str {
      CREATE TABLE leased_runs (first BLOB PRIMARY KEY NOT NULL, last BLOB NOT NULL) WITHOUT ROWID;"
 }
 
+/// What versions 2 to 4 added to version 1's tables, as released.
+fn schema_v2_to_v4_for_tests() -> &'static str {
+    "ALTER TABLE leases ADD COLUMN added_by TEXT;
+     CREATE INDEX leases_by_pool ON leases (network, pool);
+     CREATE TABLE pool_subnets (first BLOB NOT NULL, network TEXT NOT NULL, name TEXT NOT NULL, last BLOB NOT NULL,
+         PRIMARY KEY (first, network, name)) WITHOUT ROWID;
+     CREATE INDEX pool_subnets_by_pool ON pool_subnets (network, name);
+     CREATE TABLE cluster_blocks (network TEXT NOT NULL, pool TEXT NOT NULL, block TEXT NOT NULL, state TEXT NOT NULL,
+         revision INTEGER NOT NULL, confirmed INTEGER NOT NULL, taken TEXT NOT NULL, since INTEGER NOT NULL,
+         PRIMARY KEY (network, pool, block)) WITHOUT ROWID;
+     CREATE TABLE cluster_records (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL, network TEXT NOT NULL,
+         pool TEXT NOT NULL, address TEXT NOT NULL, kind TEXT NOT NULL, container_id TEXT NOT NULL,
+         ifname TEXT NOT NULL, added_by TEXT, state TEXT NOT NULL) WITHOUT ROWID;
+     CREATE INDEX cluster_records_by_owner ON cluster_records (network, container_id, ifname);
+     CREATE TABLE cluster_notes (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+     ALTER TABLE cluster_blocks ADD COLUMN shared INTEGER NOT NULL DEFAULT 0;"
+}
+
+#[test]
+fn a_version_4_database_keeps_its_leases_live_and_a_sticky_stack_allocates_around_them() {
+    use crate::pool::Pool;
+    use crate::suite_delegate;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    let v4_key = |last: u8| format!("x'00000000000000000000ffff0a0500{last:02x}'");
+    {
+        // What a version 4 build left: leases on 10.5.0.2, .3 and .5 of pool a.
+        let old = rusqlite::Connection::open(&path).unwrap();
+        old.pragma_update(None, "application_id", APPLICATION_ID).unwrap();
+        old.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)).unwrap();
+        old.execute_batch(schema_v1_for_tests()).unwrap();
+        old.execute_batch(schema_v2_to_v4_for_tests()).unwrap();
+        let (k2, k3, k5) = (v4_key(2), v4_key(3), v4_key(5));
+        old.execute_batch(&format!(
+            "INSERT INTO pools (network, name, family, subnets, definition, cursor)
+                 VALUES ('n', 'a', 'ipv4', '10.5.0.0/24', '{{}}', '10.5.0.5');
+             INSERT INTO pool_subnets VALUES (x'00000000000000000000ffff0a050000', 'n', 'a',
+                 x'00000000000000000000ffff0a0500ff');
+             INSERT INTO leases VALUES ({k2}, '10.5.0.2', 'a', 'n', 'c1', 'eth0', 1, 'add-1');
+             INSERT INTO leases VALUES ({k3}, '10.5.0.3', 'a', 'n', 'c2', 'eth0', 2, 'add-2');
+             INSERT INTO leases VALUES ({k5}, '10.5.0.5', 'a', 'n', 'c3', 'eth0', 3, NULL);
+             INSERT INTO leased_runs VALUES ({k2}, {k3});
+             INSERT INTO leased_runs VALUES ({k5}, {k5});
+             PRAGMA user_version = 4;"
+        ))
+        .unwrap();
+    }
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    let leases = store.read(|tx| tx.leases(&LeaseFilter::default())).unwrap();
+    let seen: Vec<(std::net::IpAddr, &str, Option<&str>, Option<i64>)> = leases
+        .iter()
+        .map(|l| (l.address, l.owner.container_id.as_str(), l.identity.as_deref(), l.held_until))
+        .collect();
+    assert_eq!(
+        seen,
+        [(ip("10.5.0.2"), "c1", None, None), (ip("10.5.0.3"), "c2", None, None), (ip("10.5.0.5"), "c3", None, None)],
+        "the leases are live leases of their attachments, of no identity"
+    );
+    assert!(store.read(|tx| tx.integrity_problems()).unwrap().is_empty());
+    {
+        let shell = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = shell.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(version, 5);
+        let null_columns: i64 = shell
+            .query_row("SELECT count(*) FROM leases WHERE identity IS NULL AND held_until IS NULL", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(null_columns, 3);
+        let sharers: i64 = shell.query_row("SELECT count(*) FROM lease_sharers", [], |r| r.get(0)).unwrap();
+        assert_eq!(sharers, 0);
+    }
+
+    // A sticky ADD, as the allocators' write transaction makes it: expired
+    // holds dropped first (the old leases are not holds), the pool's next
+    // free address after its cursor, tied to the identity.
+    let pool =
+        Pool::from_json(&serde_json::json!({"name": "a", "ranges": [{"subnet": "10.5.0.0/24"}]}), "pool").unwrap();
+    let pod = owner("n", "c4", "eth0");
+    let allocate = |store: &mut AllocationStore, who: &crate::args::Attachment, identity: Option<&str>| {
+        store
+            .write(|tx| {
+                suite_delegate::begin_allocating(tx)?;
+                let cursor = suite_delegate::register(tx, "n", &pool)?;
+                let address = pool.find_free(cursor, tx)?.unwrap();
+                tx.insert_lease(address, &pool.name, who)?;
+                tx.set_cursor("n", &pool.name, address)?;
+                suite_delegate::bind_identity(tx, who, identity)?;
+                Ok(address)
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        allocate(&mut store, &pod, Some("prod/db-0")),
+        ip("10.5.0.6"),
+        "the first free address after the cursor"
+    );
+    assert_eq!(store.read(|tx| tx.leases(&LeaseFilter::default())).unwrap().len(), 4, "the old leases stay");
+    // Released, the new lease is held for its identity; an old one is freed.
+    store.write(|tx| tx.release(&pod, Some(Duration::from_secs(600)))).unwrap();
+    store.write(|tx| tx.release(&owner("n", "c1", "eth0"), Some(Duration::from_secs(600)))).unwrap();
+    assert!(store.read(|tx| tx.holder(ip("10.5.0.6"))).unwrap().unwrap().is_hold());
+    assert_eq!(store.read(|tx| tx.holder(ip("10.5.0.2"))).unwrap(), None);
+    // The next ADDs go around the leases and the hold, wrapping to the freed one.
+    store.write(|tx| tx.set_cursor("n", "a", ip("10.5.0.254"))).unwrap();
+    assert_eq!(allocate(&mut store, &owner("n", "c5", "eth0"), None), ip("10.5.0.2"));
+    assert_eq!(allocate(&mut store, &owner("n", "c6", "eth0"), None), ip("10.5.0.4"));
+    assert_eq!(allocate(&mut store, &owner("n", "c7", "eth0"), None), ip("10.5.0.7"));
+    assert!(store.read(|tx| tx.integrity_problems()).unwrap().is_empty());
+}
+
 #[test]
 fn a_rollback_releases_only_what_its_add_took() {
     let (_dir, mut store) = temp_store();

@@ -19,7 +19,7 @@ mod notes;
 
 use notes::{
     ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, INSTALL_CNI_NOTES, LIST_NOTES, MAN_NOTES,
-    METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES,
+    METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES, RELEASE_USAGE,
 };
 
 use super::install_cni::{self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE};
@@ -46,12 +46,14 @@ pub enum Invocation {
     InstallCni(install_cni::Options),
 }
 
+/// `ReleaseHolds` is `release --identity`: the holds of a workload identity.
 #[derive(Debug, PartialEq)]
 pub enum Command {
-    List { filter: LeaseFilter, json: bool },
+    List { filter: LeaseFilter, identity: Option<String>, json: bool },
     Pools { json: bool },
     Metrics { output: Option<PathBuf> },
     Release { owner: Attachment, lock_timeout: Duration },
+    ReleaseHolds { identity: String, network: Option<String>, lock_timeout: Duration },
     ForgetPool { network: String, pool: String, lock_timeout: Duration },
     Check,
 }
@@ -87,14 +89,11 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
     let (given, command) = match cli.command {
         Sub::List(a) => {
             let filter = LeaseFilter { network: a.network, pool: a.pool, container_id: a.container };
-            (a.database, Command::List { filter, json: a.json })
+            (a.database, Command::List { filter, identity: a.identity, json: a.json })
         }
         Sub::Pools(a) => (a.database, Command::Pools { json: a.json }),
         Sub::Metrics(a) => (a.database, Command::Metrics { output: a.output }),
-        Sub::Release(a) => {
-            let owner = Attachment { network: a.network, container_id: a.container, ifname: a.ifname };
-            (a.database, Command::Release { owner, lock_timeout: a.lock.timeout() })
-        }
+        Sub::Release(a) => (a.database, release(a.target, a.lock.timeout())?),
         Sub::ForgetPool(a) => {
             (a.database, Command::ForgetPool { network: a.network, pool: a.pool, lock_timeout: a.lock.timeout() })
         }
@@ -181,17 +180,17 @@ fn database_help() -> String {
 
 #[derive(Subcommand, Debug)]
 enum Sub {
-    /// Every lease: pool, address, network, container id, ifname, since
+    /// Every lease and hold: pool, address, network, container id, ifname, since, state, identity
     #[command(after_help = LIST_NOTES)]
     List(ListArgs),
     /// Per registered pool: size, used, free, percent used, next address
     #[command(after_help = POOLS_NOTES)]
     Pools(PoolsArgs),
-    /// Per registered pool: size, used, free and leases in Prometheus text format
+    /// Per registered pool: size, used, free, leases and held addresses in Prometheus text format
     #[command(after_help = METRICS_NOTES)]
     Metrics(MetricsArgs),
-    /// Release every lease of one attachment
-    #[command(after_help = RELEASE_NOTES)]
+    /// Release every lease of one attachment, or drop the holds of one identity
+    #[command(after_help = RELEASE_NOTES, override_usage = RELEASE_USAGE)]
     Release(ReleaseArgs),
     /// Release every lease of one pool and drop its registration
     #[command(after_help = FORGET_POOL_NOTES)]
@@ -232,6 +231,9 @@ struct ListArgs {
     /// Only leases of this container id
     #[arg(long, value_name = "ID", value_parser = NonEmptyStringValueParser::new())]
     container: Option<String>,
+    /// Only leases and holds of this workload identity (ipam-da-sticky)
+    #[arg(long, value_name = "ID", value_parser = NonEmptyStringValueParser::new())]
+    identity: Option<String>,
     /// Print JSON for scripts instead of a table
     #[arg(long)]
     json: bool,
@@ -259,19 +261,72 @@ struct MetricsArgs {
 
 #[derive(Args, Debug)]
 struct ReleaseArgs {
-    /// The network name
-    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
-    network: String,
-    /// The container id
-    #[arg(long, value_name = "ID", value_parser = NonEmptyStringValueParser::new())]
-    container: String,
-    /// The interface name
-    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
-    ifname: String,
+    #[command(flatten)]
+    target: ReleaseTarget,
     #[command(flatten)]
     lock: LockArg,
     #[command(flatten)]
     database: DatabaseArg,
+}
+
+/// An attachment (--network, --container and --ifname: its leases are
+/// freed), or an identity (--identity, --network optional: its holds are
+/// dropped). One or the other, never both.
+#[derive(Args, Debug)]
+struct ReleaseTarget {
+    /// The network name (with --identity: only its holds on this network)
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    network: Option<String>,
+    /// The container id
+    #[arg(
+        long,
+        value_name = "ID",
+        value_parser = NonEmptyStringValueParser::new(),
+        requires_all = ["network", "ifname"]
+    )]
+    container: Option<String>,
+    /// The interface name
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new(), requires = "container")]
+    ifname: Option<String>,
+    /// Drop the holds of this workload identity (ipam-da-sticky) instead: the addresses become free; a live lease
+    /// of the identity stays
+    #[arg(
+        long,
+        value_name = "ID",
+        value_parser = NonEmptyStringValueParser::new(),
+        conflicts_with_all = ["container", "ifname"]
+    )]
+    identity: Option<String>,
+}
+
+/// The command a valid `release` asks for.
+fn release(target: ReleaseTarget, lock_timeout: Duration) -> Result<Command, clap::Error> {
+    match target {
+        ReleaseTarget { identity: Some(identity), network, .. } => {
+            Ok(Command::ReleaseHolds { identity, network, lock_timeout })
+        }
+        ReleaseTarget { network: Some(network), container: Some(container_id), ifname: Some(ifname), .. } => {
+            Ok(Command::Release { owner: Attachment { network, container_id, ifname }, lock_timeout })
+        }
+        // Nothing, or --network alone (clap checks what the others require).
+        ReleaseTarget { network, .. } => {
+            let missing = if network.is_some() { "" } else { "\n  --network <NAME>" };
+            Err(release_command().error(
+                ErrorKind::MissingRequiredArgument,
+                format!(
+                    "the following required arguments were not provided:{missing}\n  --container <ID>\n  --ifname \
+                     <NAME>\n\n(or --identity <ID> to drop an identity's holds)"
+                ),
+            ))
+        }
+    }
+}
+
+/// `release` as clap built it, so that an error shows its usage.
+fn release_command() -> clap::Command {
+    let mut root = Cli::command();
+    root.build();
+    root.find_subcommand("release").cloned().unwrap_or_default()
 }
 
 #[derive(Args, Debug)]

@@ -12,26 +12,42 @@ found problems); 2 usage error.";
 pub const LIST_NOTES: &str = "\
 Leases are listed in address order; since is when the lease was taken, in UTC.
 
+With sticky addresses (ipam-da-sticky), the table gains the columns STATE,
+UNTIL and IDENTITY (- for none). STATE is leased (the attachment's lease),
+held (the attachment is gone: the address is held for IDENTITY until UNTIL,
+and nobody else gets it; CONTAINER and IFNAME name the attachment that last
+leased it, SINCE when it did), expired (a hold past its end: free at the next
+allocation), or shared (a second live attachment of IDENTITY sharing the
+lease listed above it, shareLive; SINCE is when it began to share).
+--identity lists only rows of that identity.
+
 With --json: an array of objects with the keys pool, address, network,
-container_id, ifname and since.";
+container_id, ifname and since, as above, and identity (null when none),
+state (leased, held, expired or shared) and held_until (UTC, null unless
+held or expired).";
 
 pub const POOLS_NOTES: &str = "\
 size counts the allocatable addresses: each range's rangeStart..rangeEnd minus
 the excluded addresses and the gateway. used counts the leases inside those
 allocatable addresses, so a static lease outside them (outside the range, or
-excluded) is not counted. next is the address sequential allocation would try
-next, or - when the pool is full.
+excluded) is not counted, and the holds of workload identities there
+(ipam-da-sticky), which nobody else gets either; a hold past its end counts as
+free, as it is to the next allocation. next is the address sequential
+allocation would try next, or - when the pool is full.
 
 With --json: an array of objects with the keys network, name, subnets, size,
-used, free, percent_used and next (null when full). size, used and free are
+used, free, held (the pool's holds that have not ended), percent_used and
+next (null when full). size, used and free are
 numbers, or decimal strings when above 2^53 (an IPv6 pool), which JSON readers
 that hold numbers as doubles would round.";
 
 pub const METRICS_NOTES: &str = "\
 Per registered pool, labelled network and pool: size, used and free (as in
-'ipam-delegated pools') and leases, which also counts static leases outside the
-allocatable addresses; ipam_delegated_database_ok is 1, or 0 (and the exit
-status 1) when the database cannot be read. Sizes are exact integers, also
+'ipam-delegated pools'), leases, which also counts static leases outside the
+allocatable addresses, and held_addresses, the holds of workload identities
+(ipam-da-sticky) that have not ended (counted in used, not in leases).
+ipam_delegated_database_ok is 1, or 0 (and the exit status 1) when the
+database cannot be read. Sizes are exact integers, also
 above 2^53. In cluster mode, from this node's database alone (no etcd):
 ipam_delegated_cluster_blocks (labelled network, pool and state: owned, or
 releasing) and ipam_delegated_cluster_address_records (labelled network, pool
@@ -41,9 +57,22 @@ For node_exporter's textfile collector, run it from a timer with
 --output DIR/ipam-delegated.prom: the file is written as FILE.tmp-<pid> beside
 it, then renamed over it, so that the collector never reads half a file.";
 
+/// The two forms, which clap's usage of the argument group would run into one.
+pub const RELEASE_USAGE: &str = "\
+ipam-delegated release [OPTIONS] --network <NAME> --container <ID> --ifname <NAME>
+       ipam-delegated release [OPTIONS] --identity <ID> [--network <NAME>]";
+
 pub const RELEASE_NOTES: &str = "\
-Takes the same lock as the plugins. Releasing an attachment that holds nothing
-is not an error. The released addresses are printed and logged.";
+With --network, --container and --ifname: frees the attachment's leases at
+once, also those of a workload identity (no hold is kept).
+
+With --identity (and --network to keep to one network): drops the identity's
+holds (ipam-da-sticky), so that their addresses are free for anyone; a live
+lease of the identity is never released this way (it is printed as kept:
+release its attachment instead).
+
+Takes the same lock as the plugins. Releasing what holds nothing is not an
+error. The released addresses are printed and logged.";
 
 pub const FORGET_POOL_NOTES: &str = "\
 For a pool that is gone from the configuration (renamed, moved, merged) but still
@@ -55,7 +84,9 @@ containers are gone: a running container keeps using its address.";
 pub const CHECK_NOTES: &str = "\
 Runs SQLite's integrity check, then the suite's own: every lease lies in a
 subnet of its registered pool, its text address matches its key, and the
-runs of leased addresses agree with the leases. Prints ok and exits 0, or
+runs of leased addresses agree with the leases, every hold names its identity,
+and every attachment sharing a lease (shareLive) shares a live lease of its
+network. Prints ok and exits 0, or
 prints the problems and exits 1.";
 
 pub const COMPLETIONS_NOTES: &str = "\

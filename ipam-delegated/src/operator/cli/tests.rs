@@ -27,7 +27,7 @@ fn clap_accepts_the_definition() {
 #[test]
 fn list_with_filters_and_the_database_before_or_after_the_command() {
     let filter = LeaseFilter { network: Some("n".into()), pool: None, container_id: Some("c".into()) };
-    let expected = run("/tmp/db", Command::List { filter, json: true });
+    let expected = run("/tmp/db", Command::List { filter, identity: None, json: true });
     assert_eq!(
         parse_strs(&["--database", "/tmp/db", "list", "--network=n", "--container", "c", "--json"]).ok(),
         Some(expected)
@@ -56,6 +56,53 @@ fn defaults() {
         panic!("forget-pool did not parse");
     };
     assert_eq!(lock_timeout, DEFAULT_LOCK_TIMEOUT);
+}
+
+#[test]
+fn release_takes_an_attachment_or_an_identity_and_list_an_identity() {
+    assert_eq!(
+        parse_strs(&["release", "--identity", "prod/db-0"]).ok(),
+        Some(run(
+            DEFAULT_DATABASE,
+            Command::ReleaseHolds { identity: "prod/db-0".into(), network: None, lock_timeout: DEFAULT_LOCK_TIMEOUT }
+        ))
+    );
+    assert_eq!(
+        parse_strs(&["release", "--network=n", "--identity", "i", "--lock-timeout", "1"]).ok(),
+        Some(run(
+            DEFAULT_DATABASE,
+            Command::ReleaseHolds {
+                identity: "i".into(),
+                network: Some("n".into()),
+                lock_timeout: Duration::from_secs(1)
+            }
+        ))
+    );
+    let cases: &[(&[&str], ErrorKind, &[&str])] = &[
+        (&["release"], ErrorKind::MissingRequiredArgument, &["--identity <ID>", "--container <ID>"]),
+        (&["release", "--network", "n"], ErrorKind::MissingRequiredArgument, &["--container <ID>", "--identity <ID>"]),
+        (&["release", "--container", "c", "--ifname", "e"], ErrorKind::MissingRequiredArgument, &["--network <NAME>"]),
+        (&["release", "--identity", "i", "--container", "c"], ErrorKind::ArgumentConflict, &["--identity <ID>"]),
+        (&["release", "--identity", "i", "--ifname", "e"], ErrorKind::ArgumentConflict, &["--ifname <NAME>"]),
+        (&["release", "--identity", ""], ErrorKind::InvalidValue, &["'--identity <ID>'"]),
+    ];
+    for (args, kind, parts) in cases {
+        let (actual, text) = refusal(args);
+        assert_eq!(actual, *kind, "{args:?}: {text}");
+        for part in *parts {
+            assert!(text.contains(part), "{args:?}: {part:?} in {text}");
+        }
+        // Both forms, not clap's run of the group's members.
+        let usage = "release [OPTIONS] --network <NAME> --container <ID> --ifname <NAME>\n       ipam-delegated \
+                     release [OPTIONS] --identity <ID> [--network <NAME>]";
+        assert!(*kind == ErrorKind::InvalidValue || text.contains(usage), "{args:?}: {text}");
+    }
+    let Ok(Invocation::Database { command: Command::List { identity, .. }, .. }) =
+        parse_strs(&["list", "--identity", "prod/db-0", "--json"])
+    else {
+        panic!("list --identity did not parse");
+    };
+    assert_eq!(identity.as_deref(), Some("prod/db-0"));
 }
 
 #[test]
