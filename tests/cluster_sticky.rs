@@ -192,3 +192,41 @@ fn taking_over_needs_etcd_and_a_del_without_etcd_is_published_later() {
     assert_eq!(ok(&add(&c, "n2", "c2", "db-0", &sticky)), first);
     assert_no_address_twice(&c, &["n1", "n2"]);
 }
+
+#[test]
+fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
+    // Two blocks: n3 must claim n1's once n1 is released.
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.63.0.0/26"}], "blockSize": 27}]), 1.0);
+    c.share_blocks = Some("never");
+    c.call_timeout = 1;
+    let sticky = json!({});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    let shared = ok(&add(&c, "n1", "c2", "vm-1", &json!({"shareLive": true})));
+    assert_eq!(ok(&add(&c, "n2", "c3", "vm-1", &json!({"shareLive": true}))), shared);
+    // n1 dies: no DEL ever comes. Its identity db-0 is live there (101 elsewhere).
+    assert_error(&add(&c, "n2", "c4", "db-0", &sticky), 101, &["node n1"]);
+    release_node(&c, "n1", "n2");
+    let keys = identity_keys(&c);
+    let db = &keys.iter().find(|(k, _)| k.ends_with("db-0")).expect("db-0's key").1;
+    assert!(db["until"].as_i64().unwrap_or(0) > 0, "held: {db}");
+    let vm = &keys.iter().find(|(k, _)| k.ends_with("vm-1")).expect("vm-1's key").1;
+    assert_eq!((vm["node"].as_str(), vm["container"].as_str()), (Some("n2"), Some("c3")), "passed to n2: {vm}");
+    // After the tombstone's wait, another node claims n1's block and keeps off both addresses.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut placed = 0;
+    for i in 0..70 {
+        let got = add(&c, "n3", &format!("o{i}"), &format!("o-{i}"), &sticky);
+        if got.status != 0 {
+            assert_error(&got, 100, &[]);
+            break;
+        }
+        let got = addresses(&got);
+        assert!(got != first && got != shared, "n3 handed out {got:?}");
+        placed += 1;
+    }
+    // 61 usable addresses (.1 the gateway, .63 broadcast), 2 of them the identities'.
+    assert_eq!(placed, 59, "n3 filled both blocks but for the identities' addresses: {:?}", c.blocks());
+    // db-0 comes back on n2 with its address.
+    assert_eq!(ok(&add(&c, "n2", "c4", "db-0", &sticky)), first);
+    assert_no_address_twice(&c, &["n2", "n3"]);
+}

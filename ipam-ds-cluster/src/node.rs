@@ -42,7 +42,7 @@ mod recovery;
 mod sharing;
 mod sticky;
 
-pub use sticky::Sticking;
+pub use sticky::{release_node_identities, IdentityRelease, Sticking};
 
 use claims::{check_definition, gave_back_note};
 use plan::{PoolFacts, Step};

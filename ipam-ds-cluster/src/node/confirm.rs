@@ -151,7 +151,8 @@ impl Node<'_> {
                 // address, two attachments (etcd lost history, or this node
                 // came back after release-node). Only the operator can choose.
                 for &address in &b.taken {
-                    if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network) {
+                    if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network && !l.is_hold())
+                    {
                         tracing::error!(
                             "{address} is leased here to container {} interface {} and recorded in the cluster for \
                              another node: an address held twice (block {} of pool {})",

@@ -123,8 +123,28 @@ impl Node<'_> {
             }
             let mut shared = record.clone();
             shared.sharers.push(Sharer { node: me.clone(), container: who.container_id.clone() });
-            if self.replace_identity(&key, &found, &shared, &[])? {
-                let addresses = in_pools(geometries, &record.addresses);
+            // An address of a block of the first node's own has no record:
+            // it gets one naming that attachment, so that a later owner of
+            // the block keeps off it while this node shares it (its DEL or
+            // release-node passes or holds it).
+            let addresses = in_pools(geometries, &record.addresses);
+            let first = Attachment { container_id: record.container.clone(), ..who.clone() };
+            let value = to_bytes(&AddressRecord { node: record.node.clone(), ..self.live_record(&first, s.identity) });
+            let mut compare = Vec::new();
+            let mut ops = Vec::new();
+            let reads: Vec<Op> = addresses
+                .iter()
+                .map(|(g, a)| Op::Range(RangeRequest::key(self.keys(&g.pool.name).address(&g.block_of(*a), *a))))
+                .collect();
+            let present = self.etcd.read_in_txns(reads.into_iter().map(|op| vec![op]).collect()).map_err(etcd_error)?;
+            for ((g, a), answer) in addresses.iter().zip(present) {
+                let record_key = self.keys(&g.pool.name).address(&g.block_of(*a), *a);
+                if matches!(answer, OpResponse::Range(r) if r.kvs.is_empty()) {
+                    compare.push(Compare::absent(record_key.clone()));
+                    ops.push(Op::Put { key: record_key.into_bytes(), value: value.clone(), lease: 0 });
+                }
+            }
+            if self.replace_identity_comparing(&key, &found, &shared, compare, &ops)? {
                 store.write(|tx| {
                     for (g, address) in &addresses {
                         lease_here(tx, *address, &g.pool.name, who, s.identity)?;
@@ -152,8 +172,22 @@ impl Node<'_> {
     /// Replaces the identity key as `found`, with `ops` in the same
     /// transaction; false when it changed meanwhile.
     fn replace_identity(&self, key: &str, found: &Found, with: &IdentityRecord, ops: &[Op]) -> Result<bool> {
+        self.replace_identity_comparing(key, found, with, Vec::new(), ops)
+    }
+
+    /// [`Node::replace_identity`], with `compare` holding too.
+    fn replace_identity_comparing(
+        &self,
+        key: &str,
+        found: &Found,
+        with: &IdentityRecord,
+        compare: Vec<Compare>,
+        ops: &[Op],
+    ) -> Result<bool> {
         let txn = Txn {
-            compare: vec![Compare::mod_revision_is(key.to_string(), found.mod_revision)],
+            compare: std::iter::once(Compare::mod_revision_is(key.to_string(), found.mod_revision))
+                .chain(compare)
+                .collect(),
             success: std::iter::once(Op::Put { key: key.as_bytes().to_vec(), value: to_bytes(with), lease: 0 })
                 .chain(ops.iter().cloned())
                 .collect(),
@@ -766,4 +800,125 @@ fn hands_out(pool: &Pool, address: IpAddr) -> bool {
 
 fn list(addresses: &[IpAddr]) -> String {
     addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// What `release-node` did with one identity of the released node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityRelease {
+    pub identity_key: String,
+    /// `held until <time>`, `passed to node N`, `no longer shared with it`,
+    /// or `deleted` (nothing to hold).
+    pub outcome: String,
+}
+
+/// `release-node`'s part for identities: each identity live on `node` (a
+/// dead node: its DELs will never come) is held for `hold` from now, its
+/// addresses' records held with it under one etcd lease (so that the
+/// identity comes back with its address on another node, and whoever
+/// claims the dead node's blocks keeps off them meanwhile); one it shares
+/// passes to its next attachment; a sharer on `node` is dropped. Each change
+/// compares the key (and each record) unchanged since read.
+pub fn release_node_identities(
+    client: &etcd::Client,
+    prefix: &str,
+    network: &str,
+    pools: &[Pool],
+    node: &str,
+    hold: std::time::Duration,
+) -> std::result::Result<Vec<IdentityRelease>, etcd::Error> {
+    let net = NetworkKeys::new(prefix, network);
+    let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
+    let record_key = |a: IpAddr| {
+        geometries
+            .iter()
+            .find(|g| g.pool.range_for_subnet_member(a).is_some())
+            .map(|g| PoolKeys::new(prefix, network, &g.pool.name).address(&g.block_of(a), a))
+    };
+    let mut done = Vec::new();
+    let answer = client.range(&RangeRequest::prefix(net.identities()))?;
+    for kv in answer.kvs {
+        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { continue };
+        let identity_key = String::from_utf8_lossy(&kv.key).into_owned();
+        let identity =
+            identity_key.rsplit_once("_sticky/").and_then(|(_, rest)| rest.split_once('/')).map(|(_, id)| id);
+        let Some(identity) = identity else { continue };
+        if record.is_held() || !(record.node == node || record.sharers.iter().any(|s| s.node == node)) {
+            continue;
+        }
+        let mut compare = vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)];
+        let (next, lease, value, outcome) = if record.node != node {
+            let mut next = record.clone();
+            next.sharers.retain(|s| s.node != node);
+            (next, 0, None, "no longer shared with it".to_string())
+        } else if let Some(heir) = record.sharers.iter().find(|s| s.node != node).cloned() {
+            let next = IdentityRecord {
+                node: heir.node.clone(),
+                container: heir.container.clone(),
+                addresses: record.addresses.clone(),
+                sharers: record.sharers.iter().filter(|s| s.node != node && **s != heir).cloned().collect(),
+                until: 0,
+            };
+            let value = AddressRecord {
+                kind: Kind::Static,
+                node: heir.node.clone(),
+                container: heir.container.clone(),
+                identity: identity.to_string(),
+                ..AddressRecord::default()
+            };
+            (next, 0, Some(value), format!("passed to node {}", shown(&heir.node)))
+        } else if record.addresses.is_empty() || hold.is_zero() {
+            let txn = Txn {
+                compare,
+                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
+                failure: Vec::new(),
+            };
+            if client.txn(&txn)?.succeeded {
+                done.push(IdentityRelease { identity_key, outcome: "deleted".into() });
+            }
+            continue;
+        } else {
+            let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
+            let lease = client.lease_grant(secs)?;
+            let until = unix_now().saturating_add(secs);
+            let next = IdentityRecord {
+                node: node.to_string(),
+                addresses: record.addresses.clone(),
+                until,
+                ..Default::default()
+            };
+            (
+                next,
+                lease,
+                Some(AddressRecord::held_for(identity)),
+                format!("held until {}", shared::utc::iso8601(until)),
+            )
+        };
+        let mut success = vec![Op::Put { key: kv.key.clone(), value: to_bytes(&next), lease }];
+        if let Some(value) = &value {
+            // Each record as read: absent, or the dead node's own for this
+            // identity; another's is left as it is.
+            let keys: Vec<String> = record.addresses.iter().filter_map(|a| record_key(*a)).collect();
+            let reads: Vec<Vec<Op>> = keys.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()))]).collect();
+            for (k, found) in keys.iter().zip(client.read_in_txns(reads)?) {
+                let current = match found {
+                    OpResponse::Range(r) => r.kvs.into_iter().next(),
+                    _ => None,
+                };
+                match current {
+                    None => compare.push(Compare::absent(k.clone())),
+                    Some(kv) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
+                        Ok(r) if r.node == node && r.identity == identity => {
+                            compare.push(Compare::mod_revision_is(k.clone(), kv.mod_revision))
+                        }
+                        _ => continue,
+                    },
+                }
+                success.push(Op::Put { key: k.clone().into_bytes(), value: to_bytes(value), lease });
+            }
+        }
+        if client.txn(&Txn { compare, success, failure: Vec::new() })?.succeeded {
+            done.push(IdentityRelease { identity_key, outcome });
+        }
+    }
+    Ok(done)
 }

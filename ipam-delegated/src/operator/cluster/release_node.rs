@@ -17,6 +17,12 @@
 //! conflist says; an operator's conflist with a shorter grace must not free
 //! blocks NODE may still be allocating in. NODE's entry is deleted too, so
 //! that a new database may run under the name.
+//!
+//! Workload identities (ipam-da-sticky) live on NODE go first: each is held
+//! for its identity for `ipam.sticky.hold` under an etcd lease, its
+//! addresses' records with it, so that the workload comes back with its
+//! address on another node (one shared with another node's attachment
+//! passes to that one).
 
 use std::time::Duration;
 
@@ -24,6 +30,7 @@ use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::RangeRequest;
 use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
 use ipam_ds_cluster::layout::{shown, to_bytes, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
+use ipam_ds_cluster::node::release_node_identities;
 use serde::Serialize;
 use shared::store::unix_now;
 
@@ -41,6 +48,8 @@ struct Document<'a> {
     node: &'a str,
     blocks: Vec<ReleasedBlock>,
     records: Vec<DeletedRecord>,
+    /// NODE's live workload identities: what became of each.
+    identities: Vec<ReleasedIdentity>,
     /// How long the released blocks stay unclaimable: offlineGrace + 3 ×
     /// ipam.timeout, rounded up to whole seconds.
     claimable_in_seconds: Option<i64>,
@@ -48,6 +57,12 @@ struct Document<'a> {
     claimable_at: Option<String>,
     /// Released as gone for good: blocks deleted, claimable at once.
     gone: bool,
+}
+
+#[derive(Serialize)]
+struct ReleasedIdentity {
+    key: String,
+    outcome: String,
 }
 
 #[derive(Serialize)]
@@ -105,12 +120,27 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, go
         node,
         blocks: Vec::new(),
         records: Vec::new(),
+        identities: Vec::new(),
         claimable_in_seconds: None,
         claimable_at: None,
         gone,
     };
     let mut failure = None;
-    for pool in &conf.pools {
+    // Before the records go: an identity's are held with it.
+    let hold = match shared::sticky::Sticky::of(&conf.netconf) {
+        Ok(Some(sticky)) => sticky.hold,
+        _ => shared::sticky::DEFAULT_HOLD,
+    };
+    match release_node_identities(client, &conf.settings.prefix, &conf.network, &conf.pools, node, hold) {
+        Ok(released) => {
+            for r in released {
+                tracing::info!("operator release-node: identity {}: {}", r.identity_key, r.outcome);
+                done.identities.push(ReleasedIdentity { key: r.identity_key, outcome: r.outcome });
+            }
+        }
+        Err(e) => failure = Some(etcd_failure(conf, e).0),
+    }
+    for pool in conf.pools.iter().filter(|_| failure.is_none()) {
         // A lease of its own per pool: one granted for an earlier pool would
         // end before the full wait for this pool's tombstones.
         let mut lease = None;
@@ -141,7 +171,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, go
     } else {
         render(&done, &wait, ttl, done.claimable_at.as_deref().unwrap_or_default())
     };
-    match (failure, done.blocks.is_empty() && done.records.is_empty()) {
+    match (failure, done.blocks.is_empty() && done.records.is_empty() && done.identities.is_empty()) {
         // Nothing was done: the failure alone.
         (Some(problem), true) => Err(Failure(problem)),
         (failure, _) => Ok(Report { stdout, failure }),
@@ -260,10 +290,17 @@ fn release_pool(
 
 fn render(done: &Document, wait: &Wait, ttl: i64, claimable_at: &str) -> String {
     let (node, network) = (done.node, done.network);
-    if done.blocks.is_empty() && done.records.is_empty() {
-        return format!("node {node} holds no block and no address record in network {network}: nothing released\n");
-    }
     let mut out = String::new();
+    for i in &done.identities {
+        out.push_str(&format!("identity {}: {}\n", i.key, i.outcome));
+    }
+    if done.blocks.is_empty() && done.records.is_empty() {
+        out.push_str(&format!(
+            "node {node} holds no block and no address record in network {network}: nothing {}released\n",
+            if done.identities.is_empty() { "" } else { "else " }
+        ));
+        return out;
+    }
     for b in &done.blocks {
         out.push_str(&format!("released block {} of pool {} (node {node}'s since {})\n", b.block, b.pool, b.claimed));
     }
