@@ -287,14 +287,10 @@ impl<'s> Node<'s> {
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
         let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
-        // First of all: two nodes adding one identity at once get it once.
-        if let Some(s) = sticking {
-            self.claim_identity(store, &geometries, who, s)?;
-        }
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.
-        let (owned, mut blocks, mut shared, records, held, notes) = store.read(|tx| {
+        let (owned, mut blocks, mut shared, records, mut held, notes) = store.read(|tx| {
             let mut owned = Vec::with_capacity(pools.len());
             let mut with_room = Vec::with_capacity(pools.len());
             let mut shared = Vec::with_capacity(pools.len());
@@ -310,21 +306,11 @@ impl<'s> Node<'s> {
             }
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
             let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
-            let mut held = tx.leases_of(who)?;
-            if let Some(identity) = sticking.map(|s| s.identity) {
-                // Only in blocks of its own: what a node holds elsewhere
-                // in the cluster is governed by etcd's records.
-                let own = |l: &Lease| owned.iter().flatten().any(|b| !b.shared && b.block.contains(&l.address));
-                held.extend(
-                    tx.rows_of_identity(&self.network, identity, &who.ifname)?
-                        .into_iter()
-                        .filter(|l| l.owner != *who && own(l)),
-                );
-            }
+            let held = self.held_for(tx, &owned, who, sticking)?;
             Ok((owned, with_room, shared, tx.node_records_of(who)?, held, notes))
         })?;
         let (boot, watermark, offline_window) = notes;
-        let needed = needed_families(pools, prev, requests, &held);
+        let mut needed = needed_families(pools, prev, requests, &held);
         // Only answers given after the watermark was read count against it
         // (settle, before this, may have heard etcd at an earlier revision
         // while another process of this node wrote a later one down).
@@ -361,6 +347,25 @@ impl<'s> Node<'s> {
             }
             Some(Err(e)) => return Err(etcd_error(e)),
         };
+        // Before anything is allocated: two nodes adding one identity at
+        // once get it once, and a held identity is taken over (and leased
+        // here), after this call's answers showed etcd kept its history.
+        if let Some(s) = sticking {
+            if let Some(why) = &offline {
+                return Err(CniError::new(
+                    Code::TryAgainLater,
+                    format!("etcd is unreachable, and identity {:?} is known only there: {why}", s.identity),
+                ));
+            }
+            let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
+            self.claim_identity(store, &geometries, who, s, &history)?;
+            held = store.read(|tx| self.held_for(tx, &owned, who, sticking))?;
+            needed = needed_families(pools, prev, requests, &held);
+            // What it took over is its own now, no longer another's in its block.
+            for b in blocks.iter_mut().flatten() {
+                b.taken.retain(|a| !held.iter().any(|l| l.address == *a && l.owner == *who));
+            }
+        }
         for &address in requests {
             self.reserve_static(store, &geometries, address, who)?;
         }
@@ -486,6 +491,29 @@ impl<'s> Node<'s> {
             self.record_identity_addresses(who, s, &addresses);
         }
         Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &granted)).collect())
+    }
+
+    /// What `who` holds here that its view must hand back: its leases and,
+    /// with an identity, the identity's other rows in blocks of this node's
+    /// own (what a node holds elsewhere in the cluster is governed by
+    /// etcd's records).
+    fn held_for(
+        &self,
+        tx: &Tx,
+        owned: &[Vec<NodeBlock>],
+        who: &Attachment,
+        sticking: Option<&Sticking>,
+    ) -> Result<Vec<Lease>> {
+        let mut held = tx.leases_of(who)?;
+        if let Some(identity) = sticking.map(|s| s.identity) {
+            let own = |l: &Lease| owned.iter().flatten().any(|b| !b.shared && b.block.contains(&l.address));
+            held.extend(
+                tx.rows_of_identity(&self.network, identity, &who.ifname)?
+                    .into_iter()
+                    .filter(|l| l.owner != *who && own(l)),
+            );
+        }
+        Ok(held)
     }
 
     /// The first free address of this node's own blocks of a pool, leased

@@ -63,6 +63,7 @@ impl Node<'_> {
         geometries: &[Geometry],
         who: &Attachment,
         s: &Sticking,
+        history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<()> {
         let key = self.identity_key(&who.ifname, s.identity);
         let me = &self.settings.node;
@@ -79,6 +80,8 @@ impl Node<'_> {
                 return Ok(());
             }
             let [found] = ranges(answer.responses)?;
+            // Nothing is decided from an etcd that lost history.
+            history(store)?;
             let Some(kv) = found.into_iter().next() else { continue };
             let found = Found { record: serde_json::from_slice(&kv.value).ok(), mod_revision: kv.mod_revision };
             let Some(record) = &found.record else {
@@ -248,8 +251,11 @@ impl Node<'_> {
             ..Default::default()
         };
         let txn = Txn {
+            // Not while nodes re-claim after etcd lost history: the hold may
+            // be the restored backup's, its address another's since.
             compare: std::iter::once(Compare::mod_revision_is(key.to_string(), found.mod_revision))
                 .chain(rows.iter().map(|r| Compare::value_is(r.key.clone(), held_value.clone())))
+                .chain(std::iter::once(Compare::absent(self.net_keys().recovery())))
                 .collect(),
             success: std::iter::once(Op::Put { key: key.as_bytes().to_vec(), value: to_bytes(&live), lease: 0 })
                 .chain(rows.iter().map(|r| Op::Put {
