@@ -125,7 +125,10 @@ impl Tx<'_> {
                 if gave_way.iter().any(|(n, p)| (n, p) == (&other_network, &other_name)) {
                     continue;
                 }
-                let leases = self.count_pool_leases(&other_network, &other_name)?;
+                // An identity's hold keeps its pool too: the address comes
+                // back from that pool.
+                let leases = self.count_pool_leases(&other_network, &other_name)?
+                    + self.count_pool_holds(&other_network, &other_name)?;
                 if leases > 0 {
                     return Ok(Err(PoolOverlap {
                         subnet: *mine,
