@@ -40,8 +40,12 @@ impl Plugin for ClusterSelector {
             Some(s) => s.identity(req)?,
             None => None,
         };
-        let sticking =
-            sticky.as_ref().zip(identity.as_deref()).map(|(settings, identity)| node::Sticking { identity, settings });
+        let asked_families = requests.iter().map(|a| shared::addr::Family::of(*a)).collect();
+        let sticking = sticky.as_ref().zip(identity.as_deref()).map(|(settings, identity)| node::Sticking {
+            identity,
+            settings,
+            asked_families,
+        });
         // Checked here, against the pools as configured: the view handed on
         // holds only this node's part of them (possibly nothing), so the
         // allocator after it could not say which pool an address misses, and

@@ -28,6 +28,9 @@ use crate::layout::{IdentityRecord, Sharer};
 pub struct Sticking<'a> {
     pub identity: &'a str,
     pub settings: &'a Sticky,
+    /// The families this ADD asks addresses for by name: those win over
+    /// the identity's held ones, which stay held.
+    pub asked_families: Vec<shared::addr::Family>,
 }
 
 /// The note that an identity's release could not reach etcd: a later call
@@ -100,10 +103,10 @@ impl Node<'_> {
                 }
                 continue;
             }
-            // Live on an attachment of this node that is gone here (its
-            // DEL could not reach etcd): the identity's addresses are held
-            // in this node's database, and ipam-da-sticky hands them back.
-            if record.node == *me && record.sharers.is_empty() && self.gone_here(store, who, &record.container)? {
+            // Live on an attachment of this node whose DEL could not reach
+            // etcd: the identity's addresses are held in this node's
+            // database, and ipam-da-sticky hands them back.
+            if record.node == *me && record.sharers.is_empty() && self.gone_here(store, who, s, &record.container)? {
                 let again = IdentityRecord { addresses: record.addresses.clone(), ..fresh.clone() };
                 if self.replace_identity(&key, &found, &again, &[])? {
                     store.write(|tx| tx.drop_note(&pending_note(&self.network, &who.ifname, s.identity)))?;
@@ -165,11 +168,14 @@ impl Node<'_> {
         Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing: try again")))
     }
 
-    /// Whether `container`'s attachment on this node is gone: it holds no
-    /// lease here any more (released while etcd was away).
-    fn gone_here(&self, store: &mut StoreHandle, who: &Attachment, container: &str) -> Result<bool> {
+    /// Whether `container`'s attachment of the identity on this node is
+    /// gone: a DEL of it could not reach etcd (its note), and it holds no
+    /// lease here any more. (An ADD of it still running holds no lease yet
+    /// either, but has no such note.)
+    fn gone_here(&self, store: &mut StoreHandle, who: &Attachment, s: &Sticking, container: &str) -> Result<bool> {
         let them = Attachment { container_id: container.to_string(), ..who.clone() };
-        Ok(store.read(|tx| tx.leases_of(&them))?.is_empty())
+        let note = pending_note(&self.network, &who.ifname, s.identity);
+        store.read(|tx| Ok(tx.note(&note)?.is_some() && tx.leases_of(&them)?.is_empty()))
     }
 
     /// Replaces the identity key as `found`, with `ops` in the same
@@ -212,7 +218,8 @@ impl Node<'_> {
         (key, found): (&str, &Found),
         held: &IdentityRecord,
     ) -> Result<bool> {
-        let taken = in_pools(geometries, &held.addresses);
+        let asked = |a: &IpAddr| s.asked_families.contains(&shared::addr::Family::of(*a));
+        let taken: Vec<_> = in_pools(geometries, &held.addresses).into_iter().filter(|(_, a)| !asked(a)).collect();
         let held_value = to_text(&AddressRecord::held_for(s.identity));
         let live_value = to_text(&self.live_record(who, s.identity));
         let rows: Vec<NodeRecord> = taken
