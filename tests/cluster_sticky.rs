@@ -230,3 +230,21 @@ fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
     assert_eq!(ok(&add(&c, "n2", "c4", "db-0", &sticky)), first);
     assert_no_address_twice(&c, &["n2", "n3"]);
 }
+
+#[test]
+fn after_a_del_without_etcd_the_identity_comes_back_on_its_own_node() {
+    let mut c = Cluster::blue(30.0);
+    c.share_blocks = Some("never");
+    let sticky = json!({});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    c.etcd.pause();
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    c.etcd.resume();
+    // The first call after the outage is the identity's own ADD, on n1.
+    assert_eq!(ok(&add(&c, "n1", "c2", "db-0", &sticky)), first);
+    let key = identity_keys(&c).into_iter().find(|(k, _)| k.ends_with("db-0")).expect("db-0's key").1;
+    assert_eq!((key["node"].as_str(), key["container"].as_str()), (Some("n1"), Some("c2")), "{key}");
+    // Nothing held any more, in etcd or on n1.
+    assert!(c.addrs().iter().all(|a| a.ip != ip(&first[0]) || a.node == "n1"), "{:?}", c.addrs());
+    assert_no_address_twice(&c, &["n1"]);
+}
