@@ -5,7 +5,6 @@
 
 use std::net::IpAddr;
 
-use shared::addr::Family;
 use shared::pool::{self, Pool};
 use shared::store::Lease;
 use shared::{suite_delegate, About, Builtin, CniError, Code, Reply, Request, Result};
@@ -19,12 +18,7 @@ pub const ABOUT: About = About {
 /// ADD: an address for each family of the candidate pools that has none yet.
 fn add(req: &Request) -> Result<Reply> {
     let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
-    let mut families: Vec<Family> = Vec::new();
-    for pool in &pools {
-        if !result.has_family(pool.family()) && !families.contains(&pool.family()) {
-            families.push(pool.family());
-        }
-    }
+    let families = Pool::families_missing(&pools, &result);
     if families.is_empty() {
         return Ok(Reply::Result(result));
     }

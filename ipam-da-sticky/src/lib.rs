@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use shared::addr::{to_u128, Family};
+use shared::addr::Family;
 use shared::pool::Pool;
 use shared::sticky::Sticky;
 use shared::store::Lease;
@@ -27,12 +27,7 @@ fn add(req: &Request) -> Result<Reply> {
         tracing::debug!("no identity (args.cni.identity, CNI_ARGS {}): not sticky", sticky.identity_keys.join(", "));
         return suite_delegate::answer_add(req, ABOUT.name, result, "found no identity to give an address back to");
     };
-    let mut families: Vec<Family> = Vec::new();
-    for pool in &pools {
-        if !result.has_family(pool.family()) && !families.contains(&pool.family()) {
-            families.push(pool.family());
-        }
-    }
+    let families = Pool::families_missing(&pools, &result);
     let attachment = req.attachment()?;
     let mut store = suite_delegate::open_store(req)?;
     let chosen = store.write(|tx| {
@@ -92,7 +87,7 @@ fn pick<'p>(families: &[Family], pools: &'p [Pool], rows: &[&Lease]) -> Vec<(IpA
     let mut chosen = Vec::new();
     for &family in families {
         let found = pools.iter().filter(|p| p.family() == family).find_map(|pool| {
-            rows.iter().find(|l| l.pool == pool.name && hands_out(pool, l.address)).map(|l| (l.address, pool))
+            rows.iter().find(|l| l.pool == pool.name && pool.hands_out(l.address)).map(|l| (l.address, pool))
         });
         chosen.extend(found);
     }
@@ -106,20 +101,10 @@ fn unusable<'l>(pools: &[Pool], holds: &[&'l Lease]) -> Vec<&'l Lease> {
         .iter()
         .filter(|l| {
             let of_pool: Vec<&Pool> = pools.iter().filter(|p| p.name == l.pool).collect();
-            !of_pool.is_empty() && !of_pool.iter().any(|p| hands_out(p, l.address))
+            !of_pool.is_empty() && !of_pool.iter().any(|p| p.hands_out(l.address))
         })
         .copied()
         .collect()
-}
-
-/// Whether `pool` may hand out `address` dynamically: inside a range, not
-/// excluded, not a gateway. (A cluster node's view of a pool is its blocks
-/// and single addresses, so a hold elsewhere in the cluster pool is not.)
-fn hands_out(pool: &Pool, address: IpAddr) -> bool {
-    let n = to_u128(address);
-    pool.allocatable()
-        .iter()
-        .any(|(lo, hi)| lo.is_ipv4() == address.is_ipv4() && to_u128(*lo) <= n && n <= to_u128(*hi))
 }
 
 /// 101: the identity is live on another attachment and may not share.

@@ -799,16 +799,7 @@ fn lease_here(tx: &Tx, address: IpAddr, pool: &str, who: &Attachment, identity: 
 /// The addresses among `addresses` that a candidate pool hands out now,
 /// with its geometry.
 fn in_pools<'g, 'p>(geometries: &'g [Geometry<'p>], addresses: &[IpAddr]) -> Vec<(&'g Geometry<'p>, IpAddr)> {
-    addresses.iter().filter_map(|&a| geometries.iter().find(|g| hands_out(g.pool, a)).map(|g| (g, a))).collect()
-}
-
-/// Whether `pool` hands out `address` dynamically (a range, not excluded,
-/// not a gateway), as ipam-da-sticky asks of a hold.
-fn hands_out(pool: &Pool, address: IpAddr) -> bool {
-    let n = shared::addr::to_u128(address);
-    pool.allocatable().iter().any(|(lo, hi)| {
-        lo.is_ipv4() == address.is_ipv4() && shared::addr::to_u128(*lo) <= n && n <= shared::addr::to_u128(*hi)
-    })
+    addresses.iter().filter_map(|&a| geometries.iter().find(|g| g.pool.hands_out(a)).map(|g| (g, a))).collect()
 }
 
 fn list(addresses: &[IpAddr]) -> String {

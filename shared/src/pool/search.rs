@@ -90,6 +90,29 @@ impl Pool {
         Ok(None)
     }
 
+    /// Whether sequential allocation may hand out `address` in this pool:
+    /// inside a range, not excluded, not a gateway. (An identity's hold
+    /// comes back only so.)
+    pub fn hands_out(&self, address: IpAddr) -> bool {
+        let n = to_u128(address);
+        self.intervals().iter().any(|i| i.contains(n) && from_u128(i.lo).is_ipv4() == address.is_ipv4())
+    }
+
+    /// The families of `pools` that `result` has no address of yet, in
+    /// pool order: what an allocator that adds one per family must find.
+    pub fn families_missing<'p>(
+        pools: impl IntoIterator<Item = &'p Pool>,
+        result: &crate::result::IpamResult,
+    ) -> Vec<crate::addr::Family> {
+        let mut families = Vec::new();
+        for pool in pools {
+            if !result.has_family(pool.family()) && !families.contains(&pool.family()) {
+                families.push(pool.family());
+            }
+        }
+        families
+    }
+
     /// Number of allocatable addresses, for statistics.
     pub fn capacity(&self) -> u128 {
         self.intervals().iter().fold(0u128, |sum, i| sum.saturating_add(i.hi - i.lo).saturating_add(1))
