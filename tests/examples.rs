@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 use ipam_ds_cluster::etcd::testing::TestEtcd;
 use netns::{leaving_the_host_as_found, prerequisites, unique, veth_master_in, Netns, PLUGINS};
 use serde_json::{json, Value};
-use support::{addresses, bin_dir, list_leases as leases, Outcome, Sandbox};
+use support::{addresses, assert_error, bin_dir, list_leases as leases, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 
 /// The examples that have a case below, by file stem.
-const CASES: [&str; 8] =
-    ["bridge", "cluster", "dual-stack", "ip-ranges", "macvlan", "per-namespace", "spillover", "static"];
+const CASES: [&str; 9] =
+    ["bridge", "cluster", "dual-stack", "ip-ranges", "macvlan", "per-namespace", "spillover", "static", "sticky"];
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
@@ -312,6 +312,43 @@ fn static_addresses() {
     assert_eq!(listed.as_array().unwrap().len(), 12);
 }
 
+/// What a kubelet's runtime passes for the pod `name` of namespace `prod`
+/// (less the ids that change with each pod), with `IgnoreUnknown=1` for bridge.
+fn pod(name: &str) -> String {
+    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
+}
+
+/// The pod prod/db-0 deleted and created again under a new container id
+/// gets its address back; meanwhile the address is held for it: another pod
+/// gets another one, and a static request for it is 101 naming the
+/// identity. An attachment without identity is not sticky.
+#[test]
+fn sticky() {
+    let sb = Sandbox::new();
+    let config = Example::load("sticky").config(&sb.db(), None);
+    assert_eq!(
+        add(&sb, &config, "ex-0", Some(&pod("db-0"))).result(),
+        &json!({
+            "cniVersion": "1.0.0",
+            "ips": [{"address": "10.45.0.10/24", "gateway": "10.45.0.1"}],
+            "routes": [],
+            "dns": {}
+        })
+    );
+    sb.cni(DELEGATED, "DEL", &config, &[("CNI_CONTAINERID", "ex-0")]).assert_quiet_success();
+    let listed = leases(&sb.db());
+    assert_eq!(
+        (&listed[0]["address"], &listed[0]["state"], &listed[0]["identity"]),
+        (&json!("10.45.0.10"), &json!("held"), &json!("prod/db-0")),
+        "{listed}"
+    );
+    assert_eq!(addresses(&add(&sb, &config, "ex-1", Some(&pod("db-1")))), ["10.45.0.11/24"]);
+    let asked = format!("{};IP=10.45.0.10", pod("web-0"));
+    assert_error(&add(&sb, &config, "ex-2", Some(&asked)), 101, &["prod/db-0"]);
+    assert_eq!(addresses(&add(&sb, &config, "ex-3", Some(&pod("db-0")))), ["10.45.0.10/24"], "db-0 re-created");
+    assert_eq!(addresses(&add(&sb, &config, "ex-4", None)), ["10.45.0.12/24"], "no identity");
+}
+
 /// The runtime hands out the range (`ipRanges` capability) and it becomes
 /// the pool `ipRanges-0`; without it the example has no pool at all.
 #[test]
@@ -346,10 +383,12 @@ struct RealCase {
     runtime_config: Option<Value>,
     cni_args: Option<&'static str>,
     addresses: &'static [&'static str],
+    /// How many addresses DEL leaves held for the attachment's identity.
+    held: usize,
 }
 
 fn real_case(stem: &str) -> Option<RealCase> {
-    let plain = |addresses| RealCase { runtime_config: None, cni_args: None, addresses };
+    let plain = |addresses| RealCase { runtime_config: None, cni_args: None, addresses, held: 0 };
     Some(match stem {
         "bridge" => plain(&["10.22.1.0/16"]),
         "macvlan" => plain(&["10.30.0.100/24"]),
@@ -370,6 +409,11 @@ fn real_case(stem: &str) -> Option<RealCase> {
         "ip-ranges" => RealCase {
             runtime_config: Some(json!({"ipRanges": [[{"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.50"}]]})),
             ..plain(&["10.70.0.50/24"])
+        },
+        "sticky" => RealCase {
+            cni_args: Some("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME=db-0"),
+            held: 1,
+            ..plain(&["10.45.0.10/24"])
         },
         other => panic!("no real-plugin case for examples/{other}.conflist"),
     })
@@ -454,5 +498,8 @@ fn through_the_real_main_plugin_in_a_host_namespace(i: usize, stem: &str) {
 
     let deleted = run("DEL");
     assert_eq!((deleted.status, deleted.stdout.trim()), (0, ""), "{stem}: DEL through {plugin_type}: {deleted:#?}");
-    assert_eq!(leases(&sb.db()), json!([]), "{stem}: leases after DEL");
+    // No lease stays; a sticky example's address stays held for its identity.
+    let left = leases(&sb.db());
+    let states: Vec<&Value> = left.as_array().unwrap().iter().map(|row| &row["state"]).collect();
+    assert_eq!(states, vec![&json!("held"); case.held], "{stem}: what DEL leaves: {left}");
 }

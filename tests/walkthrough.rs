@@ -1,6 +1,6 @@
-//! The README's walk-through ("A bridge network, step by step") and the
-//! command block of every example in examples/README.md, run as a user runs
-//! them: each command as written, through `scripts/cni` (the runtime of the
+//! The README's walk-throughs ("A bridge network, step by step", "Sticky
+//! addresses") and the command block of every example in examples/README.md,
+//! run as a user runs them: each command as written, through `scripts/cni` (the runtime of the
 //! workspace's `cni-run`), with Debian's real `bridge` and `macvlan`. A
 //! README that drifts from what works fails here.
 //!
@@ -12,9 +12,10 @@
 //!   the suite is the build under test ([`bin_dir`], the same layout), and
 //!   `scripts/cni` builds cni-run itself;
 //! - `$PWD/target/cni/bin` and `target/cni/bin/` name [`bin_dir`];
-//! - the namespace the README makes (`ip netns add NAME`) gets a name unique
+//! - each namespace the README makes (`ip netns add NAME`) gets a name unique
 //!   to the test, wherever NAME is a word of a command;
-//! - `scripts/cni` and `ip link` run in a network namespace that plays the
+//! - `scripts/cni`, `ip link` and the operator's `ipam-delegated` run in a
+//!   network namespace that plays the
 //!   host, made by the test (as tests/chain.rs runs libcni), in a mount
 //!   namespace of their own where a directory of the test is mounted on
 //!   `/var/lib`: the bridge, the host ends of the veths, any sysctl a plugin
@@ -25,7 +26,8 @@
 //!
 //! After each command the test checks what it claims: ADD gives the
 //! expected addresses, on eth0 in the namespace, a lease each and libcni's
-//! cache file; CHECK is silent; DEL removes eth0, the lease and the cache file.
+//! cache file; CHECK is silent; DEL removes eth0, the lease (a sticky
+//! network's address stays held for its identity) and the cache file.
 //! Forwarding starts off in the host namespace: the walk-through must leave
 //! it off, and the examples with `isGateway` turn it on, as their README says.
 //! The machine's own namespace (forwarding sysctls, links, `ip netns`) and
@@ -55,6 +57,7 @@ use serde_json::Value;
 use support::{bin_dir, list_leases, Sandbox};
 
 const README_SECTION: &str = "## A bridge network, step by step";
+const STICKY_SECTION: &str = "## Sticky addresses";
 const EXAMPLES_SECTION: &str = "## Run them with scripts/cni";
 /// How long one command may take (the first `scripts/cni` builds cni-run).
 /// The READMEs' release build, and its install into target/cni (the fast layout).
@@ -150,6 +153,10 @@ fn readme_steps() -> Vec<Step> {
     sh_blocks(&read("README.md"), README_SECTION).into_iter().flat_map(|(_, s)| s).collect()
 }
 
+fn sticky_steps() -> Vec<Step> {
+    sh_blocks(&read("README.md"), STICKY_SECTION).into_iter().flat_map(|(_, s)| s).collect()
+}
+
 /// examples/README.md's blocks: the set-up (before the first example), one per
 /// example by file stem, and the clean-up ("When done").
 struct ExampleBlocks {
@@ -196,6 +203,11 @@ fn namespace_made(steps: &[Step]) -> String {
     add.unwrap_or_else(|| panic!("no `ip netns add NAME` in {steps:#?}")).trim().to_string()
 }
 
+/// Every name `ip netns add NAME` makes in `steps`, in order.
+fn namespaces_made(steps: &[Step]) -> Vec<String> {
+    steps.iter().filter_map(|s| s.command().strip_prefix("ip netns add ")).map(|n| n.trim().to_string()).collect()
+}
+
 /// What each example's ADD must give, and the bridge its block removes (the
 /// conflist's own).
 fn expected_addresses(stem: &str) -> &'static [&'static str] {
@@ -207,6 +219,7 @@ fn expected_addresses(stem: &str) -> &'static [&'static str] {
         "per-namespace" => &["10.24.0.2/24"],
         "static" => &["10.60.0.7/24", "fd00:60::2/64"],
         "ip-ranges" => &["10.70.0.50/24"],
+        "sticky" => &["10.45.0.10/24"],
         // The blocks node-a claims first in an empty etcd (their place is
         // hashed from the node's name).
         "cluster" => &["10.80.212.192/16", "fd00:80::a5c7:3088:1e32:d4c0/64"],
@@ -249,6 +262,43 @@ fn the_readme_walk_through_has_every_step() {
     assert_eq!(plugin["ipam"]["database"], "/w/allocations.sqlite");
     assert_eq!(plugin["ipam"]["pools"], conflist("bridge")["plugins"][0]["ipam"]["pools"], "the example's pool");
     assert!(read("README.md").contains("`/var/lib/cni/results/blue-net-c1-eth0`"));
+}
+
+/// The README's "Sticky addresses": examples/sticky.conflist's network on a
+/// database of its own; db-0 added, deleted and added again under a new
+/// container id in a new namespace, db-1 added, the hold listed and
+/// released, and everything it made removed.
+#[test]
+fn the_sticky_walk_through_has_every_step() {
+    let steps = sticky_steps();
+    let commands: Vec<&str> = steps.iter().map(Step::command).collect();
+    for wanted in [
+        "sticky=$(mktemp -d)",
+        "scripts/cni ADD $sticky/sticky.conflist c1 db0-a --args \"$db0\"",
+        "scripts/cni DEL $sticky/sticky.conflist c1 db0-a",
+        "scripts/cni ADD $sticky/sticky.conflist c2 db0-b --args \"$db0\"",
+        "scripts/cni ADD $sticky/sticky.conflist c3 db1-a --args \"$db1\"",
+        "target/cni/bin/ipam-delegated list --database $sticky/allocations.sqlite",
+        "target/cni/bin/ipam-delegated release --database $sticky/allocations.sqlite --identity prod/db-0",
+        "ip link del cni-sticky0",
+        "rm -r $sticky",
+    ] {
+        assert!(commands.contains(&wanted), "the sticky walk-through has no `{wanted}`: {commands:#?}");
+    }
+    for ns in namespaces_made(&steps) {
+        assert!(commands.contains(&format!("ip netns del {ns}").as_str()), "{ns} is not deleted: {commands:#?}");
+    }
+    let heredoc = steps.iter().find(|s| s.is_heredoc()).expect("the walk-through writes its conflist");
+    let json: String = heredoc.text.lines().skip(1).take_while(|l| *l != "EOF").collect::<Vec<_>>().join("\n");
+    let config: Value = serde_json::from_str(&json.replace("$sticky", "/s")).expect("the conflist is JSON");
+    let example = conflist("sticky");
+    let mut ipam = example["plugins"][0]["ipam"].clone();
+    ipam["database"] = "/s/allocations.sqlite".into();
+    assert_eq!(config["plugins"][0]["ipam"], ipam, "the example's IPAM, on its own database");
+    assert_eq!(
+        (&config["name"], &config["plugins"][0]["bridge"]),
+        (&example["name"], &example["plugins"][0]["bridge"])
+    );
 }
 
 #[test]
@@ -427,8 +477,8 @@ impl Drop for Shell {
 /// How the test runs a README's commands (see the module's documentation).
 struct Rewrite {
     bin: String,
-    readme_ns: String,
-    ns: String,
+    /// The README's namespace names, each with the test's.
+    namespaces: Vec<(String, String)>,
 }
 
 impl Rewrite {
@@ -447,14 +497,18 @@ impl Rewrite {
         let command = command.replace("$PWD/target/cni/bin", &self.bin);
         let words: Vec<String> = command
             .split(' ')
-            .map(|w| match w.strip_prefix("target/cni/bin/") {
-                _ if w == self.readme_ns => self.ns.clone(),
-                Some(exe) => format!("{}/{exe}", self.bin),
-                None => w.to_string(),
+            .map(|w| {
+                match (self.namespaces.iter().find(|(readme, _)| readme == w), w.strip_prefix("target/cni/bin/")) {
+                    (Some((_, ours)), _) => ours.clone(),
+                    (None, Some(exe)) => format!("{}/{exe}", self.bin),
+                    (None, None) => w.to_string(),
+                }
             })
             .collect();
         let mut command = words.join(" ");
-        if command.starts_with("ip link ") || command.contains("/ipam-delegated cluster ") {
+        // The operator's tool too: the examples' database is the default
+        // one, under the test's /var/lib.
+        if command.starts_with("ip link ") || command.starts_with(&format!("{}/ipam-delegated ", self.bin)) {
             command.insert_str(0, "__host ");
         } else if let Some(at) = command.find("scripts/cni ") {
             command.insert_str(at, "__host ");
@@ -480,13 +534,16 @@ fn walk(steps: &[Step], expected: &[&str], db: &str, host: &Netns) {
     let readme_ns = namespace_made(steps);
     // Removed at the end, also when the README's `ip netns del` is not reached.
     let container = Netns { name: format!("ipam-e2e-{}", unique("w")) };
-    let rewrite = Rewrite { bin: bin_dir().display().to_string(), readme_ns, ns: container.name.clone() };
+    let rewrite =
+        Rewrite { bin: bin_dir().display().to_string(), namespaces: vec![(readme_ns, container.name.clone())] };
     let mut shell = Shell::new(&sb.path().join("shell"), host, &varlib);
     let database = |shell: &mut Shell| match db.strip_prefix("/var/lib/") {
         Some(under) => varlib.join(under),
         None => PathBuf::from(shell.ok(&format!("printf %s \"{db}\"")).stdout),
     };
     let mut cache_file = None;
+    // Whether the network's stack is sticky: then DEL leaves the address held.
+    let mut sticky = false;
 
     for step in steps {
         let Some(command) = rewrite.apply(step) else { continue };
@@ -497,6 +554,9 @@ fn walk(steps: &[Step], expected: &[&str], db: &str, host: &Netns) {
             Some("ADD") => {
                 let words = step.cni_words().unwrap_or_default();
                 let list: Value = serde_json::from_str(&shell.ok(&format!("cat {}", words[1])).stdout).expect("JSON");
+                sticky = list["plugins"][0]["ipam"]["delegates"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|name| name == "ipam-da-sticky"));
                 let file =
                     varlib.join(format!("cni/results/{}-{}-eth0", list["name"].as_str().expect("name"), words[2]));
                 added(&ran, &what, expected, &container, &file, &database(&mut shell));
@@ -506,14 +566,21 @@ fn walk(steps: &[Step], expected: &[&str], db: &str, host: &Netns) {
             Some("DEL") => {
                 assert_eq!(ran.stdout, "", "{what} is silent: {ran:#?}");
                 assert!(!container.has_link("eth0"), "{what}: eth0 is still in {}", container.name);
-                assert_eq!(list_leases(&database(&mut shell)), Value::Array(Vec::new()), "{what}: leases are left");
+                let left = list_leases(&database(&mut shell));
+                let rows = left.as_array().expect("an array");
+                let held = rows.iter().filter(|row| row["state"] == "held").count();
+                assert_eq!(held, rows.len(), "{what}: leases are left: {left}");
+                assert!(sticky || rows.is_empty(), "{what}: addresses are held, and the network is not sticky: {left}");
                 let file = cache_file.as_ref().expect("DEL after ADD");
                 assert!(!file.exists(), "{what}: the cached result {} is still there", file.display());
             }
             _ => {}
         }
         let command = step.command();
-        if command.contains("ipam-delegated list") {
+        if command.contains("ipam-delegated release --identity") {
+            assert!(ran.stdout.starts_with("released "), "{what} releases a hold: {ran:#?}");
+            assert_eq!(list_leases(&database(&mut shell)), Value::Array(Vec::new()), "{what}: rows are left");
+        } else if command.contains("ipam-delegated list") {
             for address in expected {
                 let ip = address.split('/').next().unwrap_or_default();
                 assert!(ran.stdout.contains(ip) && ran.stdout.contains(" c1 "), "{what} lists {ip} for c1: {ran:#?}");
@@ -565,6 +632,66 @@ fn added(ran: &Ran, what: &str, expected: &[&str], container: &Netns, cache_file
     assert_eq!(cached["result"], result, "{what}: the cached result is the one printed");
 }
 
+/// The README's "Sticky addresses", run as [`Rewrite`] says: each
+/// `scripts/cni ADD` gives the address its comment names, on eth0 in its
+/// namespace; each DEL is silent; the listing shows db-0's address held for
+/// it and db-1's leased; `release --identity` frees the held one.
+fn sticky_walk(steps: &[Step], host: &Netns) {
+    let sb = Sandbox::new();
+    let varlib = sb.path().join("varlib");
+    fs::create_dir(&varlib).expect("creating the test's /var/lib");
+    let made = namespaces_made(steps);
+    // Removed at the end, also when the README's `ip netns del` is not reached.
+    let ours: Vec<Netns> = made.iter().map(|_| Netns { name: format!("ipam-e2e-{}", unique("s")) }).collect();
+    let namespaces: Vec<(String, String)> = made.iter().cloned().zip(ours.iter().map(|n| n.name.clone())).collect();
+    let rewrite = Rewrite { bin: bin_dir().display().to_string(), namespaces: namespaces.clone() };
+    let mut shell = Shell::new(&sb.path().join("shell"), host, &varlib);
+    let mut adds = 0;
+    for step in steps {
+        let Some(command) = rewrite.apply(step) else { continue };
+        eprintln!("$ {command}");
+        let ran = shell.ok(&command);
+        let what = format!("`{}`", step.command());
+        let comment = step.text.lines().next().and_then(|l| l.split_once(" #")).map_or("", |(_, c)| c);
+        match step.verb() {
+            Some("ADD") => {
+                let result: Value =
+                    serde_json::from_str(&ran.stdout).unwrap_or_else(|e| panic!("{what} prints JSON ({e}): {ran:#?}"));
+                let got: Vec<&str> =
+                    result["ips"].as_array().into_iter().flatten().filter_map(|ip| ip["address"].as_str()).collect();
+                let said: Vec<&str> = comment.split([' ', ',']).filter(|w| w.contains("/24")).collect();
+                assert_eq!(got, said, "{what}: the result's addresses are the comment's: {result}");
+                let readme_ns = step.cni_words().unwrap_or_default()[3];
+                let ns = &ours[made.iter().position(|m| m == readme_ns).expect("a namespace the steps make")];
+                let on_eth0: Vec<String> = ns.addresses("eth0").iter().map(|(a, p)| format!("{a}/{p}")).collect();
+                for address in &said {
+                    assert!(on_eth0.iter().any(|a| a == address), "{what}: {address} is not on eth0 in {}", ns.name);
+                }
+                adds += 1;
+            }
+            Some("DEL") => assert_eq!(ran.stdout, "", "{what} is silent: {ran:#?}"),
+            _ => {}
+        }
+        let command = step.command();
+        if command.contains("ipam-delegated list") {
+            let rows: Vec<Vec<&str>> = ran.stdout.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+            let row = |address: &str| rows.iter().find(|r| r[1] == address).cloned().unwrap_or_default();
+            // POOL ADDRESS NETWORK CONTAINER IFNAME SINCE STATE UNTIL IDENTITY
+            assert_eq!(rows.len(), 2, "{what}: {ran:#?}");
+            assert_eq!([row("10.45.0.10")[6], row("10.45.0.10")[8]], ["held", "prod/db-0"], "{what}: {ran:#?}");
+            assert_eq!([row("10.45.0.11")[6], row("10.45.0.11")[8]], ["leased", "prod/db-1"], "{what}: {ran:#?}");
+        } else if command.contains("release --database") {
+            assert!(ran.stdout.starts_with("released 10.45.0.10 "), "{what}: {ran:#?}");
+        } else if let Some(readme_ns) = command.strip_prefix("ip netns del ") {
+            let ns = &namespaces.iter().find(|(readme, _)| readme == readme_ns).expect("a namespace made").1;
+            assert!(!netns_names().contains(ns), "{what}: the namespace is still there");
+        } else if let Some(link) = command.strip_prefix("ip link del ") {
+            assert!(!ip(&["-n", &host.name, "link", "show", link]).status.success(), "{what}: {link} is still there");
+        }
+    }
+    assert_eq!(adds, 3, "the walk-through's ADDs: {steps:#?}");
+}
+
 // ---------------------------------------------------------------------------
 // The machine's own namespace, before and after
 
@@ -590,6 +717,18 @@ fn leaving_the_machine_as_found(scenario: impl FnOnce(&Netns)) {
 fn the_readme_walk_through_as_written() {
     leaving_the_machine_as_found(|host| {
         walk(&readme_steps(), &["10.22.1.0/16"], "$walk/allocations.sqlite", host);
+        assert_eq!(host.forwarding(), ["0", "0"], "the walk-through leaves the host's forwarding alone");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and Debian's containernetworking-plugins (bash scripts/test runs them)"]
+fn the_readme_sticky_walk_through_as_written() {
+    leaving_the_machine_as_found(|host| {
+        // As the README says: after the first walk-through's set-up (CNI_PATH).
+        let setup = readme_steps().into_iter().filter(|s| s.command().starts_with("export CNI_PATH="));
+        let steps: Vec<Step> = setup.chain(sticky_steps()).collect();
+        sticky_walk(&steps, host);
         assert_eq!(host.forwarding(), ["0", "0"], "the walk-through leaves the host's forwarding alone");
     });
 }
@@ -663,6 +802,12 @@ fn example_static() {
 #[ignore = "needs root, network namespaces and Debian's containernetworking-plugins (bash scripts/test runs them)"]
 fn example_ip_ranges() {
     example("ip-ranges");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and Debian's containernetworking-plugins (bash scripts/test runs them)"]
+fn example_sticky() {
+    example("sticky");
 }
 
 #[test]
