@@ -38,7 +38,7 @@ pub fn suite_bin(name: &str) -> PathBuf {
 
 /// Where the suite's executables under test are. When `IPAM_TEST_BIN_DIR` is
 /// set (and not empty), that directory as it is: nothing is built, and the
-/// four executables must be there (tests/installed.rs checks they are the ones
+/// six executables must be there (tests/installed.rs checks they are the ones
 /// run). Otherwise target/<profile>/cni/, the fast layout that
 /// `scripts/install` makes (`ipam-delegated`, and the delegates' names as
 /// symlinks to it), of target/<profile>/ipam-delegated after `cargo build
