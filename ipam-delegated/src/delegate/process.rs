@@ -327,7 +327,10 @@ mod tests {
         );
         for _ in 0..2 {
             let out = run(&group, &fine, Command::Add, b"{}", Duration::from_secs(5), &[]).unwrap();
-            assert_eq!(out, Some(serde_json::json!({"watcher": "S"})));
+            // Alive: waiting, or still running on a loaded machine; a dead
+            // watcher is a zombie (Z) or gone (no state).
+            let state = out.as_ref().and_then(|o| o["watcher"].as_str()).unwrap_or_default().to_string();
+            assert!(matches!(state.as_str(), "S" | "R"), "the group's watcher is not alive: {out:?}");
         }
     }
 

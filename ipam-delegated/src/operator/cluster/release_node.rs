@@ -48,7 +48,9 @@ struct Document<'a> {
     node: &'a str,
     blocks: Vec<ReleasedBlock>,
     records: Vec<DeletedRecord>,
-    /// NODE's live workload identities: what became of each.
+    /// NODE's live workload identities: what became of each (left out
+    /// when none, as the document was before identities).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     identities: Vec<ReleasedIdentity>,
     /// How long the released blocks stay unclaimable: offlineGrace + 3 ×
     /// ipam.timeout, rounded up to whole seconds.
