@@ -1263,7 +1263,7 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
         let _ = writeln!(s, "| {name} | {:.2} MiB ({kib} KiB) |", *kib as f64 / MIB);
     }
     durability_section(&mut s, fig);
-    let _ = writeln!(s, "\n## Reproduce\n\n```sh\ncargo run --release -p ipam-bench                          # builds, installs the fast layout in a temp dir\ncargo run --release -p ipam-bench -- --bin-dir /usr/lib/cni  # an installed layout (e.g. after dpkg -i)\n```\n\nNeeds `{HOST_LOCAL}` (Debian package containernetworking-plugins). `BENCH_TMPDIR` chooses where the temporary databases go; `BENCH_QUICK=1` runs reduced counts and writes nothing. Figures taken while other work runs on the machine are noisy: compare the load averages above.");
+    let _ = writeln!(s, "\n## Reproduce\n\n```sh\ncargo run --release -p ipam-bench                          # builds, installs the fast layout in a temp dir\ncargo run --release -p ipam-bench -- --bin-dir /usr/lib/cni  # an installed layout (e.g. after dpkg -i)\ncargo run --release -p ipam-bench -- --only sticky,sticky-cluster  # some scenarios: prints their figures, writes nothing\n```\n\nNeeds `{HOST_LOCAL}` (Debian package containernetworking-plugins). `BENCH_TMPDIR` chooses where the temporary databases go; `BENCH_QUICK=1` runs reduced counts and writes nothing. Figures taken while other work runs on the machine are noisy: compare the load averages above.");
     s
 }
 
