@@ -1268,7 +1268,7 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn figures(passed_over: usize, most_handovers: usize) -> Figures {
@@ -1295,7 +1295,7 @@ mod tests {
         }
     }
 
-    fn machine() -> Machine {
+    pub(super) fn machine() -> Machine {
         let unknown = || "unknown".to_string();
         Machine {
             cpu: unknown(),

@@ -389,6 +389,12 @@ mod tests {
         }
         assert!(!s.contains("### Cluster mode"), "{s}");
         assert!(section(&Figures::default()).is_empty());
+        // A full run writes the section into BENCHMARKS.md, before the latency section.
+        let fig = Figures { counts: Some(crate::setup::QUICK), ..fig };
+        let machine = super::super::tests::machine();
+        let md = super::super::markdown(&fig, &machine, "", Duration::from_secs(1));
+        let (sticky, latency) = (md.find("## Sticky addresses"), md.find("## Latency ("));
+        assert!(sticky.is_some() && sticky < latency, "{md}");
     }
 
     #[test]
