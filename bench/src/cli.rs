@@ -9,8 +9,9 @@ use crate::setup::FULL;
 #[derive(Debug)]
 pub enum Mode {
     /// The benchmark: of the layout built and installed from this workspace
-    /// (None), or of one already installed in this directory.
-    Bench { bin_dir: Option<PathBuf> },
+    /// (None), or of one already installed in this directory; `only`: the
+    /// scenarios to run (comma-separated names), else every one.
+    Bench { bin_dir: Option<PathBuf>, only: Option<String> },
     /// `-h` / `--help`: the usage text.
     Help,
     /// `--rusage-of <exe>`: the launcher the memory scenario starts plugins with.
@@ -24,7 +25,7 @@ pub fn usage() -> String {
         "\
 ipam-bench: the IPAM suite against Debian's host-local, with real processes.
 
-Usage: cargo run --release -p ipam-bench [-- --bin-dir DIR | --help]
+Usage: cargo run --release -p ipam-bench [-- [--bin-dir DIR] [--only NAMES] | --help]
 
 Builds ipam-delegated in release mode as it is installed (bash scripts/build)
 and installs it with scripts/install into a temporary PREFIX, in its fast
@@ -73,11 +74,25 @@ database / dataDir per scenario, their calls interleaved. In order:
                waves of 5 nodes: pods placed, time, failed attempts,
                addresses held twice), and one etcd request's latency from
                the client
+  sticky       sticky addresses (ipam-da-sticky), local mode: ADD and DEL
+               latency ({latency} rounds) of host-local, the suite's stack without
+               stickiness (ds-pool + da-static + da-sequential) and with
+               ipam-da-sticky (a new identity each round; an identity taking
+               its hold back under a new container id), interleaved, CNI_ARGS
+               as a kubelet passes them; write transactions and fsync-family
+               calls per call ({fsync_probes} ADDs and DELs each)
+  sticky-cluster
+               the same in cluster mode on a real etcd: the cluster stack
+               without and with ipam-da-sticky (a new identity; returning on
+               its node; returning on another node), latency ({latency} rounds)
+               and etcd requests per ADD and DEL ({cluster_steady} each, counted by etcd)
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
 replacing them. A full run takes about 2 minutes on an idle 2-core machine
 (the cluster scenario about half a minute of it), plus the release build;
+the two sticky scenarios add about 2 minutes on a busy machine (--only
+sticky,sticky-cluster took 117 s at a load average near 8);
 BENCH_QUICK=1 takes under a minute. The cluster scenario's pods in waves add
 a few seconds, or each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) for
 each of the three waves whose pods cannot all be placed.
@@ -88,6 +103,10 @@ Options:
                      after dpkg -i, or /opt/cni/bin after scripts/install):
                      DIR/ipam-delegated and the three delegates' names; no
                      build. The report says which layout was measured
+  --only NAMES       only these scenarios, comma-separated (names above;
+                     durability always runs), e.g. --only sticky,sticky-cluster
+                     (a few minutes with the build); prints their figures
+                     and the machine, writes no files. As BENCH_ONLY
   --rusage-of EXE    internal: run EXE and report its peak RSS on stderr
                      (the launcher of the memory scenario)
 
@@ -130,6 +149,7 @@ for the durability figures strace, and for the cluster figures etcd
 pub fn parse(args: &[String]) -> Result<Mode, String> {
     let mut args = args.iter();
     let mut bin_dir = None;
+    let mut only = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => return Ok(Mode::Help),
@@ -144,14 +164,36 @@ pub fn parse(args: &[String]) -> Result<Mode, String> {
                 let dir = args.next().filter(|d| !d.is_empty()).ok_or("`--bin-dir` needs a directory")?;
                 bin_dir = Some(PathBuf::from(dir));
             }
-            other => match other.strip_prefix("--bin-dir=") {
-                Some(dir) if bin_dir.is_none() && !dir.is_empty() => bin_dir = Some(PathBuf::from(dir)),
-                Some(_) if bin_dir.is_none() => return Err("`--bin-dir` needs a directory".into()),
-                _ => return Err(format!("unknown argument `{other}`")),
-            },
+            "--only" if only.is_none() => {
+                let names = args.next().filter(|n| !n.is_empty()).ok_or("`--only` needs scenario names")?;
+                only = Some(names.clone());
+            }
+            other => {
+                if let Some(dir) = other.strip_prefix("--bin-dir=") {
+                    if bin_dir.is_some() || dir.is_empty() {
+                        return Err(if dir.is_empty() {
+                            "`--bin-dir` needs a directory".into()
+                        } else {
+                            "`--bin-dir` given twice".into()
+                        });
+                    }
+                    bin_dir = Some(PathBuf::from(dir));
+                } else if let Some(names) = other.strip_prefix("--only=") {
+                    if only.is_some() || names.is_empty() {
+                        return Err(if names.is_empty() {
+                            "`--only` needs scenario names".into()
+                        } else {
+                            "`--only` given twice".into()
+                        });
+                    }
+                    only = Some(names.to_string());
+                } else {
+                    return Err(format!("unknown argument `{other}`"));
+                }
+            }
         }
     }
-    Ok(Mode::Bench { bin_dir })
+    Ok(Mode::Bench { bin_dir, only })
 }
 
 #[cfg(test)]
@@ -164,12 +206,12 @@ mod tests {
 
     #[test]
     fn arguments() {
-        assert!(matches!(parse_of(&[]), Ok(Mode::Bench { bin_dir: None })));
+        assert!(matches!(parse_of(&[]), Ok(Mode::Bench { bin_dir: None, only: None })));
         assert!(matches!(parse_of(&["--help"]), Ok(Mode::Help)));
         assert!(matches!(parse_of(&["--bin-dir", "/x", "-h"]), Ok(Mode::Help)));
         for args in [&["--bin-dir", "/usr/lib/cni"][..], &["--bin-dir=/usr/lib/cni"]] {
             match parse_of(args) {
-                Ok(Mode::Bench { bin_dir: Some(dir) }) => assert_eq!(dir, PathBuf::from("/usr/lib/cni")),
+                Ok(Mode::Bench { bin_dir: Some(dir), only: None }) => assert_eq!(dir, PathBuf::from("/usr/lib/cni")),
                 _ => panic!("{args:?}"),
             }
         }
@@ -179,12 +221,30 @@ mod tests {
         assert!(parse_of(&["--bin-dir", "/a", "--bin-dir", "/b"]).unwrap_err().contains("`--bin-dir`"));
         assert!(parse_of(&["--frob"]).unwrap_err().contains("`--frob`"));
         assert!(parse_of(&["--rusage-of", "/bin/true", "x"]).unwrap_err().contains("`x`"));
+        for args in [
+            &["--only", "sticky,sticky-cluster", "--bin-dir", "/d"][..],
+            &["--bin-dir=/d", "--only=sticky,sticky-cluster"],
+        ] {
+            match parse_of(args) {
+                Ok(Mode::Bench { bin_dir: Some(dir), only: Some(names) }) => {
+                    assert_eq!((dir, names.as_str()), (PathBuf::from("/d"), "sticky,sticky-cluster"))
+                }
+                _ => panic!("{args:?}"),
+            }
+        }
+        assert!(parse_of(&["--only"]).unwrap_err().contains("needs scenario names"));
+        assert!(parse_of(&["--only="]).unwrap_err().contains("needs scenario names"));
+        assert!(parse_of(&["--only", "a", "--only", "b"]).unwrap_err().contains("`--only`"));
+        assert!(parse_of(&["--only=a", "--only=b"]).unwrap_err().contains("`--only` given twice"));
+        assert!(parse_of(&["--bin-dir=/a", "--bin-dir=/b"]).unwrap_err().contains("`--bin-dir` given twice"));
     }
 
     #[test]
     fn the_usage_names_every_scenario_and_option() {
         let text = usage();
-        for name in crate::SCENARIOS.map(|(name, _)| name).iter().chain(&["durability", "--bin-dir", "--help"]) {
+        for name in
+            crate::SCENARIOS.map(|(name, _)| name).iter().chain(&["durability", "--bin-dir", "--only", "--help"])
+        {
             assert!(text.contains(name), "{name} missing from the usage");
         }
     }

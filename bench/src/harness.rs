@@ -55,13 +55,24 @@ impl Plugin {
         exec(&self.exe, command, container, &self.cni_path, &self.config)
     }
 
+    /// As [`Plugin::run`], with CNI_ARGS set to `cni_args` (as a kubelet
+    /// passes the pod's namespace and name).
+    pub fn run_args(&self, command: &str, container: &str, cni_args: &str) -> Run {
+        spawn(
+            &self.exe,
+            &[],
+            Env { command, container, cni_path: &self.cni_path, cni_args: Some(cni_args) },
+            &self.config,
+        )
+    }
+
     pub fn run_rss(&self, command: &str, container: &str) -> Run {
         exec_rss(&self.exe, command, container, &self.cni_path, &self.config)
     }
 }
 
 pub fn exec(exe: &Path, command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
-    spawn(exe, &[], command, container, cni_path, stdin)
+    spawn(exe, &[], Env { command, container, cni_path, cni_args: None }, stdin)
 }
 
 /// As [`exec`], through the `--rusage-of` launcher: `maxrss_kib` is then the
@@ -69,27 +80,41 @@ pub fn exec(exe: &Path, command: &str, container: &str, cni_path: &Path, stdin: 
 pub fn exec_rss(exe: &Path, command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
     let me = std::env::current_exe().expect("current exe");
     let args = [OsStr::new("--rusage-of"), exe.as_os_str()];
-    spawn(&me, &args, command, container, cni_path, stdin)
+    spawn(&me, &args, Env { command, container, cni_path, cni_args: None }, stdin)
 }
 
-/// Exactly the environment a runtime gives a plugin: CNI_* for `command`
-/// on `container`, and PATH; nothing of ours.
-pub fn runtime_env<'c>(cmd: &'c mut Command, command: &str, container: &str, cni_path: &Path) -> &'c mut Command {
+/// What a runtime tells a plugin about one call: CNI_COMMAND,
+/// CNI_CONTAINERID, CNI_PATH and, if any, CNI_ARGS.
+#[derive(Clone, Copy)]
+pub struct Env<'a> {
+    pub command: &'a str,
+    pub container: &'a str,
+    pub cni_path: &'a Path,
+    pub cni_args: Option<&'a str>,
+}
+
+/// Exactly the environment a runtime gives a plugin: CNI_* for the call
+/// (CNI_ARGS when it has them), and PATH; nothing of ours.
+pub fn call_env<'c>(cmd: &'c mut Command, env: Env) -> &'c mut Command {
     cmd.env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", container)
-        .env("CNI_NETNS", format!("/var/run/netns/{container}"))
+        .env("CNI_COMMAND", env.command)
+        .env("CNI_CONTAINERID", env.container)
+        .env("CNI_NETNS", format!("/var/run/netns/{}", env.container))
         .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", cni_path)
+        .env("CNI_PATH", env.cni_path);
+    if let Some(args) = env.cni_args {
+        cmd.env("CNI_ARGS", args);
+    }
+    cmd
 }
 
-fn spawn(program: &Path, args: &[&OsStr], command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
+fn spawn(program: &Path, args: &[&OsStr], env: Env, stdin: &[u8]) -> Run {
     let launcher = !args.is_empty();
     let started = Instant::now();
     // Reaped with wait4 below, for its rusage.
     #[allow(clippy::zombie_processes)]
-    let mut child = runtime_env(Command::new(program).args(args), command, container, cni_path)
+    let mut child = call_env(Command::new(program).args(args), env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(if launcher {

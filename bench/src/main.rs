@@ -35,8 +35,8 @@ use setup::{Ctx, Suite, FULL, HOST_LOCAL, QUICK};
 type Scenario = fn(&Ctx, &mut Figures);
 
 /// The scenarios, in the order they run (after the durability probe, which
-/// always runs); `BENCH_ONLY=latency,memory` picks some by name.
-const SCENARIOS: [(&str, Scenario); 9] = [
+/// always runs); `--only latency,memory` (or `BENCH_ONLY=…`) picks some by name.
+const SCENARIOS: [(&str, Scenario); 11] = [
     ("latency", scenarios::latency::run),
     ("first-add", scenarios::first_add::run),
     ("throughput", scenarios::throughput::run),
@@ -46,12 +46,14 @@ const SCENARIOS: [(&str, Scenario); 9] = [
     ("memory", scenarios::memory::run),
     ("lock-wait", scenarios::lock_wait::run),
     ("cluster", scenarios::cluster::run),
+    ("sticky", scenarios::sticky::run),
+    ("sticky-cluster", scenarios::sticky::run_cluster),
 ];
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let bin_dir = match cli::parse(&args) {
-        Ok(cli::Mode::Bench { bin_dir }) => bin_dir,
+    let (bin_dir, only_arg) = match cli::parse(&args) {
+        Ok(cli::Mode::Bench { bin_dir, only }) => (bin_dir, only),
         Ok(cli::Mode::Help) => {
             print!("{}", cli::usage());
             return;
@@ -72,12 +74,15 @@ fn main() {
             fail(format!("--bin-dir {}: no {} there", dir.display(), missing.join(", ")));
         }
     }
-    // BENCH_ONLY=latency,memory runs a subset (development; writes nothing).
-    let only = std::env::var("BENCH_ONLY").ok();
+    // --only latency,memory (or BENCH_ONLY=…) runs a subset; writes nothing.
+    let (only, whence) = match only_arg {
+        Some(list) => (Some(list), "--only"),
+        None => (std::env::var("BENCH_ONLY").ok(), "BENCH_ONLY"),
+    };
     if let Some(list) = &only {
         let known = |n: &str| n == "durability" || SCENARIOS.iter().any(|(name, _)| *name == n);
         if let Some(unknown) = list.split(',').find(|n| !known(n)) {
-            fail(format!("BENCH_ONLY: no scenario `{unknown}`"));
+            fail(format!("{whence}: no scenario `{unknown}`"));
         }
     }
     if cfg!(debug_assertions) {
@@ -118,12 +123,21 @@ fn main() {
     let elapsed = total.elapsed();
     let table = report::table(&fig);
     println!("{table}");
-    println!("Cluster mode (ipam-ds-cluster on etcd):\n\n{}", report::cluster_table(&fig));
+    if wanted("cluster") {
+        println!("Cluster mode (ipam-ds-cluster on etcd):\n\n{}", report::cluster_table(&fig));
+    }
+    let sticky = report::sticky::section(&fig);
+    if !sticky.is_empty() {
+        println!("{sticky}");
+    }
     println!("measured: {}\n", fig.layout);
     println!("{}", report::bounds(&fig));
     println!("whole run: {elapsed:.1?}; load averages: {}", report::loads(&fig));
+    if only.is_some() {
+        println!("\n{}", report::machine_table(&machine, &fig));
+    }
     if quick || only.is_some() {
-        eprintln!("BENCH_QUICK / BENCH_ONLY: BENCHMARKS.md and the chart are not written");
+        eprintln!("BENCH_QUICK / --only (BENCH_ONLY): BENCHMARKS.md and the chart are not written");
         return;
     }
     let svg = chart::render(&fig);

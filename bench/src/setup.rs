@@ -23,8 +23,9 @@ const CNI_VERSION: &str = "1.0.0";
 const PROGRAM: &str = "ipam-delegated";
 const DELEGATES: [&str; 5] =
     ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-/// The four names a bin directory of the suite holds.
-pub const SUITE_NAMES: [&str; 5] = [PROGRAM, DELEGATES[0], DELEGATES[1], DELEGATES[2], DELEGATES[3]];
+/// The names a bin directory of the suite holds: the program and every
+/// delegate's name (the copies layout copies the program to each).
+pub const SUITE_NAMES: [&str; 6] = [PROGRAM, DELEGATES[0], DELEGATES[1], DELEGATES[2], DELEGATES[3], DELEGATES[4]];
 
 /// How much to run.
 #[derive(Clone, Copy)]
@@ -394,4 +395,18 @@ pub fn host_local_fill(data_dir: &Path, addrs: &[u128], last: Option<u128>) {
 
 pub fn host_local_set_last(data_dir: &Path, last: u128) {
     fs::write(data_dir.join(NETWORK).join("last_reserved_ip.0"), from_u128(last).to_string()).expect("last ip");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bin_directory_holds_every_delegates_name() {
+        // The copies layout and --bin-dir's check go by SUITE_NAMES: a
+        // delegate missing there is missing from the copies layout.
+        for name in DELEGATES.iter().chain(&[PROGRAM, "ipam-da-sequential", "ipam-da-sticky"]) {
+            assert!(SUITE_NAMES.contains(name), "{name} missing from SUITE_NAMES");
+        }
+    }
 }

@@ -202,7 +202,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
 
 /// The stack's configuration in cluster mode, for `node` on its own database;
 /// `log`: every delegate logs at debug level to that file.
-fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
+pub(crate) fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
     let mut config = ctx.stack_config(db, SUBNET);
     config["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"]);
     config["ipam"]["cluster"] = json!({ "etcd": { "endpoints": [endpoint] }, "node": node });
@@ -213,14 +213,14 @@ fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<
     config
 }
 
-fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
+pub(crate) fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
     Plugin { exe: ctx.exe("ipam-delegated"), cni_path: ctx.bins.clone(), config: bytes(config) }
 }
 
 /// A configuration made for another pool: `pool` (an `ipam.pools` entry, as
 /// the suite reads it) under the key prefix `prefix` in etcd, so that it
 /// shares no key with the other steps' pool of the same name.
-fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
+pub(crate) fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
     config["ipam"]["pools"] = json!([pool]);
     config["ipam"]["cluster"]["etcd"]["prefix"] = json!(prefix);
 }
@@ -293,7 +293,7 @@ fn count_steady(
 }
 
 /// The requests of some calls, as etcd counted them per method.
-fn difference(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+pub(crate) fn difference(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     after
         .iter()
         .map(|(method, n)| (method.clone(), n.saturating_sub(before.get(method).copied().unwrap_or(0))))
@@ -603,7 +603,7 @@ fn ip(text: &str) -> IpAddr {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
-fn etcd_version() -> String {
+pub(crate) fn etcd_version() -> String {
     Command::new("etcd")
         .arg("--version")
         .output()

@@ -10,11 +10,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{phase, runtime_env, stats, Plugin};
+use crate::harness::{call_env, phase, stats, Env, Plugin};
 use crate::report::{Figures, FsyncProbe, SyncCount};
 use crate::setup::Ctx;
 
-const STRACE: &str = "/usr/bin/strace";
+pub const STRACE: &str = "/usr/bin/strace";
 const SUBNET: &str = "10.25.0.0/16";
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
@@ -51,7 +51,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let log = dir.join("strace.log");
     for (name, plugin, first) in &variants {
         let mut probe = |case: &str, command: &str, ids: Vec<String>| -> Result<(), String> {
-            let calls = ids.iter().map(|id| strace(plugin, command, id, &log)).collect::<Result<Vec<_>, _>>()?;
+            let calls = ids.iter().map(|id| strace(plugin, command, id, None, &log)).collect::<Result<Vec<_>, _>>()?;
             let probe = FsyncProbe { variant: name.to_string(), case: case.into(), calls };
             let sum = probe.sum();
             eprintln!(
@@ -87,13 +87,21 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
 }
 
 /// One call of `plugin` under `strace -f`, as a runtime would start it: the
-/// fsync-family calls of its processes. A call that fails is a bug in the
-/// benchmark (panics); strace that cannot trace is an error.
-fn strace(plugin: &Plugin, command: &str, container: &str, log: &Path) -> Result<SyncCount, String> {
+/// fsync-family calls of its processes (with CNI_ARGS `cni_args`, if any).
+/// A call that fails is a bug in the benchmark (panics); strace that cannot
+/// trace is an error.
+pub fn strace(
+    plugin: &Plugin,
+    command: &str,
+    container: &str,
+    cni_args: Option<&str>,
+    log: &Path,
+) -> Result<SyncCount, String> {
     let _ = fs::remove_file(log);
     let mut strace = Command::new(STRACE);
     strace.args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range", "-o"]).arg(log).arg(&plugin.exe);
-    let mut child = runtime_env(&mut strace, command, container, &plugin.cni_path)
+    let env = Env { command, container, cni_path: &plugin.cni_path, cni_args };
+    let mut child = call_env(&mut strace, env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

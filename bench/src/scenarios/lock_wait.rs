@@ -61,12 +61,12 @@ struct Call {
 
 /// One write transaction's turn at the lock, from its log line.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Acquisition {
+pub(crate) struct Acquisition {
     /// When it asked for the lock, in seconds since midnight (UTC).
     asked: f64,
     wait: Duration,
     /// Transaction + durable commit.
-    hold: Duration,
+    pub(crate) hold: Duration,
 }
 
 impl Acquisition {
@@ -214,7 +214,7 @@ fn contend(
 
 /// Each "<timestamp> … lock wait W, transaction T, durable commit C" line of
 /// a call's log, as the acquisition it times. A missing log is no lines.
-fn lock_lines(log: &Path) -> Vec<Acquisition> {
+pub(crate) fn lock_lines(log: &Path) -> Vec<Acquisition> {
     let text = fs::read_to_string(log).unwrap_or_default();
     text.lines()
         .filter_map(|line| {

@@ -14,4 +14,5 @@ pub mod latency;
 pub mod lock_wait;
 pub mod memory;
 pub mod nearly_full;
+pub mod sticky;
 pub mod throughput;
