@@ -350,6 +350,7 @@ impl<'s> Node<'s> {
         // Before anything is allocated: two nodes adding one identity at
         // once get it once, and a held identity is taken over (and leased
         // here), after this call's answers showed etcd kept its history.
+        let mut claimed = None;
         if let Some(s) = sticking {
             if let Some(why) = &offline {
                 return Err(CniError::new(
@@ -358,7 +359,7 @@ impl<'s> Node<'s> {
                 ));
             }
             let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
-            self.claim_identity(store, &geometries, who, s, &history)?;
+            claimed = self.claim_identity(store, &geometries, who, s, &history)?;
             held = store.read(|tx| self.held_for(tx, &owned, who, sticking))?;
             needed = needed_families(pools, prev, requests, &held);
             // What it took over is its own now, no longer another's in its block.
@@ -488,7 +489,7 @@ impl<'s> Node<'s> {
             addresses.extend(requests.iter().filter(|a| pools.iter().any(|p| p.check_static(**a).is_ok())));
             addresses.sort_unstable();
             addresses.dedup();
-            self.record_identity_addresses(who, s, &addresses);
+            self.record_identity_addresses(who, s, &addresses, claimed);
         }
         Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &granted)).collect())
     }

@@ -43,7 +43,7 @@ const PENDING_PREFIX: &str = "sticky-pending:";
 
 /// An identity key as read: its record (`None` when it does not read: it is
 /// overwritten) and its mod revision.
-struct Found {
+pub(super) struct Found {
     record: Option<IdentityRecord>,
     mod_revision: i64,
 }
@@ -59,7 +59,8 @@ impl Node<'_> {
     /// pools are taken over (one transaction comparing the key and each
     /// record) and leased here to `who`. Live on another attachment: 101
     /// naming it, or shared with `shareLive` (its addresses leased here
-    /// too). Needs etcd: 11 without it.
+    /// too). Needs etcd: 11 without it. Returns the key as it now is, when
+    /// `who` is its first attachment, for [`Node::record_identity_addresses`].
     pub(super) fn claim_identity(
         &self,
         store: &mut StoreHandle,
@@ -67,10 +68,12 @@ impl Node<'_> {
         who: &Attachment,
         s: &Sticking,
         history: &dyn Fn(&mut StoreHandle) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Option<Found>> {
         let key = self.identity_key(&who.ifname, s.identity);
         let me = &self.settings.node;
         let fresh = IdentityRecord { node: me.clone(), container: who.container_id.clone(), ..Default::default() };
+        let now =
+            |record: &IdentityRecord, mod_revision: i64| Some(Found { record: Some(record.clone()), mod_revision });
         for _ in 0..CLAIM_ROUNDS {
             let txn = Txn {
                 compare: vec![Compare::absent(key.clone())],
@@ -80,7 +83,7 @@ impl Node<'_> {
             let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
             if answer.succeeded {
                 tracing::info!("identity {:?} is live on this node ({key})", s.identity);
-                return Ok(());
+                return Ok(now(&fresh, answer.revision));
             }
             let [found] = ranges(answer.responses)?;
             // Nothing is decided from an etcd that lost history.
@@ -89,30 +92,33 @@ impl Node<'_> {
             let found = Found { record: serde_json::from_slice(&kv.value).ok(), mod_revision: kv.mod_revision };
             let Some(record) = &found.record else {
                 tracing::warn!("identity key {key} does not read: it is replaced");
-                if self.replace_identity(&key, &found, &fresh, &[])? {
-                    return Ok(());
+                match self.replace_identity(&key, &found, &fresh, &[])? {
+                    Some(revision) => return Ok(now(&fresh, revision)),
+                    None => continue,
                 }
-                continue;
             };
             if record.live_on(me, &who.container_id) {
-                return Ok(());
+                let first = record.node == *me && record.container == who.container_id;
+                return Ok(if first { now(record, found.mod_revision) } else { None });
             }
             if record.is_held() {
-                if self.take_over(store, geometries, who, s, (&key, &found), record)? {
-                    return Ok(());
+                match self.take_over(store, geometries, who, s, (&key, &found), record)? {
+                    Some(taken) => return Ok(Some(taken)),
+                    None => continue,
                 }
-                continue;
             }
             // Live on an attachment of this node whose DEL could not reach
             // etcd: the identity's addresses are held in this node's
             // database, and ipam-da-sticky hands them back.
             if record.node == *me && record.sharers.is_empty() && self.gone_here(store, who, s, &record.container)? {
                 let again = IdentityRecord { addresses: record.addresses.clone(), ..fresh.clone() };
-                if self.replace_identity(&key, &found, &again, &[])? {
-                    store.write(|tx| tx.drop_note(&pending_note(&self.network, &who.ifname, s.identity)))?;
-                    return Ok(());
+                match self.replace_identity(&key, &found, &again, &[])? {
+                    Some(revision) => {
+                        store.write(|tx| tx.drop_note(&pending_note(&self.network, &who.ifname, s.identity)))?;
+                        return Ok(now(&again, revision));
+                    }
+                    None => continue,
                 }
-                continue;
             }
             if !s.settings.share_live {
                 return Err(CniError::new(
@@ -127,45 +133,56 @@ impl Node<'_> {
                 )
                 .with_details(format!("etcd key {key}; DEL of that container releases it")));
             }
-            let mut shared = record.clone();
-            shared.sharers.push(Sharer { node: me.clone(), container: who.container_id.clone() });
-            // An address of a block of the first node's own has no record:
-            // it gets one naming that attachment, so that a later owner of
-            // the block keeps off it while this node shares it (its DEL or
-            // release-node passes or holds it).
-            let addresses = in_pools(geometries, &record.addresses);
-            let first = Attachment { container_id: record.container.clone(), ..who.clone() };
-            let value = to_bytes(&AddressRecord { node: record.node.clone(), ..self.live_record(&first, s.identity) });
-            let mut compare = Vec::new();
-            let mut ops = Vec::new();
-            let reads: Vec<Op> = addresses
-                .iter()
-                .map(|(g, a)| Op::Range(RangeRequest::key(self.keys(&g.pool.name).address(&g.block_of(*a), *a))))
-                .collect();
-            let present = self.etcd.read_in_txns(reads.into_iter().map(|op| vec![op]).collect()).map_err(etcd_error)?;
-            for ((g, a), answer) in addresses.iter().zip(present) {
-                let record_key = self.keys(&g.pool.name).address(&g.block_of(*a), *a);
-                if matches!(answer, OpResponse::Range(r) if r.kvs.is_empty()) {
-                    compare.push(Compare::absent(record_key.clone()));
-                    ops.push(Op::Put { key: record_key.into_bytes(), value: value.clone(), lease: 0 });
-                }
-            }
-            if self.replace_identity_comparing(&key, &found, &shared, compare, &ops)? {
-                store.write(|tx| {
-                    for (g, address) in &addresses {
-                        lease_here(tx, *address, &g.pool.name, who, s.identity)?;
-                    }
-                    Ok(())
-                })?;
-                tracing::info!(
-                    "identity {:?} is live on node {} too: its addresses are shared here (shareLive)",
-                    s.identity,
-                    shown(&record.node)
-                );
-                return Ok(());
+            if self.share(store, geometries, who, s, (&key, &found), record)? {
+                return Ok(None);
             }
         }
         Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing: try again")))
+    }
+
+    /// shareLive: `who` becomes a sharer of the identity live on another
+    /// attachment, and leases its addresses here too. An address of a block
+    /// of the first node's own has no record: it gets one naming that
+    /// attachment, so that a later owner of the block keeps off it while
+    /// this node shares it (its DEL or release-node passes or holds it).
+    /// False when the key changed meanwhile.
+    fn share(
+        &self,
+        store: &mut StoreHandle,
+        geometries: &[Geometry],
+        who: &Attachment,
+        s: &Sticking,
+        (key, found): (&str, &Found),
+        live: &IdentityRecord,
+    ) -> Result<bool> {
+        let mut shared = live.clone();
+        shared.sharers.push(Sharer { node: self.settings.node.clone(), container: who.container_id.clone() });
+        let addresses = in_pools(geometries, &live.addresses);
+        let first = Attachment { container_id: live.container.clone(), ..who.clone() };
+        let value = to_bytes(&AddressRecord { node: live.node.clone(), ..self.live_record(&first, s.identity) });
+        let record_keys: Vec<String> =
+            addresses.iter().map(|(g, a)| self.keys(&g.pool.name).address(&g.block_of(*a), *a)).collect();
+        let reads = record_keys.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()))]).collect();
+        let present = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
+        let (mut compare, mut ops) = (Vec::new(), Vec::new());
+        for (record_key, answer) in record_keys.into_iter().zip(present) {
+            if matches!(answer, OpResponse::Range(r) if r.kvs.is_empty()) {
+                compare.push(Compare::absent(record_key.clone()));
+                ops.push(Op::Put { key: record_key.into_bytes(), value: value.clone(), lease: 0 });
+            }
+        }
+        if self.replace_identity_comparing(key, found, &shared, compare, &ops)?.is_none() {
+            return Ok(false);
+        }
+        store.write(|tx| {
+            addresses.iter().try_for_each(|(g, address)| lease_here(tx, *address, &g.pool.name, who, s.identity))
+        })?;
+        tracing::info!(
+            "identity {:?} is live on node {} too: its addresses are shared here (shareLive)",
+            s.identity,
+            shown(&live.node)
+        );
+        Ok(true)
     }
 
     /// Whether `container`'s attachment of the identity on this node is
@@ -179,8 +196,9 @@ impl Node<'_> {
     }
 
     /// Replaces the identity key as `found`, with `ops` in the same
-    /// transaction; false when it changed meanwhile.
-    fn replace_identity(&self, key: &str, found: &Found, with: &IdentityRecord, ops: &[Op]) -> Result<bool> {
+    /// transaction: the key's new mod revision, or `None` when it changed
+    /// meanwhile.
+    fn replace_identity(&self, key: &str, found: &Found, with: &IdentityRecord, ops: &[Op]) -> Result<Option<i64>> {
         self.replace_identity_comparing(key, found, with, Vec::new(), ops)
     }
 
@@ -192,7 +210,7 @@ impl Node<'_> {
         with: &IdentityRecord,
         compare: Vec<Compare>,
         ops: &[Op],
-    ) -> Result<bool> {
+    ) -> Result<Option<i64>> {
         let txn = Txn {
             compare: std::iter::once(Compare::mod_revision_is(key.to_string(), found.mod_revision))
                 .chain(compare)
@@ -202,13 +220,14 @@ impl Node<'_> {
                 .collect(),
             failure: Vec::new(),
         };
-        Ok(self.etcd.txn(&txn).map_err(etcd_error)?.succeeded)
+        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+        Ok(answer.succeeded.then_some(answer.revision))
     }
 
     /// Takes over a held identity's addresses that lie in the candidate
     /// pools, for `who`: rows first, then one transaction (the key and each
     /// record as read), then the rows held and the addresses leased here.
-    /// False when the key changed meanwhile (read it again).
+    /// The key as it now is; `None` when it changed meanwhile (read it again).
     fn take_over(
         &self,
         store: &mut StoreHandle,
@@ -217,7 +236,7 @@ impl Node<'_> {
         s: &Sticking,
         (key, found): (&str, &Found),
         held: &IdentityRecord,
-    ) -> Result<bool> {
+    ) -> Result<Option<Found>> {
         let asked = |a: &IpAddr| s.asked_families.contains(&shared::addr::Family::of(*a));
         let taken: Vec<_> = in_pools(geometries, &held.addresses).into_iter().filter(|(_, a)| !asked(a)).collect();
         let held_value = to_text(&AddressRecord::held_for(s.identity));
@@ -273,11 +292,11 @@ impl Node<'_> {
                 .collect(),
             failure: Vec::new(),
         };
-        match self.etcd.txn(&txn) {
-            Ok(answer) if answer.succeeded => {}
+        let revision = match self.etcd.txn(&txn) {
+            Ok(answer) if answer.succeeded => answer.revision,
             Ok(_) => {
                 store.write(|tx| rows.iter().try_for_each(|row| tx.drop_node_record_if(&row.key, &row.value)))?;
-                return Ok(false);
+                return Ok(None);
             }
             Err(e) => {
                 // etcd may have taken it: the rows are released later, by
@@ -287,7 +306,7 @@ impl Node<'_> {
                 }
                 return Err(etcd_error(e));
             }
-        }
+        };
         store.write(|tx| {
             for row in &rows {
                 tx.set_node_record_state(&row.key, RecordState::Held)?;
@@ -306,38 +325,48 @@ impl Node<'_> {
                 shown(&held.node)
             );
         }
-        Ok(true)
+        Ok(Some(Found { record: Some(live), mod_revision: revision }))
     }
 
     /// ADD, once this node's part is decided: the identity's key lists the
     /// addresses `who` holds now, so that a node sharing it (`shareLive`)
-    /// knows them and a release holds them. Best effort: a release collects
-    /// them from the node database anyway.
-    pub(super) fn record_identity_addresses(&self, who: &Attachment, s: &Sticking, addresses: &[IpAddr]) {
+    /// and `release-node` know them. `known` is the key as the claim left
+    /// it: one transaction when it is still so, none when it lists them
+    /// already. Best effort: a release collects them from the node database
+    /// anyway.
+    pub(super) fn record_identity_addresses(
+        &self,
+        who: &Attachment,
+        s: &Sticking,
+        addresses: &[IpAddr],
+        mut known: Option<Found>,
+    ) {
         let key = self.identity_key(&who.ifname, s.identity);
+        let warn =
+            |e: CniError| tracing::warn!("identity {:?}: its addresses are recorded at its release: {e}", s.identity);
         for _ in 0..CLAIM_ROUNDS {
-            let found = match self.etcd.range(&RangeRequest::key(key.clone())) {
-                Ok(r) => r.kvs.into_iter().next(),
-                Err(e) => {
-                    tracing::warn!("identity {:?}: its addresses are recorded at its release: {e}", s.identity);
-                    return;
-                }
+            let found = match known.take() {
+                Some(found) => found,
+                None => match self.etcd.range(&RangeRequest::key(key.clone())) {
+                    Ok(r) => match r.kvs.into_iter().next() {
+                        Some(kv) => {
+                            Found { record: serde_json::from_slice(&kv.value).ok(), mod_revision: kv.mod_revision }
+                        }
+                        None => return,
+                    },
+                    Err(e) => return warn(etcd_error(e)),
+                },
             };
-            let Some(kv) = found else { return };
-            let Ok(mut record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return };
+            let Some(mut record) = found.record.clone() else { return };
             let first = record.node == self.settings.node && record.container == who.container_id;
             if !first || record.is_held() || record.addresses == addresses {
                 return;
             }
             record.addresses = addresses.to_vec();
-            let found = Found { record: None, mod_revision: kv.mod_revision };
             match self.replace_identity(&key, &found, &record, &[]) {
-                Ok(true) => return,
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!("identity {:?}: its addresses are recorded at its release: {e}", s.identity);
-                    return;
-                }
+                Ok(Some(_)) => return,
+                Ok(None) => continue,
+                Err(e) => return warn(e),
             }
         }
     }
@@ -442,7 +471,7 @@ impl Node<'_> {
                 // A sharer goes; the identity lives on where it was.
                 let mut next = record.clone();
                 next.sharers.retain(|s| !(s.node == me && s.container == who.container_id));
-                if !self.replace_identity(&key, &identity_found, &next, &[])? {
+                if self.replace_identity(&key, &identity_found, &next, &[])?.is_none() {
                     continue;
                 }
                 tracing::info!("identity {identity:?} stays live on node {}", shown(&record.node));
