@@ -290,8 +290,9 @@ fn cluster_reading(c: &StickyClusterFigures) -> String {
     s.push_str(
         " What stickiness adds in cluster mode: before anything is allocated, ipam-ds-cluster claims the identity's \
          key in etcd (one txn that creates it if absent and reads it otherwise; for a held identity a second txn \
-         takes it over, comparing the key and each address record), and once the address is decided it reads the \
-         key again to record the address in it (a txn replacing it when the addresses changed: a new identity's); \
+         takes it over, comparing the key and each address record), and once the address is decided it records \
+         the address in the key (a txn comparing the key as the claim's answer left it, when the addresses \
+         changed: a new identity's); \
          a DEL reads the key and the addresses' records in one txn, grants the hold its etcd lease, and writes the \
          key and each address's held record under that lease in one txn. Each request is \
          a round trip to etcd, and a writing one waits for etcd's WAL sync.",
