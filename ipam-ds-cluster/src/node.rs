@@ -291,6 +291,11 @@ impl<'s> Node<'s> {
         if let Some(s) = sticking {
             self.claim_identity(store, &geometries, who, s)?;
         }
+        // Holds past their end free their addresses before room is counted
+        // here (the allocators drop them only once they allocate).
+        if store.read(|tx| Ok(!tx.expired_holds()?.is_empty()))? {
+            store.write(|tx| tx.drop_expired_holds().map(drop))?;
+        }
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.

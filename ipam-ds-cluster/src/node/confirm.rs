@@ -150,8 +150,11 @@ impl Node<'_> {
                 // Another node's record for an address leased here: one
                 // address, two attachments (etcd lost history, or this node
                 // came back after release-node). Only the operator can choose.
+                // (A hold of an identity here is no attachment's: its address
+                // is held in etcd, or live on the node that took it over.)
                 for &address in &b.taken {
-                    if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network) {
+                    if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network && !l.is_hold())
+                    {
                         tracing::error!(
                             "{address} is leased here to container {} interface {} and recorded in the cluster for \
                              another node: an address held twice (block {} of pool {})",
