@@ -287,6 +287,11 @@ impl<'s> Node<'s> {
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
         let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
+        // Holds past their end free their addresses before room is counted
+        // here (the allocators drop them only once they allocate).
+        if store.read(|tx| Ok(!tx.expired_holds()?.is_empty()))? {
+            store.write(|tx| tx.drop_expired_holds().map(drop))?;
+        }
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
         // read stays one request however many blocks the node has.

@@ -18,7 +18,7 @@ use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 
 use crate::stack::{self, LeaseRow};
-use crate::support::{bin_dir, run_args, run_env, suite_bin, Outcome};
+use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome};
 
 pub const NETWORK: &str = "cnet";
 /// The etcd keys of pool `blue` of network `cnet` (the default prefix).
@@ -197,6 +197,28 @@ impl<E: Etcd> Cluster<E> {
         } else {
             Vec::new()
         }
+    }
+
+    /// The leases of `node`'s database that attachments hold (live leases
+    /// and shares), not the holds of workload identities.
+    pub fn attached(&self, node: &str) -> Vec<LeaseRow> {
+        if !self.db(node).exists() {
+            return Vec::new();
+        }
+        let listed = list_leases(&self.db(node));
+        let rows = listed.as_array().expect("an array of leases");
+        let text =
+            |v: &Value, k: &str| v[k].as_str().unwrap_or_else(|| panic!("lease row without {k}: {v}")).to_string();
+        rows.iter()
+            .filter(|v| !matches!(v["state"].as_str(), Some("held" | "expired")))
+            .map(|v| LeaseRow {
+                address: text(v, "address").parse().unwrap_or_else(|e| panic!("lease address ({e}): {v}")),
+                pool: text(v, "pool"),
+                network: text(v, "network"),
+                container_id: text(v, "container_id"),
+                ifname: text(v, "ifname"),
+            })
+            .collect()
     }
 
     /// Every block record of pool blue in etcd.
@@ -390,12 +412,15 @@ pub type Holder = (String, String);
 pub type Twice = (IpAddr, Holder, Holder);
 
 /// Every address an attachment holds across `nodes`' databases (node,
-/// container), and the addresses held twice.
+/// container), and the addresses held twice. A hold of a workload identity
+/// (ipam-da-sticky) is no attachment's, and not counted: a node keeps one
+/// for a while after the identity went, also once another node took the
+/// identity over.
 pub fn held_by<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Twice>) {
     let mut held: BTreeMap<IpAddr, Holder> = BTreeMap::new();
     let mut twice = Vec::new();
     for node in nodes {
-        for row in c.leases(node).into_iter().filter(|r| r.network == NETWORK) {
+        for row in c.attached(node).into_iter().filter(|r| r.network == NETWORK) {
             let holder = (node.to_string(), row.container_id.clone());
             if let Some(other) = held.insert(row.address, holder.clone()) {
                 twice.push((row.address, other, holder));

@@ -150,6 +150,8 @@ impl Node<'_> {
                 // Another node's record for an address leased here: one
                 // address, two attachments (etcd lost history, or this node
                 // came back after release-node). Only the operator can choose.
+                // (A hold of an identity here is no attachment's: its address
+                // is held in etcd, or live on the node that took it over.)
                 for &address in &b.taken {
                     if let Some(lease) = tx.holder(address)?.filter(|l| l.owner.network == self.network && !l.is_hold())
                     {

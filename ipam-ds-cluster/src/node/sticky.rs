@@ -15,7 +15,12 @@
 //! The rule of the node database holds: a record this node writes for an
 //! attachment has its row first (`writing`), and a row goes only after etcd
 //! no longer has the record as this node wrote it (a held record is the
-//! identity's, no node's).
+//! identity's, no node's). And the node's allocators, which see only the
+//! node database, find the address taken whenever etcd has it as the
+//! identity's: a take-over leases it here before etcd's records name this
+//! node (its blocks stop counting it taken then), and a release in a block
+//! of the node's own holds it here too, for ADDs whose view of the block
+//! was read before the release counted it taken.
 
 use std::collections::BTreeMap;
 
@@ -225,9 +230,15 @@ impl Node<'_> {
     }
 
     /// Takes over a held identity's addresses that lie in the candidate
-    /// pools, for `who`: rows first, then one transaction (the key and each
-    /// record as read), then the rows held and the addresses leased here.
-    /// The key as it now is; `None` when it changed meanwhile (read it again).
+    /// pools, for `who`: rows and leases here first, then one transaction
+    /// (the key and each record as read), then the rows held. The key as it
+    /// now is; `None` when it changed meanwhile (read it again), the leases
+    /// undone.
+    ///
+    /// Leased before etcd's records name this node: from then on this
+    /// node's blocks no longer count the addresses taken (a record of its
+    /// own), and its allocators must find them leased, also after a kill
+    /// between the two writes; the runtime's DEL holds them again.
     fn take_over(
         &self,
         store: &mut StoreHandle,
@@ -254,12 +265,18 @@ impl Node<'_> {
                 state: RecordState::Writing,
             })
             .collect();
+        // What each address was here before: its lease is undone to that.
+        let mut before: Vec<Option<Lease>> = Vec::new();
         let busy = store.write(|tx| {
             for row in &rows {
                 match tx.node_record(&row.key)? {
                     Some(r) if r.owner != row.owner => return Ok(Some(r)),
                     _ => tx.put_node_record(row)?,
                 }
+            }
+            for row in &rows {
+                before.push(tx.holder(row.address)?);
+                lease_here(tx, row.address, &row.pool, who, s.identity)?;
             }
             Ok(None)
         })?;
@@ -295,7 +312,17 @@ impl Node<'_> {
         let revision = match self.etcd.txn(&txn) {
             Ok(answer) if answer.succeeded => answer.revision,
             Ok(_) => {
-                store.write(|tx| rows.iter().try_for_each(|row| tx.drop_node_record_if(&row.key, &row.value)))?;
+                store.write(|tx| {
+                    for (row, before) in rows.iter().zip(&before) {
+                        tx.drop_node_record_if(&row.key, &row.value)?;
+                        match before {
+                            None => drop(tx.release_address(row.address, who)?),
+                            Some(l) if l.is_hold() => drop(tx.hold_address(row.address, who, s.settings.hold)?),
+                            Some(_) => {}
+                        }
+                    }
+                    Ok(())
+                })?;
                 return Ok(None);
             }
             Err(e) => {
@@ -310,7 +337,6 @@ impl Node<'_> {
         store.write(|tx| {
             for row in &rows {
                 tx.set_node_record_state(&row.key, RecordState::Held)?;
-                lease_here(tx, row.address, &row.pool, who, s.identity)?;
                 // In a block of this node's own it was counted taken (its
                 // record was another's); the record is this node's now, and
                 // the lease keeps it.
@@ -462,7 +488,7 @@ impl Node<'_> {
             let identity_found = Found { record: None, mod_revision: kv.mod_revision };
             // Held here already (a DEL killed before it finished here).
             if record.is_held() && record.node == me && addresses.iter().all(|a| record.addresses.contains(a)) {
-                return self.let_go_here(store, who, &addresses, &rows);
+                return self.let_go_here(store, who, &addresses, &rows, hold);
             }
             if !record.live_on(&me, &who.container_id) {
                 return Ok(Vec::new());
@@ -557,7 +583,7 @@ impl Node<'_> {
                 ),
                 false => tracing::info!("identity {identity:?} passes to node {} (shareLive)", shown(&next.node)),
             }
-            return self.let_go_here(store, who, &held_addresses, &rows);
+            return self.let_go_here(store, who, &held_addresses, &rows, hold);
         }
         Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing")))
     }
@@ -680,16 +706,31 @@ impl Node<'_> {
     /// the attachment lets them go. Its leases and rows on them go, and an
     /// address in a block of this node's own is counted taken there, so that
     /// this node does not hand it out before its next confirming read.
+    ///
+    /// In a block of this node's own the lease becomes a hold here too (for
+    /// `hold`), not free: an ADD of this node whose view of the block was
+    /// read before this call counts the address free there, and its
+    /// allocators lease whatever is neither leased nor held.
     fn let_go_here(
         &self,
         store: &mut StoreHandle,
         who: &Attachment,
         addresses: &[IpAddr],
         rows: &[&NodeRecord],
+        hold: std::time::Duration,
     ) -> Result<Vec<String>> {
         store.write(|tx| {
+            let own: Vec<IpNet> = tx
+                .all_node_blocks()?
+                .into_iter()
+                .filter(|b| b.network == self.network && !b.shared)
+                .map(|b| b.block)
+                .collect();
             for &address in addresses {
-                tx.release_address(address, who)?;
+                match own.iter().any(|b| b.contains(&address)) {
+                    true => tx.hold_address(address, who, hold)?,
+                    false => tx.release_address(address, who)?,
+                };
                 self.count_taken(tx, address, true)?;
             }
             for r in rows {

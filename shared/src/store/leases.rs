@@ -188,6 +188,18 @@ impl Tx<'_> {
         }
     }
 
+    /// [`Tx::release_address`], except that an address of a workload
+    /// identity stays held for it for `hold` (see [`Tx::end_leases`]).
+    pub fn hold_address(&self, address: IpAddr, owner: &Attachment, hold: Duration) -> Result<bool> {
+        match self.holder(address)? {
+            Some(lease) if lease.owner == *owner && !lease.is_hold() => {
+                self.end_leases(std::slice::from_ref(&lease), Some(hold))?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Rolling back a failed ADD: releases the leases of `owner` that the ADD
     /// `add_id` took, and only those. What the attachment held before that
     /// ADD (a repeat ADD that failed) stays held.

@@ -348,3 +348,33 @@ fn gc_of_a_shared_lease_whose_sharer_is_gone_too_holds_it_for_the_identity() {
     assert_eq!(holder(&mut store, "10.0.0.3").unwrap().owner, kept);
     assert_runs_agree(&mut store);
 }
+
+#[test]
+fn holding_one_address_of_an_attachment_leaves_its_others_leased() {
+    let (_dir, mut store) = temp_store();
+    let (c1, c2) = (owner("n", "c1", "eth0"), owner("n", "c2", "eth0"));
+    store
+        .write(|tx| {
+            lease(tx, "10.0.0.2", "p", &c1, Some(DB_0))?;
+            lease(tx, "10.0.0.3", "p", &c2, None)
+        })
+        .unwrap();
+    // Another attachment's address, and an address not leased, are not held.
+    assert!(!store.write(|tx| tx.hold_address(ip("10.0.0.3"), &c1, HOUR)).unwrap());
+    assert!(!store.write(|tx| tx.hold_address(ip("10.0.0.9"), &c1, HOUR)).unwrap());
+    let before = unix_now();
+    assert!(store.write(|tx| tx.hold_address(ip("10.0.0.2"), &c1, HOUR)).unwrap());
+    let hold = holder(&mut store, "10.0.0.2").expect("held");
+    assert_eq!(hold.identity.as_deref(), Some(DB_0));
+    assert!(hold.held_until.is_some_and(|t| t >= before + 3600 && t <= unix_now() + 3600), "{hold:?}");
+    assert!(store.read(|tx| tx.leases_of(&c1)).unwrap().is_empty());
+    assert_eq!(holder(&mut store, "10.0.0.3").map(|l| l.owner), Some(c2));
+    // Held again: nothing changes.
+    assert!(!store.write(|tx| tx.hold_address(ip("10.0.0.2"), &c1, HOUR)).unwrap());
+    assert_eq!(holder(&mut store, "10.0.0.2"), Some(hold));
+    // Zero: freed, as release_address does.
+    store.write(|tx| tx.take_hold(ip("10.0.0.2"), &c1)).unwrap();
+    assert!(store.write(|tx| tx.hold_address(ip("10.0.0.2"), &c1, Duration::ZERO)).unwrap());
+    assert_eq!(holder(&mut store, "10.0.0.2"), None);
+    assert_runs_agree(&mut store);
+}
