@@ -826,11 +826,10 @@ impl Node<'_> {
             failure: Vec::new(),
         };
         if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-            // The hold is etcd's now: here the addresses are counted taken.
-            store.write(|tx| {
-                tx.drop_holds(&holds)?;
-                addresses.iter().try_for_each(|&address| self.count_taken(tx, address, true))
-            })?;
+            // The hold is etcd's now: here the addresses are counted taken,
+            // and stay held to their end for ADDs whose view of the block
+            // was read before (see the module's doc).
+            store.write(|tx| addresses.iter().try_for_each(|&address| self.count_taken(tx, address, true)))?;
             tracing::info!(
                 "identity {identity:?}: {} published as held until {}",
                 list(&addresses),
