@@ -23,7 +23,7 @@ pub const ABOUT: About = About {
 fn add(req: &Request) -> Result<Reply> {
     let (mut result, pools) = suite_delegate::prev_and_pools(req)?;
     let sticky = Sticky::of(&req.config)?.unwrap_or_default();
-    let Some(identity) = sticky.identity(req)? else {
+    let Some(identity) = sticky.identity(&req.config, &req.env.args)? else {
         tracing::debug!("no identity (args.cni.identity, CNI_ARGS {}): not sticky", sticky.identity_keys.join(", "));
         return suite_delegate::answer_add(req, ABOUT.name, result, "found no identity to give an address back to");
     };

@@ -37,7 +37,7 @@ impl Plugin for ClusterSelector {
         let requests = suite_delegate::requested_addresses(req, &pools)?;
         let sticky = shared::sticky::Sticky::of(&req.config)?;
         let identity = match &sticky {
-            Some(s) => s.identity(req)?,
+            Some(s) => s.identity(&req.config, &req.env.args)?,
             None => None,
         };
         let asked_families = requests.iter().map(|a| shared::addr::Family::of(*a)).collect();
@@ -223,7 +223,7 @@ impl Plugin for ClusterSelector {
 /// Settings that do not read hold for the default, as the allocators do.
 fn sticky_release(req: &Request) -> Option<(std::time::Duration, Option<String>)> {
     match shared::sticky::Sticky::of(&req.config) {
-        Ok(Some(s)) => Some((s.hold, s.identity(req).ok().flatten())),
+        Ok(Some(s)) => Some((s.hold, s.identity(&req.config, &req.env.args).ok().flatten())),
         Ok(None) => None,
         Err(_) => Some((shared::sticky::DEFAULT_HOLD, None)),
     }

@@ -125,7 +125,7 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Result<Vec<u8>>) -> (
     // Once per call: by the orchestrator, not again by each of its delegates.
     let top_level = env.as_ref().map_or(true, |env| env.stack.depth == 0);
     if let (Ok(config), true) = (&config, top_level) {
-        for warning in config.ipam_key_warnings() {
+        for warning in config.ipam_key_warnings().into_iter().chain(crate::sticky::unused_warning(config)) {
             tracing::warn!("{warning}");
         }
     }

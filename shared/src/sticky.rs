@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::args::CniArgs;
 use crate::config::{keys, NetConf};
 use crate::error::{CniError, Result};
-use crate::plugin::Request;
 
 /// The delegate whose presence in `ipam.delegates` turns stickiness on.
 pub const DELEGATE: &str = "ipam-da-sticky";
@@ -114,13 +114,13 @@ impl Sticky {
     /// The attachment's workload identity: `args.cni.identity` when given,
     /// else the values of the `identity` CNI_ARGS keys joined with `/` when
     /// every one is present and not empty; `None`: not sticky.
-    pub fn identity(&self, req: &Request) -> Result<Option<String>> {
-        if let Some(identity) = req.config.args_cni::<String>("identity")? {
+    pub fn identity(&self, config: &NetConf, args: &CniArgs) -> Result<Option<String>> {
+        if let Some(identity) = config.args_cni::<String>("identity")? {
             return check_identity(identity, "args.cni.identity").map(Some);
         }
         let mut parts = Vec::with_capacity(self.identity_keys.len());
         for key in &self.identity_keys {
-            match req.env.args.get(key) {
+            match args.get(key) {
                 Some(value) if !value.is_empty() => parts.push(value),
                 _ => return Ok(None),
             }

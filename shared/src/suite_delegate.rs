@@ -180,7 +180,7 @@ pub fn add_address(result: &mut IpamResult, pool: &Pool, range: &Range, address:
 /// [`sticky`]): what the allocators tie their leases to.
 pub fn identity(req: &Request) -> Result<Option<String>> {
     match Sticky::of(&req.config)? {
-        Some(sticky) => sticky.identity(req),
+        Some(sticky) => sticky.identity(&req.config, &req.env.args),
         None => Ok(None),
     }
 }

@@ -141,7 +141,6 @@ impl NetConf {
     /// level, so these cannot be errors.
     pub fn ipam_key_warnings(&self) -> Vec<String> {
         let Some(Value::Object(ipam)) = self.raw.get("ipam") else { return Vec::new() };
-        let unused_sticky = crate::sticky::unused_warning(self);
         ipam.keys()
             .filter(|key| !keys::IPAM.contains(&key.as_str()))
             .filter_map(|key| {
@@ -151,7 +150,6 @@ impl NetConf {
                      delegates unread"
                 ))
             })
-            .chain(unused_sticky)
             .collect()
     }
 

@@ -18,14 +18,6 @@ use crate::args::Attachment;
 use crate::error::Result;
 use crate::utc::iso8601;
 
-/// How messages name who has an address: an attachment, or an identity's hold.
-pub(super) fn holder_words(lease: &Lease) -> String {
-    match (&lease.identity, lease.held_until) {
-        (Some(identity), Some(until)) => format!("a hold for identity {identity:?} until {}", iso8601(until)),
-        _ => lease.owner.to_string(),
-    }
-}
-
 /// A second live attachment of an identity, on the address its first one leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Share {

@@ -72,6 +72,16 @@ pub(super) fn address_column(row: &Row, index: usize) -> rusqlite::Result<IpAddr
     })
 }
 
+/// How messages name who has an address: an attachment, or an identity's hold.
+fn holder_words(lease: &Lease) -> String {
+    match (&lease.identity, lease.held_until) {
+        (Some(identity), Some(until)) => {
+            format!("a hold for identity {identity:?} until {}", crate::utc::iso8601(until))
+        }
+        _ => lease.owner.to_string(),
+    }
+}
+
 pub(super) fn now_unix() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
@@ -151,7 +161,7 @@ impl Tx<'_> {
             .in_db(self.path)?;
         if inserted == 0 {
             let held_by = match self.holder(address)? {
-                Some(lease) => super::holds::holder_words(&lease),
+                Some(lease) => holder_words(&lease),
                 None => "another attachment".to_string(),
             };
             return Err(CniError::new(Code::AddressInUse, format!("address {address} is already held by {held_by}")));
