@@ -173,15 +173,23 @@ fn a_hold_ends_when_etcd_s_lease_does_and_the_address_is_free_again() {
     assert_eq!(ok(&add(&c, "n1", "w1", "web-0", &sticky)), ["10.62.0.10/24"]);
 }
 
-#[test]
-fn taking_over_needs_etcd_and_a_del_without_etcd_is_published_later() {
+/// n1 adds db-0 in a block of its own, then etcd stops answering and
+/// db-0's DEL comes (it succeeds): the cluster, still paused, and db-0's
+/// address.
+fn deleted_without_etcd(sticky: &Value) -> (Cluster, Vec<String>) {
     let mut c = Cluster::blue(30.0);
     c.share_blocks = Some("never");
-    let sticky = json!({});
-    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    let first = ok(&add(&c, "n1", "c1", "db-0", sticky));
     c.etcd.pause();
+    del(&c, "n1", "c1", "db-0", sticky).assert_quiet_success();
+    (c, first)
+}
+
+#[test]
+fn taking_over_needs_etcd_and_a_del_without_etcd_is_published_later() {
+    let sticky = json!({});
     // DEL always succeeds; an ADD of the identity needs etcd (11).
-    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    let (c, first) = deleted_without_etcd(&sticky);
     assert_error(&add(&c, "n2", "c2", "db-0", &sticky), 11, &["etcd"]);
     assert_error(&add(&c, "n1", "c3", "db-0", &sticky), 11, &["etcd"]);
     c.etcd.resume();
@@ -233,12 +241,8 @@ fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
 
 #[test]
 fn after_a_del_without_etcd_the_identity_comes_back_on_its_own_node() {
-    let mut c = Cluster::blue(30.0);
-    c.share_blocks = Some("never");
     let sticky = json!({});
-    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
-    c.etcd.pause();
-    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    let (c, first) = deleted_without_etcd(&sticky);
     c.etcd.resume();
     // The first call after the outage is the identity's own ADD, on n1.
     assert_eq!(ok(&add(&c, "n1", "c2", "db-0", &sticky)), first);

@@ -287,15 +287,16 @@ impl<'s> Node<'s> {
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
         let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
-        // Holds past their end free their addresses before room is counted
-        // here (the allocators drop them only once they allocate).
-        if store.read(|tx| Ok(!tx.expired_holds()?.is_empty()))? {
-            store.write(|tx| tx.drop_expired_holds().map(drop))?;
-        }
         // Only blocks with room are handed to the allocators, and so
         // confirmed: a full block needs no confirming, and the confirming
-        // read stays one request however many blocks the node has.
-        let (owned, mut blocks, mut shared, records, mut held, notes) = store.read(|tx| {
+        // read stays one request however many blocks the node has. Holds
+        // past their end free their addresses before room is counted (the
+        // allocators drop them only once they allocate): found in this
+        // read, they are dropped and it is made again.
+        let snapshot = |tx: &Tx| {
+            if !tx.expired_holds()?.is_empty() {
+                return Ok(None);
+            }
             let mut owned = Vec::with_capacity(pools.len());
             let mut with_room = Vec::with_capacity(pools.len());
             let mut shared = Vec::with_capacity(pools.len());
@@ -312,8 +313,21 @@ impl<'s> Node<'s> {
             let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
             let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
             let held = self.held_for(tx, &owned, who, sticking)?;
-            Ok((owned, with_room, shared, tx.node_records_of(who)?, held, notes))
-        })?;
+            Ok(Some((owned, with_room, shared, tx.node_records_of(who)?, held, notes)))
+        };
+        let read = match store.read(snapshot)? {
+            Some(read) => read,
+            None => {
+                store.write(|tx| tx.drop_expired_holds().map(drop))?;
+                store.read(snapshot)?.ok_or_else(|| {
+                    CniError::new(
+                        Code::TryAgainLater,
+                        "holds kept ending while this node's blocks were read: try again",
+                    )
+                })?
+            }
+        };
+        let (owned, mut blocks, mut shared, records, mut held, notes) = read;
         let (boot, watermark, offline_window) = notes;
         let mut needed = needed_families(pools, prev, requests, &held);
         // Only answers given after the watermark was read count against it
