@@ -28,13 +28,13 @@ fn readme_install_command() -> String {
     line.split('#').next().unwrap().trim().to_string()
 }
 
-/// A target directory whose <host>/release/ holds this build's program,
-/// where scripts/build leaves it.
+/// A target directory whose <triple>/release/ holds this build's program,
+/// where scripts/build leaves it (the triple it builds for: musl where installed).
 fn staged_target(dir: &Path) -> PathBuf {
-    let rustc = Command::new("rustc").arg("-vV").output().unwrap();
-    let host = String::from_utf8(rustc.stdout).unwrap();
-    let host = host.lines().find_map(|l| l.strip_prefix("host: ")).expect("rustc -vV names the host").to_string();
-    let release = dir.join("target").join(host).join("release");
+    let out = Command::new("bash").arg(repo().join("scripts/build")).arg("--triple").output().unwrap();
+    assert!(out.status.success(), "scripts/build --triple: {}", String::from_utf8_lossy(&out.stderr));
+    let triple = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let release = dir.join("target").join(triple).join("release");
     fs::create_dir_all(&release).unwrap();
     fs::copy(support::suite_bin("ipam-delegated"), release.join("ipam-delegated")).unwrap();
     dir.join("target")

@@ -44,6 +44,10 @@ fn ci_and_the_readme_install_the_one_list() {
         "README.md does not give the command that installs scripts/test-packages"
     );
     assert!(readme.contains("cargo install cargo-deb --locked --version 3.8.0"), "README.md: cargo-deb");
+    // The installed build links musl (scripts/build): its target and musl-gcc.
+    assert!(packages.iter().any(|p| p == "musl-tools"), "scripts/test-packages lacks musl-tools");
+    assert!(ci.contains("rustup target add \"$(uname -m)-unknown-linux-musl\""), ".ci/run: the musl target");
+    assert!(readme.contains("rustup target add x86_64-unknown-linux-musl"), "README.md: the musl target");
 }
 
 #[test]

@@ -68,3 +68,8 @@ fn main() -> ExitCode {
     }
     shared::plugin::run(&ORCHESTRATOR)
 }
+
+/// See this crate's Cargo.toml: musl's own allocator gives memory back too eagerly.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
