@@ -30,10 +30,10 @@ Usage: cargo run --release -p ipam-bench [-- [--bin-dir DIR] [--only NAMES] | --
 Builds ipam-delegated in release mode as it is installed, and in the same
 build the floor programs (bash scripts/build -p ipam-bench-floor; see
 latency below), and installs ipam-delegated with scripts/install into a
-temporary PREFIX, in its fast
-layout (bin/ipam-delegated, and the delegates ipam-ds-pool, ipam-da-static
-and ipam-da-sequential as symlinks to it, so that a whole stack runs in one
-process); that bin directory is the suite's CNI_PATH. With --bin-dir, an
+temporary PREFIX, in its fast layout (bin/ipam-delegated, and the delegates
+ipam-ds-pool, ipam-da-static and ipam-da-sequential as symlinks to it, so
+that a whole stack runs in one process); that bin directory is the suite's
+CNI_PATH. With --bin-dir, an
 installed layout is measured instead (the floor programs are still built).
 A copies layout (each of the four names a copy of the file, so that every
 delegate is a process of its own) is made beside it for one comparison row.
