@@ -27,12 +27,14 @@ ipam-bench: the IPAM suite against Debian's host-local, with real processes.
 
 Usage: cargo run --release -p ipam-bench [-- [--bin-dir DIR] [--only NAMES] | --help]
 
-Builds ipam-delegated in release mode as it is installed (bash scripts/build)
-and installs it with scripts/install into a temporary PREFIX, in its fast
-layout (bin/ipam-delegated, and the delegates ipam-ds-pool, ipam-da-static
-and ipam-da-sequential as symlinks to it, so that a whole stack runs in one
-process); that bin directory is the suite's CNI_PATH. With --bin-dir, an
-installed layout is measured instead.
+Builds ipam-delegated in release mode as it is installed, and in the same
+build the floor programs (bash scripts/build -p ipam-bench-floor; see
+latency below), and installs ipam-delegated with scripts/install into a
+temporary PREFIX, in its fast layout (bin/ipam-delegated, and the delegates
+ipam-ds-pool, ipam-da-static and ipam-da-sequential as symlinks to it, so
+that a whole stack runs in one process); that bin directory is the suite's
+CNI_PATH. With --bin-dir, an
+installed layout is measured instead (the floor programs are still built).
 A copies layout (each of the four names a copy of the file, so that every
 delegate is a process of its own) is made beside it for one comparison row.
 
@@ -46,8 +48,15 @@ database / dataDir per scenario, their calls interleaved. In order:
                state ({fsync_probes} ADDs), the first ADD on a fresh node, DEL; and
                the time of one 4 KiB append + fdatasync on the temp dir's disk
   latency      single ADD and DEL latency ({latency} calls each; the full stack
-               in both layouts, ipam-da-sequential alone, host-local), and the
-               cost of a process that does no work
+               in both layouts, ipam-da-sequential alone, the floor,
+               host-local), and the cost of a process that does no work.
+               The floor is ipam-bench-floor (bench/floor), a minimal
+               program of the benchmark's own doing the least work of a
+               steady-state ADD: open, lock, one write transaction, one
+               fdatasync of the WAL, the suite's checkpoint policy; its
+               build doing nothing (ipam-bench-null) splits its time into
+               start-up and work. Reported: the floor's median and p99, and
+               the suite's distance to it (ms and ×)
   first-add    the first ADD on a fresh node: the suite's database created by
                that ADD, host-local's dataDir new ({first_add} of each, interleaved,
                each in a fresh temp dir)

@@ -1,13 +1,16 @@
 //! ipam-bench: the suite against Debian's host-local, side by side.
 //!
 //! `cargo run --release -p ipam-bench` builds ipam-delegated in release mode,
-//! installs it with `scripts/install` into a temporary PREFIX (the fast
+//! and in the same build (`scripts/build -p ipam-bench-floor`) the floor
+//! programs of bench/floor (the least work of an ADD as a program of its own,
+//! and the same build doing nothing), installs ipam-delegated with
+//! `scripts/install` into a temporary PREFIX (the fast
 //! layout: the delegates' names are symlinks to it), runs every scenario with
 //! real processes (CNI_* environment like a runtime, a fresh database /
 //! dataDir per scenario), interleaving the suite and host-local, prints a
 //! table, and writes `BENCHMARKS.md` and `benchmarks/add-latency-vs-fill.svg`
 //! at the repository root. `--bin-dir DIR` measures a layout already
-//! installed in DIR instead.
+//! installed in DIR instead (the floor programs are still built).
 //!
 //! `BENCH_QUICK=1` runs reduced counts (for development; not for the record).
 //! `BENCH_TMPDIR` chooses where the temporary databases go (default: the
@@ -92,16 +95,25 @@ fn main() {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
     let quick = std::env::var_os("BENCH_QUICK").is_some();
     let counts = if quick { QUICK } else { FULL };
-    let (total, suite) = match bin_dir {
-        Some(dir) => (phase(&format!("measuring the layout installed in {}", dir.display())), Suite::Installed(dir)),
+    let (total, suite, floor) = match bin_dir {
+        Some(dir) => {
+            let total = phase(&format!(
+                "measuring the layout installed in {}; building the floor programs (bash scripts/build -p \
+                 ipam-bench-floor)",
+                dir.display()
+            ));
+            (total, Suite::Installed(dir), setup::build(&workspace).1)
+        }
         None => {
-            let total = phase("building ipam-delegated (release) and installing it into a temp dir");
-            (total, setup::build_suite(&workspace))
+            let total =
+                phase("building ipam-delegated and the floor programs (release) and installing it into a temp dir");
+            let (suite, floor) = setup::build(&workspace);
+            (total, suite, floor)
         }
     };
     let installed = matches!(suite, Suite::Installed(_));
     // Its temporary directory goes with it (also on a panic), unless BENCH_KEEP.
-    let ctx = Ctx::new(suite, counts);
+    let ctx = Ctx::new(suite, counts, floor);
     eprintln!("    measuring: {}", ctx.layout);
     let mut machine = report::Machine::probe(ctx.root(), &workspace);
     if installed {

@@ -2,6 +2,7 @@
 
 pub mod sticky;
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -478,6 +479,10 @@ const SEQUENTIAL: &str = "suite: ipam-da-sequential";
 const HOST: &str = "host-local";
 /// The no-work process of the suite (the program under a delegate's name).
 const SUITE_FLOOR: &str = "ipam-da-sequential, CNI_COMMAND=VERSION";
+/// The floor program (bench/floor: the least work of a steady-state ADD),
+/// and its build doing nothing.
+const FLOOR: &str = "floor: ipam-bench-floor";
+const NULL: &str = "ipam-bench-null";
 
 fn fsync_probe<'a>(fig: &'a Figures, variant: &str, case: &str) -> Option<&'a FsyncProbe> {
     fig.fsyncs.iter().find(|p| p.variant.starts_with(variant) && p.case == case)
@@ -485,18 +490,19 @@ fn fsync_probe<'a>(fig: &'a Figures, variant: &str, case: &str) -> Option<&'a Fs
 
 /// The summary table (Markdown, also printed).
 pub fn table(fig: &Figures) -> String {
-    let mut t = String::new();
-    t.push_str("| measurement | suite | host-local | suite / host-local | target | met |\n");
-    t.push_str("|---|---:|---:|---:|---|---|\n");
+    // Shared by the two ways of writing a row below, each used between the other's uses.
+    let t = RefCell::new(String::new());
+    t.borrow_mut().push_str("| measurement | suite | host-local | suite / host-local | target | met |\n");
+    t.borrow_mut().push_str("|---|---:|---:|---:|---|---|\n");
     let get = |list: &[(String, Stats)], prefix: &str| find(list, prefix).copied().unwrap_or_default();
     let (hl_add, hl_del) = (get(&fig.add, HOST), get(&fig.del, HOST));
     let (stack_add, stack_del) = (get(&fig.add, STACK), get(&fig.del, STACK));
     let (seq_add, seq_del) = (get(&fig.add, SEQUENTIAL), get(&fig.del, SEQUENTIAL));
     let copies_add = get(&fig.add, COPIES);
-    let mut line = |what: &str, suite: String, hl: String, r: String, target: &str, met: Option<bool>| {
-        let _ = writeln!(t, "| {what} | {suite} | {hl} | {r} | {target} | {} |", met.map_or("", yes));
+    let line = |what: &str, suite: String, hl: String, r: String, target: &str, met: Option<bool>| {
+        let _ = writeln!(t.borrow_mut(), "| {what} | {suite} | {hl} | {r} | {target} | {} |", met.map_or("", yes));
     };
-    let mut row = |what: &str, suite: f64, hl: Option<f64>, unit: &str, target: &str, met: Option<bool>| {
+    let row = |what: &str, suite: f64, hl: Option<f64>, unit: &str, target: &str, met: Option<bool>| {
         let hl_cell = hl.map_or("—".into(), |v| format!("{v:.2} {unit}"));
         let r = hl.map_or("—".into(), |v| ratio(suite, v));
         line(what, format!("{suite:.2} {unit}"), hl_cell, r, target, met);
@@ -517,6 +523,37 @@ pub fn table(fig: &Figures) -> String {
         let s = seq_add.median_ms;
         row("ADD median, ipam-da-sequential alone", s, Some(h), "ms", "≤ 0.4×", at_most(s, h, 0.4));
         row("ADD p99, ipam-da-sequential alone", seq_add.p99_ms, Some(hl_add.p99_ms), "ms", "", None);
+        let floor_add = get(&fig.add, FLOOR);
+        if floor_add.n > 0 {
+            let f = floor_add.median_ms;
+            row(
+                "ADD median, the floor: ipam-bench-floor (the least work of a steady-state ADD as a program of its \
+                 own, built as the suite's program is)",
+                f,
+                Some(hl_add.median_ms),
+                "ms",
+                "(floor)",
+                None,
+            );
+            row("ADD p99, the floor", floor_add.p99_ms, Some(hl_add.p99_ms), "ms", "", None);
+            let above = |median: f64| format!("{:+.2} ms ({} the floor)", median - f, ratio(median, f));
+            line(
+                "ADD median above the floor, full stack (its median − the floor's)",
+                above(stack_add.median_ms),
+                above(hl_add.median_ms),
+                "—".into(),
+                "(distance)",
+                None,
+            );
+            line(
+                "ADD median above the floor, ipam-da-sequential alone",
+                above(seq_add.median_ms),
+                "—".into(),
+                "—".into(),
+                "(distance)",
+                None,
+            );
+        }
         let (s, h) = (stack_del.median_ms, hl_del.median_ms);
         row("DEL median, full stack", s, Some(h), "ms", "≤ 0.5×", at_most(s, h, 0.5));
         row("DEL p99, full stack", stack_del.p99_ms, Some(hl_del.p99_ms), "ms", "", None);
@@ -618,7 +655,7 @@ pub fn table(fig: &Figures) -> String {
     if let Some(note) = &fig.fsync_note {
         line("fsync-family calls per call", format!("not counted: {note}"), "—".into(), "—".into(), "counted", None);
     }
-    t
+    t.into_inner()
 }
 
 /// What bounds the figures, as far as the benchmark can know it: a Markdown
@@ -661,6 +698,32 @@ pub fn bounds(fig: &Figures) -> String {
         let _ = write!(s, ". On {cores} cores, if nothing but CPU limited them, concurrent ADDs could reach at most {:.0} ADD/s (suite) and {:.0} ADD/s (host-local), a ratio of {:.2}× (the spawning threads' own CPU and the kernel's work in the parent come on top).", cores * 1e3 / sc, cores * 1e3 / hc, hc / sc);
         if let Some(lw) = &fig.lock_wait {
             let _ = write!(s, " Each ADD also holds the database's lock for one write transaction, {:.2} ms (median, transaction + durable commit, under {}-way contention): however many cores, ADDs on one database cannot exceed about {:.0} ADD/s.", lw.hold.median_ms, lw.workers, 1e3 / lw.hold.median_ms.max(1e-9));
+        }
+        s.push('\n');
+    }
+    if let (Some(fl), Some(h)) = (get(&fig.add, FLOOR), hl_add) {
+        let f = fl.median_ms;
+        let _ = write!(s, "- **The floor.** `ipam-bench-floor` (bench/floor), a minimal program of the benchmark's own built by scripts/build as the suite's program is, does the least work of a steady-state ADD: it reads its configuration on stdin (the fields it needs, found by a scan), opens its database, takes the writers' lock, makes one write transaction (five statements: the attachment's lease looked up, the cursor read, the next free address found, the lease inserted, the cursor moved) committed under synchronous=NORMAL, applies the suite's checkpoint policy (a TRUNCATE checkpoint past 64 WAL frames), syncs the WAL once (fdatasync) and prints its answer. Its ADD median is {f:.2} ms (p99 {:.2} ms, CPU {}), {} host-local's ADD median.", fl.p99_ms, cpu(FLOOR).map_or("—".into(), |c| format!("{c:.2} ms")), ratio(f, h.median_ms));
+        if let Some(null) = get(&fig.floors, NULL) {
+            let n = null.median_ms;
+            let _ = write!(s, " The same build doing nothing (`ipam-bench-null`) takes {n:.2} ms: of the floor's {f:.2} ms, {n:.2} ms are starting and ending a process of that build, {:.2} ms the work.", f - n);
+            if let Some(v) = floor {
+                let _ = write!(s, " The suite's program doing no work (CNI_COMMAND=VERSION) takes {v:.2} ms, {:+.2} ms against `ipam-bench-null`: the start-up of its own, beyond the build's.", v - n);
+            }
+        }
+        for (what, prefix) in [("the full stack", STACK), ("ipam-da-sequential alone", SEQUENTIAL)] {
+            if let Some(st) = get(&fig.add, prefix) {
+                let _ = write!(
+                    s,
+                    " The ADD median of {what}, {:.2} ms, is {:+.2} ms above the floor ({} the floor's).",
+                    st.median_ms,
+                    st.median_ms - f,
+                    ratio(st.median_ms, f)
+                );
+            }
+        }
+        if let (Some(fd), Some(sd)) = (get(&fig.del, FLOOR), get(&fig.del, STACK)) {
+            let _ = write!(s, " A DEL of the floor (one write transaction deleting the attachment's lease, one fdatasync) takes {:.2} ms, the full stack's {:.2} ms: {:+.2} ms above it ({}).", fd.median_ms, sd.median_ms, sd.median_ms - fd.median_ms, ratio(sd.median_ms, fd.median_ms));
         }
         s.push('\n');
     }
@@ -1182,7 +1245,7 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
         let _ = write!(s, "\n{}", sticky.trim_end());
     }
     let _ = writeln!(s, "\n## Latency ({} calls per variant and command)\n", c.latency);
-    let _ = writeln!(s, "The full stack is `ipam-delegated` with delegates `[\"ipam-ds-pool\", \"ipam-da-sequential\"]`, in the measured layout and in the copies layout (on a database of its own); `ipam-da-sequential` alone is started as its name in the measured layout and fed the configuration with the `prevResult` that `ipam-ds-pool` printed for it (with `pools`). Subnet 10.20.0.0/16. CPU is user + system time from wait4's rusage (the process and the children it reaped).\n");
+    let _ = writeln!(s, "The full stack is `ipam-delegated` with delegates `[\"ipam-ds-pool\", \"ipam-da-sequential\"]`, in the measured layout and in the copies layout (on a database of its own); `ipam-da-sequential` alone is started as its name in the measured layout and fed the configuration with the `prevResult` that `ipam-ds-pool` printed for it (with `pools`). The floor is `ipam-bench-floor` (bench/floor), a minimal program of the benchmark's own that does the least work of a steady-state ADD (\"The floor\" in \"What bounds the figures\" above), built in the same `scripts/build` as the suite's program, on a database of its own and fed the full stack's configuration. Subnet 10.20.0.0/16. CPU is user + system time from wait4's rusage (the process and the children it reaped).\n");
     let _ = writeln!(
         s,
         "| command, variant | n | median ms | p99 ms | max ms | CPU median ms |\n|---|---:|---:|---:|---:|---:|"
@@ -1197,7 +1260,7 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
             );
         }
     }
-    let _ = writeln!(s, "\nThe cost of a process that does no work, through the same spawn path (interleaved likewise): a call of the full stack is one such process in the fast layout (three in the copies layout), a call of host-local one. `ipam-da-sequential` is the suite's program started under that name.\n");
+    let _ = writeln!(s, "\nThe cost of a process that does no work, through the same spawn path (interleaved likewise): a call of the full stack is one such process in the fast layout (three in the copies layout), a call of host-local one. `ipam-da-sequential` is the suite's program started under that name; `ipam-bench-null` is the floor program's build doing nothing (the start-up and exit of that build).\n");
     let _ = writeln!(s, "| process | n | median ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|");
     for (name, st) in &fig.floors {
         s.push_str(&stats_row(name, st));
@@ -1414,6 +1477,65 @@ pub(crate) mod tests {
         if std::env::var_os("BENCH_SHOW").is_some() {
             println!("{md}");
         }
+    }
+
+    #[test]
+    fn the_floor_and_the_suites_distance_to_it_are_reported() {
+        let st = |median_ms: f64| Stats { median_ms, p99_ms: median_ms * 1.5, max_ms: median_ms * 2.0, n: 40 };
+        let named = |list: &[(&str, f64)]| list.iter().map(|&(k, v)| (k.to_string(), st(v))).collect::<Vec<_>>();
+        // The names the latency scenario gives its variants.
+        let floor = "floor: ipam-bench-floor (the least work of an ADD)";
+        let latency = |stack, seq, floor_ms, hl| {
+            named(&[
+                ("suite: ipam-delegated (ds-pool + da-sequential)", stack),
+                ("suite: ipam-delegated, copies layout (each delegate a process)", 4.0),
+                ("suite: ipam-da-sequential alone", seq),
+                (floor, floor_ms),
+                ("host-local", hl),
+            ])
+        };
+        let fig = Figures {
+            counts: Some(crate::setup::QUICK),
+            add: latency(1.8, 1.7, 1.2, 3.0),
+            del: latency(1.6, 1.5, 1.1, 2.8),
+            add_cpu: latency(1.0, 0.9, 0.5, 3.2),
+            floors: named(&[
+                ("/bin/true", 0.7),
+                ("ipam-da-sequential, CNI_COMMAND=VERSION", 0.9),
+                ("host-local, CNI_COMMAND=VERSION", 1.0),
+                ("ipam-bench-null (the floor program's build, doing nothing)", 0.6),
+            ]),
+            ..Default::default()
+        };
+        let t = table(&fig);
+        for row in [
+            "| ADD median, full stack (n=40) | 1.80 ms | 3.00 ms | 0.60× | ≤ 0.5× | **NO** |",
+            "| ADD median, the floor: ipam-bench-floor (the least work of a steady-state ADD as a program of its own, built as the suite's program is) | 1.20 ms | 3.00 ms | 0.40× | (floor) |  |",
+            "| ADD p99, the floor | 1.80 ms | 4.50 ms | 0.40× |  |  |",
+            "| ADD median above the floor, full stack (its median − the floor's) | +0.60 ms (1.50× the floor) | +1.80 ms (2.50× the floor) | — | (distance) |  |",
+            "| ADD median above the floor, ipam-da-sequential alone | +0.50 ms (1.42× the floor) | — | — | (distance) |  |",
+        ] {
+            assert!(t.contains(row), "{row} missing from\n{t}");
+        }
+        let b = bounds(&fig);
+        for text in [
+            "Its ADD median is 1.20 ms (p99 1.80 ms, CPU 0.50 ms), 0.40× host-local's ADD median.",
+            "of the floor's 1.20 ms, 0.60 ms are starting and ending a process of that build, 0.60 ms the work.",
+            "(CNI_COMMAND=VERSION) takes 0.90 ms, +0.30 ms against `ipam-bench-null`",
+            "The ADD median of the full stack, 1.80 ms, is +0.60 ms above the floor (1.50× the floor's).",
+            "The ADD median of ipam-da-sequential alone, 1.70 ms, is +0.50 ms above the floor (1.42× the floor's).",
+            "takes 1.10 ms, the full stack's 1.60 ms: +0.50 ms above it (1.45×).",
+        ] {
+            assert!(b.contains(text), "{text} missing from\n{b}");
+        }
+        let md = markdown(&fig, &machine(), &t, Duration::from_secs(1));
+        assert!(md.contains(&format!("| ADD, {floor} | 40 | 1.20 | 1.80 | 2.40 | 0.50 |")), "{md}");
+        assert!(md.contains("| ipam-bench-null (the floor program's build, doing nothing) | 40 | 0.60 |"), "{md}");
+        // Without the floor measured, no row or sentence claims it.
+        let mut without = fig;
+        without.add.retain(|(name, _)| name != floor);
+        assert!(!table(&without).contains("floor"), "{}", table(&without));
+        assert!(!bounds(&without).contains("The floor."), "{}", bounds(&without));
     }
 
     fn cluster_figures() -> ClusterFigures {

@@ -21,6 +21,8 @@ const NETWORK: &str = "bench";
 const CNI_VERSION: &str = "1.0.0";
 /// The suite's program, and the delegates' names it is installed under.
 const PROGRAM: &str = "ipam-delegated";
+/// The package of the floor programs ([`FloorPrograms`]).
+const FLOOR_PACKAGE: &str = "ipam-bench-floor";
 const DELEGATES: [&str; 5] =
     ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 /// The names a bin directory of the suite holds: the program and every
@@ -92,24 +94,40 @@ pub const QUICK: Counts = Counts {
     cluster_wave_secs: 20,
 };
 
-/// Builds ipam-delegated in release mode as it is installed, into this
-/// executable's target directory (passed on as `CARGO_TARGET_DIR`):
-/// `bash scripts/build` (the build that scripts/install installs).
-pub fn build_suite(workspace: &Path) -> Suite {
+/// The benchmark's floor (bench/floor): `ipam-bench-floor`, the least work of
+/// one steady-state ADD as a program of its own, and `ipam-bench-null`, the
+/// same build doing nothing.
+pub struct FloorPrograms {
+    pub floor: PathBuf,
+    pub null: PathBuf,
+}
+
+/// Builds ipam-delegated in release mode as it is installed, and in the same
+/// build the floor programs, into this executable's target directory (passed
+/// on as `CARGO_TARGET_DIR`): `bash scripts/build -p ipam-bench-floor` (the
+/// build that scripts/install installs; the floor programs come out beside
+/// the program it prints, built the same way). Answers the suite as built
+/// (for [`Suite::Built`]) and the floor programs.
+pub fn build(workspace: &Path) -> (Suite, FloorPrograms) {
     let release = std::env::current_exe().expect("current exe").parent().expect("bin dir").to_path_buf();
     let target = release.parent().expect("target dir").to_path_buf();
     let out = Command::new("bash")
-        .args(["scripts/build", "--quiet"])
+        .args(["scripts/build", "--quiet", "-p", FLOOR_PACKAGE])
         .current_dir(workspace)
         .env("CARGO_TARGET_DIR", &target)
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("run bash scripts/build");
-    assert!(out.status.success(), "bash scripts/build failed");
+    assert!(out.status.success(), "bash scripts/build -p {FLOOR_PACKAGE} failed");
     let printed = String::from_utf8_lossy(&out.stdout);
     let (program, how) = (workspace.join(printed.lines().last().unwrap_or_default().trim()), "scripts/build");
     assert!(program.is_file(), "{} missing after the build", program.display());
-    Suite::Built { workspace: workspace.to_path_buf(), target, how: how.into() }
+    let built = program.parent().expect("the build's directory");
+    let floor = FloorPrograms { floor: built.join("ipam-bench-floor"), null: built.join("ipam-bench-null") };
+    for exe in [&floor.floor, &floor.null] {
+        assert!(exe.is_file(), "{} missing after bash scripts/build -p {FLOOR_PACKAGE}", exe.display());
+    }
+    (Suite::Built { workspace: workspace.to_path_buf(), target, how: how.into() }, floor)
 }
 
 /// Where the suite's executables come from.
@@ -209,10 +227,11 @@ pub struct Ctx {
     /// gets its own subdirectory.
     root: TempDir,
     pub counts: Counts,
+    floor: FloorPrograms,
 }
 
 impl Ctx {
-    pub fn new(suite: Suite, counts: Counts) -> Ctx {
+    pub fn new(suite: Suite, counts: Counts, floor: FloorPrograms) -> Ctx {
         let base = std::env::var_os("BENCH_TMPDIR").map(PathBuf::from);
         let root = temp_dir("ipam-bench-", base.as_deref());
         let (bins, source) = match suite {
@@ -233,7 +252,7 @@ impl Ctx {
         let layout = format!("{}, {source}", describe_layout(&bins));
         let copies = root.path().join("copies");
         make_copies_layout(&bins.join(PROGRAM), &copies);
-        Ctx { bins, copies, layout, root, counts }
+        Ctx { bins, copies, layout, root, counts, floor }
     }
 
     /// The run's temporary directory.
@@ -276,6 +295,17 @@ impl Ctx {
             cni_path: PathBuf::from("/usr/lib/cni"),
             config: bytes(&host_local_config(data_dir, subnet)),
         }
+    }
+
+    /// The floor program on a database of its own, fed the full stack's
+    /// configuration (it reads `database` and the subnet from it).
+    pub fn floor(&self, db: &Path, subnet: &str) -> Plugin {
+        Plugin { exe: self.floor.floor.clone(), cni_path: self.bins.clone(), config: bytes(&suite_config(db, subnet)) }
+    }
+
+    /// The floor program's build doing nothing.
+    pub fn null_program(&self) -> &Path {
+        &self.floor.null
     }
 
     /// The selector alone, with the stack's configuration.

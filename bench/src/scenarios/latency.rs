@@ -1,8 +1,10 @@
 //! Single-call latency: ADD then DEL, one call at a time, the full stack (in
 //! the measured layout, and in the copies layout where every delegate is a
-//! process of its own), ipam-da-sequential alone and host-local interleaved;
-//! with the CPU time of each call. Then the cost of a process that does no
-//! work, through the same spawn path.
+//! process of its own), ipam-da-sequential alone, the floor program (the
+//! least work of a steady-state ADD, bench/floor) and host-local
+//! interleaved; with the CPU time of each call. Then the cost of a process
+//! that does no work, through the same spawn path, the floor program's build
+//! among them.
 
 use std::path::PathBuf;
 
@@ -22,6 +24,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
             ctx.stack_copies(&dir.join("copies.sqlite"), subnet),
         ),
         ("suite: ipam-da-sequential alone", ctx.sequential(&dir.join("sequential.sqlite"), subnet)),
+        ("floor: ipam-bench-floor (the least work of an ADD)", ctx.floor(&dir.join("floor.sqlite"), subnet)),
         ("host-local", ctx.host_local(&dir.join("host-local"), subnet)),
     ];
     // Warm-up (page cache, database creation), not counted.
@@ -53,6 +56,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         ("/bin/true", PathBuf::from("/bin/true"), "ADD"),
         ("ipam-da-sequential, CNI_COMMAND=VERSION", ctx.exe("ipam-da-sequential"), "VERSION"),
         ("host-local, CNI_COMMAND=VERSION", PathBuf::from(HOST_LOCAL), "VERSION"),
+        ("ipam-bench-null (the floor program's build, doing nothing)", ctx.null_program().to_path_buf(), "ADD"),
     ];
     let mut samples = vec![Vec::with_capacity(n); floors.len()];
     for i in 0..n {
