@@ -9,7 +9,7 @@ use serde_json::Value;
 use shared::stack_call::StackCall;
 use shared::{CniError, Code, Command, IpamResult, Request, Result};
 
-use crate::delegate::{self, Call, DelegateGroup, Runner};
+use crate::delegate::{self, Call, DelegateGroup, Input, Runner};
 use crate::stack_call::{self, new_add_id};
 
 /// How many orchestrators may run one inside another. A stack that runs
@@ -100,7 +100,7 @@ impl<'a> Stack<'a> {
         let lock_deadline = earliest(earliest(started + lock_timeout, inherited.lock_deadline), Some(deadline));
         let fresh = match req.config.raw.get("prevResult") {
             Some(_) => Cow::Owned(req.config.with_prev_result(None).to_string().into_bytes()),
-            None => Cow::Borrowed(req.config.bytes.as_slice()),
+            None => Cow::Borrowed(req.config.bytes()),
         };
         Ok(Stack { req, delegates, timeout, deadline, lock_deadline, depth, fresh })
     }
@@ -258,14 +258,10 @@ impl<'a> Stack<'a> {
             lock_deadline: Some(lock_deadline),
             depth: self.depth,
         };
-        let with_prev;
-        let input: &[u8] = match prev {
-            Some(p) => {
-                with_prev = self.req.config.with_prev_result(Some(p)).to_string();
-                with_prev.as_bytes()
-            }
-            None if matches!(role, Role::Add(_) | Role::Rollback(_)) => &self.fresh,
-            None => &self.req.config.bytes,
+        let input = match prev {
+            Some(p) => Input::Value(self.req.config.with_prev_result(Some(p))),
+            None if matches!(role, Role::Add(_) | Role::Rollback(_)) => Input::Text(&self.fresh),
+            None => Input::Text(self.req.config.bytes()),
         };
         d.runner.run(&Call { command, input, deadline, vars: &stack_call::vars(&told) })
     }

@@ -76,7 +76,7 @@ pub fn run(builtin: &Builtin) -> ExitCode {
         Err(e) => Err(e),
     };
     let stdin = read_bounded(std::io::stdin().lock(), "stdin");
-    let (answer, success) = respond(builtin, env, stdin);
+    let (answer, success) = respond(builtin, env, Stdin::Bytes(stdin));
     let mut out = std::io::stdout().lock();
     if let Some(json) = answer {
         // Nothing useful can be done if the caller closed our stdout.
@@ -89,15 +89,40 @@ pub fn run(builtin: &Builtin) -> ExitCode {
     }
 }
 
+/// What a plugin reads on stdin.
+pub enum Stdin {
+    /// What a process read (or why it could not).
+    Bytes(Result<Vec<u8>>),
+    /// For a delegate ipam-delegated runs in its own process: the JSON value
+    /// of its input, which the bytes of its process would parse to (no
+    /// larger than a process may read: the caller checks).
+    Value(serde_json::Value),
+}
+
+/// Where the versions the frame answers with come from when the
+/// configuration does not parse: the bytes, or what was read off the value.
+enum Versions {
+    In(Result<Vec<u8>>),
+    Read { asked: Option<String>, for_errors: String },
+}
+
 /// The answer (stdout's content) and whether it is a success: all of a
 /// plugin run but the process around it, so that ipam-delegated can run
 /// its delegates in its own process, and tests the frame without one.
-pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Result<Vec<u8>>) -> (Option<serde_json::Value>, bool) {
+pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Stdin) -> (Option<serde_json::Value>, bool) {
     let (about, plugin) = (&builtin.about, builtin.plugin);
     let _running = Running::start(about.name);
     // Parsed once, before anything else: the configuration also says where to
-    // log, and logging must be up to report even the earliest error.
-    let config = stdin.as_deref().map_err(Clone::clone).and_then(NetConf::parse);
+    // log, and logging must be up to report even the earliest error. What
+    // stays of stdin: the bytes, or the value when it is not a configuration.
+    let (config, versions) = match stdin {
+        Stdin::Bytes(bytes) => (bytes.as_deref().map_err(Clone::clone).and_then(NetConf::parse), Versions::In(bytes)),
+        Stdin::Value(value) => {
+            let asked = value.get("cniVersion").and_then(|v| v.as_str()).map(str::to_string);
+            let for_errors = NetConf::error_version_of(Some(&value));
+            (NetConf::from_value(value), Versions::Read { asked, for_errors })
+        }
+    };
     let parsed_version = config.as_ref().ok().map(|c| c.version);
     let settings = match &config {
         Ok(c) if c.raw.get("ipam").is_some() => c.ipam().map(|ipam| LogSettings::from_ipam(about.name, Some(ipam))),
@@ -133,9 +158,15 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Result<Vec<u8>>) -> (
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let env = env?;
         if env.command == Command::Version {
-            let requested = stdin.as_deref().ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok());
-            let requested = requested.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
-            return Ok(Some(version::version_answer(requested)));
+            let asked = match &versions {
+                Versions::In(bytes) => bytes
+                    .as_deref()
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+                    .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string)),
+                Versions::Read { asked, .. } => asked.clone(),
+            };
+            return Ok(Some(version::version_answer(asked.as_deref())));
         }
         settings?;
         dispatch(plugin, env, config?)
@@ -147,10 +178,11 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Result<Vec<u8>>) -> (
             tracing::error!("{e}");
             // The configuration's own version; read again from the bytes only
             // when it did not parse (perhaps because the version is unknown).
-            let version = match (parsed_version, stdin.as_deref()) {
+            let version = match (parsed_version, &versions) {
                 (Some(v), _) => v.as_str().to_string(),
-                (None, Ok(bytes)) => NetConf::error_version(bytes),
-                (None, Err(_)) => SpecVersion::LATEST.to_string(),
+                (None, Versions::In(Ok(bytes))) => NetConf::error_version(bytes),
+                (None, Versions::In(Err(_))) => SpecVersion::LATEST.to_string(),
+                (None, Versions::Read { for_errors, .. }) => for_errors.clone(),
             };
             (Some(e.to_json(&version)), false)
         }
@@ -270,7 +302,7 @@ mod tests {
         let vars = [("CNI_COMMAND", command), ("CNI_CONTAINERID", "c"), ("CNI_NETNS", "/x"), ("CNI_IFNAME", "eth0")];
         let env =
             Env::from_vars(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())).map(|e| e.unwrap());
-        respond(&ECHO, env, Ok(stdin.to_string().into_bytes()))
+        respond(&ECHO, env, Stdin::Bytes(Ok(stdin.to_string().into_bytes())))
     }
 
     #[test]
@@ -279,7 +311,7 @@ mod tests {
         assert!(ok);
         assert_eq!(out.unwrap()["cniVersion"], "0.3.1");
         let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "VERSION".to_string())).map(|e| e.unwrap());
-        let (out, ok) = respond(&ECHO, env, Ok(Vec::new()));
+        let (out, ok) = respond(&ECHO, env, Stdin::Bytes(Ok(Vec::new())));
         assert!(ok && out.unwrap()["supportedVersions"].as_array().unwrap().len() == 7);
     }
 
@@ -325,10 +357,10 @@ mod tests {
 
     #[test]
     fn environment_and_stdin_errors_come_first() {
-        let (out, _) = respond(&ECHO, Err(CniError::env("CNI_IFNAME", "missing")), Ok(b"{}".to_vec()));
+        let (out, _) = respond(&ECHO, Err(CniError::env("CNI_IFNAME", "missing")), Stdin::Bytes(Ok(b"{}".to_vec())));
         assert_eq!(out.unwrap()["code"], 4);
         let env = Env::from_vars(|k| (k == "CNI_COMMAND").then(|| "STATUS".to_string())).map(|e| e.unwrap());
-        let (out, _) = respond(&ECHO, env, Err(CniError::io_problem("stdin", "too big")));
+        let (out, _) = respond(&ECHO, env, Stdin::Bytes(Err(CniError::io_problem("stdin", "too big"))));
         assert_eq!(out.unwrap()["code"], 5);
     }
 }

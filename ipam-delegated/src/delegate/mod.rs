@@ -27,7 +27,7 @@ use std::rc::Rc;
 use shared::{CniError, Code, Result};
 
 use crate::builtin;
-pub use runner::{Call, Runner};
+pub use runner::{Call, Input, Runner};
 pub use watcher::DelegateGroup;
 
 /// A delegate's executable as found: its path, and the file's (device,

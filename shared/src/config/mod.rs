@@ -37,6 +37,26 @@ pub fn read_bounded(input: impl Read, what: &str) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The length of `value`'s JSON text (as `to_string` prints it), counted
+/// without making the text: for the bounds on what a delegate run in
+/// ipam-delegated's own process reads and prints as a value.
+pub fn printed_len(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value to a sink that cannot fail does not fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Reads `value` as a `T`; a value of the wrong shape is error 7 naming its
 /// path below `field` (`ipam.pools[2].ranges[0].subnet`) and the value.
 pub fn typed<T: DeserializeOwned>(value: &Value, field: &str) -> Result<T> {
@@ -76,8 +96,10 @@ fn in_json_words(expected: &str) -> String {
 pub struct NetConf {
     pub raw: Value,
     pub version: SpecVersion,
-    /// The bytes as received, for a delegate that must get exactly them.
-    pub bytes: Vec<u8>,
+    /// The bytes as received, for a delegate that must get exactly them;
+    /// for a configuration handed over as a value, its JSON text, made at
+    /// the first use (see [`NetConf::from_value`]).
+    bytes: OnceCell<Vec<u8>>,
     /// `ipam`, read at its first use.
     ipam: OnceCell<Result<IpamConf>>,
 }
@@ -95,6 +117,15 @@ impl NetConf {
     /// means 0.2.0; an unknown or malformed one is error 1.
     pub fn parse(bytes: &[u8]) -> Result<NetConf> {
         let raw: Value = serde_json::from_slice(bytes).map_err(|e| CniError::decode("stdin", e))?;
+        let conf = NetConf::from_value(raw)?;
+        let _ = conf.bytes.set(bytes.to_vec());
+        Ok(conf)
+    }
+
+    /// The configuration that these JSON text's bytes would parse to, as
+    /// [`NetConf::parse`] reads it: how ipam-delegated hands a delegate that
+    /// runs in its own process its input, without printing and parsing it.
+    pub fn from_value(raw: Value) -> Result<NetConf> {
         if !raw.is_object() {
             return Err(CniError::decode("stdin", "the network configuration must be a JSON object"));
         }
@@ -103,14 +134,23 @@ impl NetConf {
             Some(Value::String(s)) => SpecVersion::parse(s)?,
             Some(other) => SpecVersion::parse(&other.to_string())?,
         };
-        Ok(NetConf { raw, version, bytes: bytes.to_vec(), ipam: OnceCell::new() })
+        Ok(NetConf { raw, version, bytes: OnceCell::new(), ipam: OnceCell::new() })
+    }
+
+    /// The configuration's JSON text: the bytes as received.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.get_or_init(|| self.raw.to_string().into_bytes())
     }
 
     /// The `cniVersion` to put in an error object: the configuration's own,
     /// even when unsupported, as the spec asks.
     pub fn error_version(bytes: &[u8]) -> String {
-        let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
-        match parsed.as_ref().map(|v| v.get("cniVersion")) {
+        NetConf::error_version_of(serde_json::from_slice(bytes).ok().as_ref())
+    }
+
+    /// [`NetConf::error_version`] of a configuration already parsed (`None`: not JSON).
+    pub fn error_version_of(parsed: Option<&Value>) -> String {
+        match parsed.map(|v| v.get("cniVersion")) {
             Some(Some(Value::String(s))) => s.clone(),
             Some(None) => SpecVersion::IMPLICIT.as_str().to_string(),
             _ => SpecVersion::LATEST.as_str().to_string(),
