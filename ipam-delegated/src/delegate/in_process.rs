@@ -55,9 +55,7 @@ mod tests {
     struct Mirror;
     impl Plugin for Mirror {
         fn add(&self, req: &Request) -> Result<Reply> {
-            let mut result = shared::IpamResult::default();
-            result.pools = Some(vec![req.config.raw.clone()]);
-            Ok(Reply::Result(result))
+            Ok(Reply::Result(shared::IpamResult { pools: Some(vec![req.config.raw.clone()]), ..Default::default() }))
         }
         fn del(&self, req: &Request) -> Result<Reply> {
             Err(CniError::new(Code::Internal, format!("no DEL for {}", req.config.name()?)))
