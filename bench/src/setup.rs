@@ -120,14 +120,23 @@ pub fn build(workspace: &Path) -> (Suite, FloorPrograms) {
         .expect("run bash scripts/build");
     assert!(out.status.success(), "bash scripts/build -p {FLOOR_PACKAGE} failed");
     let printed = String::from_utf8_lossy(&out.stdout);
-    let (program, how) = (workspace.join(printed.lines().last().unwrap_or_default().trim()), "scripts/build");
+    let program = workspace.join(printed.lines().last().unwrap_or_default().trim());
     assert!(program.is_file(), "{} missing after the build", program.display());
+    // <target>/<triple>/release/ipam-delegated: the triple says the C library.
+    let triple = program.ancestors().nth(2).and_then(|d| d.file_name()).map(|t| t.to_string_lossy().into_owned());
+    let how = match triple.as_deref() {
+        Some(t) if t.ends_with("-musl") => {
+            format!("scripts/build (static, {t}: musl, not position-independent, mimalloc)")
+        }
+        Some(t) => format!("scripts/build (static, {t}: glibc, a static PIE; the musl target was not installed)"),
+        None => "scripts/build".to_string(),
+    };
     let built = program.parent().expect("the build's directory");
     let floor = FloorPrograms { floor: built.join("ipam-bench-floor"), null: built.join("ipam-bench-null") };
     for exe in [&floor.floor, &floor.null] {
         assert!(exe.is_file(), "{} missing after bash scripts/build -p {FLOOR_PACKAGE}", exe.display());
     }
-    (Suite::Built { workspace: workspace.to_path_buf(), target, how: how.into() }, floor)
+    (Suite::Built { workspace: workspace.to_path_buf(), target, how }, floor)
 }
 
 /// Where the suite's executables come from.

@@ -357,3 +357,8 @@ mod tests {
         assert_eq!(json_string("a\"b\\\n"), r#""a\"b\\\u000a""#);
     }
 }
+
+/// The suite's program's allocator (ipam-delegated's Cargo.toml).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -4,3 +4,8 @@
 //! program's to tell start-up from work.
 
 fn main() {}
+
+/// The suite's program's allocator (ipam-delegated's Cargo.toml).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
