@@ -113,6 +113,15 @@ impl Tx<'_> {
     /// Ends every hold past its end: the addresses become free as usual.
     /// The allocators call it in the transaction in which they allocate.
     pub fn drop_expired_holds(&self) -> Result<Vec<Lease>> {
+        // Every allocation asks, and nearly always nothing has expired: a
+        // one-column probe is a third of the cost of preparing the full read.
+        let mut probe = self
+            .sql
+            .prepare_cached("SELECT 1 FROM leases WHERE held_until IS NOT NULL AND held_until <= ?1 LIMIT 1")
+            .in_db(self.path)?;
+        if !probe.exists([now_unix()]).in_db(self.path)? {
+            return Ok(Vec::new());
+        }
         let expired = self.expired_holds()?;
         self.delete_leases(&expired)?;
         for hold in &expired {
