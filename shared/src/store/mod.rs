@@ -6,6 +6,7 @@
 //! `<database>.lock` (see [`lock`]), so SQLite itself never makes a writer
 //! wait; readers use WAL snapshots and take no lock.
 
+mod create;
 mod holds;
 mod integrity;
 mod leases;
@@ -21,7 +22,7 @@ mod testing;
 use std::fmt;
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -113,13 +114,14 @@ impl<'conn> Tx<'conn> {
 }
 
 impl AllocationStore {
-    /// Opens (creating if missing) the database at an absolute path. Missing
-    /// parent directories are created 0700, a new database file and the lock
-    /// file `<name>.lock` beside it 0600, and a database of ours that is
-    /// readable by others is made 0600. A file that is not one of the suite's
-    /// databases is error 103 and is left as it is. Creating or migrating the
-    /// schema happens under the lock; when the schema is current, opening
-    /// only reads the file's marks.
+    /// Opens the database at an absolute path, creating it when there is
+    /// none (no file, or an empty one): built aside and renamed into place
+    /// (see store/create.rs). Missing parent directories are created 0700, a new
+    /// database file and the lock file `<name>.lock` beside it 0600, and a
+    /// database of ours that is readable by others is made 0600. A file that
+    /// is not one of the suite's databases is error 103 and is left as it is.
+    /// Creating or migrating the schema happens under the lock; when the
+    /// schema is current, opening only reads the file's marks.
     pub fn open(path: &Path, lock_wait: impl Into<LockWait>) -> Result<Self> {
         AllocationStore::open_with(path, lock_wait.into(), Durability::EachCommit)
     }
@@ -139,14 +141,23 @@ impl AllocationStore {
                 .create(parent)
                 .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
         }
-        let file = open_database_file(path)?;
         // SQLite follows a symlink to the file it names (and keeps its -wal
         // beside the target); the lock must be the target's too, or two paths
         // to one database would be two locks.
         let path = resolve_symlink(path)?;
         let lock_path = sibling(&path, ".lock");
-        let lock = LockFile::open(&lock_path)
+        let mut lock = LockFile::open(&lock_path)
             .map_err(|e| unusable(&path, format!("lock file {}: {e}", lock_path.display())))?;
+        let file = match open_database_file(&path)? {
+            Some(file) => file,
+            None => {
+                let held = lock.acquire(&lock_wait, &path)?;
+                create::create(&path)?;
+                drop(held);
+                open_database_file(&path)?
+                    .ok_or_else(|| unusable(&path, "it was removed or emptied while it was being created"))?
+            }
+        };
 
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).in_db(&path)?;
@@ -192,8 +203,8 @@ impl AllocationStore {
     /// With [`Durability::AtSync`], makes every commit of this handle so far
     /// durable: one fdatasync of the WAL, where the commits are. SQLite syncs
     /// the rest itself even at synchronous=NORMAL: what a checkpoint copies,
-    /// a new WAL's header, and the directory of a file it creates (the WAL,
-    /// the rollback journal that creates the database).
+    /// a new WAL's header, and with it the WAL's directory. A new database
+    /// is synced, with its directory, when it is created.
     pub fn sync(&mut self) -> Result<()> {
         if !self.unsynced {
             return Ok(());
@@ -340,36 +351,60 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The file a symlink at `path` leads to (created by now), or `path`.
+/// The file a symlink at `path` leads to, existing or not (a new database
+/// is created there), or `path`.
 fn resolve_symlink(path: &Path) -> Result<PathBuf> {
+    let cannot = |e: std::io::Error| unusable(path, format!("cannot resolve the symlink: {e}"));
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => {
-            std::fs::canonicalize(path).map_err(|e| unusable(path, format!("cannot resolve the symlink: {e}")))
-        }
+        Ok(meta) if meta.file_type().is_symlink() => match std::fs::canonicalize(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => dangling_target(path).map_err(cannot),
+            resolved => resolved.map_err(cannot),
+        },
         _ => Ok(path.to_path_buf()),
     }
+}
+
+/// Where a chain of symlinks that ends at nothing leads: the canonical
+/// directory of its last link's target, and the target's name.
+fn dangling_target(path: &Path) -> std::io::Result<PathBuf> {
+    let mut at = path.to_path_buf();
+    // As many links as the kernel follows (ELOOP past that).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let to = std::fs::read_link(&at)?;
+                at = at.parent().map_or(to.clone(), |dir| dir.join(&to));
+            }
+            // Created meanwhile, by a sibling.
+            Ok(_) => return std::fs::canonicalize(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(dir), Some(name)) = (at.parent(), at.file_name()) else {
+                    return Err(std::io::Error::other(format!("{} names no file", at.display())));
+                };
+                return Ok(std::fs::canonicalize(dir)?.join(name));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many levels of symbolic links"))
 }
 
 /// SQLite's file header; a non-empty file without it is not a database.
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-/// Opens the database file, creating it 0600 when missing: SQLite would
-/// create it with the umask's mode, and its -wal and -shm files inherit the
-/// mode from it. An existing non-empty file without SQLite's header is error
-/// 103 before SQLite ever opens it for writing.
-fn open_database_file(path: &Path) -> Result<File> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| unusable(path, e))?;
+/// Opens the database file; `None` when there is none yet (no file, or an
+/// empty one), which [`create`] builds. An existing non-empty file without
+/// SQLite's header is error 103 before SQLite ever opens it for writing.
+fn open_database_file(path: &Path) -> Result<Option<File>> {
+    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unusable(path, e)),
+    };
     let mut header = [0u8; 16];
     match file.read(&mut header) {
-        Ok(0) => Ok(file),
-        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(file),
+        Ok(0) => Ok(None),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(Some(file)),
         Ok(_) => Err(unusable(
             path,
             "it is not a database (a file without the SQLite header); nothing was changed: point \
