@@ -19,6 +19,7 @@ mod sharing;
 #[cfg(test)]
 mod testing;
 
+use std::cell::Cell;
 use std::fmt;
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io::Read;
@@ -48,20 +49,37 @@ pub fn unix_now() -> i64 {
 /// How long a writer waits for the lock before giving up with error 11.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// WAL size after which a writer checkpoints and truncates the WAL.
+/// WAL frames (pages) after which a writer checkpoints the WAL and starts
+/// it again from its beginning (see [`restart_wal`]).
 ///
 /// A process that opens the database while no other connection is open
-/// rebuilds the WAL index by reading the whole WAL, and that rebuild forgets
-/// how much of the WAL was already checkpointed. SQLite's automatic (passive)
-/// checkpoints therefore never restart the WAL here: it would grow without
-/// bound, every later process would read all of it, and every commit past
-/// the threshold would copy all of it into the database again. A truncating
-/// checkpoint once the WAL passes this size keeps it small.
-const WAL_CHECKPOINT_BYTES: u64 = 64 * (4096 + 24);
+/// rebuilds the WAL index by reading the WAL up to its last valid frame, and
+/// that rebuild forgets how much of it was already checkpointed. SQLite's
+/// automatic (passive) checkpoints therefore never restart the WAL here: it
+/// would grow without bound, every later process would read all of it, and
+/// every commit past the threshold would copy all of it into the database
+/// again. A checkpoint that restarts the WAL once it holds this many frames
+/// keeps what a process reads short.
+const WAL_CHECKPOINT_FRAMES: i32 = 64;
 
-/// How long the truncating checkpoint waits for readers before it settles
-/// for a passive one (the ADD has committed already; this is housekeeping).
+/// The WAL's size past which a restart truncates it (one large transaction
+/// made it larger); below it, the file keeps its size and is written over.
+const WAL_SIZE_LIMIT: i64 = 2 * WAL_CHECKPOINT_FRAMES as i64 * (4096 + 24);
+
+/// How long the checkpoint waits for readers before it gives up until the
+/// next write (the ADD has committed already; this is housekeeping).
 const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
+
+thread_local! {
+    /// Frames in the WAL after this thread's last commit, as SQLite's WAL
+    /// hook reports them.
+    static WAL_FRAMES: Cell<i32> = const { Cell::new(0) };
+}
+
+fn record_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(frames);
+    Ok(())
+}
 
 /// When a commit reaches the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,7 +190,7 @@ impl AllocationStore {
         // by default SQLite then checkpoints and deletes the WAL at close, so
         // each process would recreate it (file creation, header and directory
         // fsyncs) and checkpoint again (two more fsyncs). The WAL persists
-        // instead and writers truncate it past WAL_CHECKPOINT_BYTES; crash
+        // instead and writers restart it past WAL_CHECKPOINT_FRAMES; crash
         // safety is SQLite's WAL recovery, as after any crash.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(&path)?;
 
@@ -189,6 +207,8 @@ impl AllocationStore {
             // to the checkpoints, and to sync().
             conn.pragma_update(None, "synchronous", synchronous).in_db(path)?;
             conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
+            conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT).in_db(path)?;
+            conn.wal_hook(Some(record_wal_frames));
             schema::identify(conn, path)
         })?;
         make_private(&file, &store.path)?;
@@ -240,6 +260,7 @@ impl AllocationStore {
             let tx = Tx { sql, path: &self.path, add_id: self.add_id.as_deref() };
             let value = f(&tx)?;
             let committing = Instant::now();
+            WAL_FRAMES.set(0);
             tx.sql.commit().in_db(&self.path)?;
             self.unsynced |= self.durability == Durability::AtSync;
             tracing::debug!(
@@ -250,7 +271,11 @@ impl AllocationStore {
             );
             value
         };
-        truncate_large_wal(&self.conn, &self.path, self.lock_wait.timeout);
+        if WAL_FRAMES.get() > WAL_CHECKPOINT_FRAMES && restart_wal(&self.conn, &self.path, self.lock_wait.timeout) {
+            // Every commit so far is in the database file, which the
+            // checkpoint synced.
+            self.unsynced = false;
+        }
         drop(held);
         Ok(value)
     }
@@ -322,26 +347,39 @@ impl AllocationStore {
     }
 }
 
-/// Checkpoints and truncates the WAL once it is larger than
-/// [`WAL_CHECKPOINT_BYTES`]. Best effort: failures are logged, never
-/// reported, since the caller's transaction has committed.
-fn truncate_large_wal(conn: &Connection, path: &Path, busy_timeout: Duration) {
-    if wal_len(path).unwrap_or(0) <= WAL_CHECKPOINT_BYTES {
-        return;
-    }
+/// Checkpoints the whole WAL into the database file, syncing both, then
+/// commits a change that changes nothing, so that this connection starts
+/// the WAL again from its beginning: SQLite restarts a WAL at a commit of a
+/// connection that saw it all checkpointed, while a later process, which
+/// rebuilds the WAL index, would take all of it for new and append. The
+/// restart writes and syncs the WAL's new header here, where the checkpoint
+/// has synced the directory already, and the next process appends to it.
+/// The file keeps its size (up to [`WAL_SIZE_LIMIT`]): later commits write
+/// over it, and their fdatasync changes no file size. Says whether the
+/// checkpoint completed. Best effort: failures are logged, never reported,
+/// since the caller's transaction has committed.
+fn restart_wal(conn: &Connection, path: &Path, busy_timeout: Duration) -> bool {
     let _ = conn.busy_timeout(CHECKPOINT_BUSY_TIMEOUT);
     let outcome: rusqlite::Result<(i64, i64, i64)> =
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
+        conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
     let _ = conn.busy_timeout(busy_timeout);
     match outcome {
-        Ok((0, _, _)) => tracing::debug!("checkpointed and truncated the WAL of {}", path.display()),
-        Ok(_) => tracing::debug!("WAL of {} not truncated: readers were busy", path.display()),
-        Err(e) => tracing::warn!("checkpoint of {} failed: {e}", path.display()),
+        Ok((0, _, _)) => tracing::debug!("checkpointed the WAL of {}", path.display()),
+        Ok(_) => {
+            tracing::debug!("WAL of {} not checkpointed: readers were busy", path.display());
+            return false;
+        }
+        Err(e) => {
+            tracing::warn!("checkpoint of {} failed: {e}", path.display());
+            return false;
+        }
     }
-}
-
-fn wal_len(path: &Path) -> Option<u64> {
-    std::fs::metadata(sibling(path, "-wal")).ok().map(|m| m.len())
+    // Its frame repeats page 1 as the database file has it: losing it to a
+    // crash loses nothing.
+    if let Err(e) = conn.pragma_update(None, "user_version", SCHEMA_VERSION) {
+        tracing::warn!("restarting the WAL of {} failed: {e}", path.display());
+    }
+    true
 }
 
 /// `<path><suffix>`, as SQLite names its -wal and -shm files.
