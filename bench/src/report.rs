@@ -1172,7 +1172,7 @@ fn durability_section(s: &mut String, fig: &Figures) {
             c.median_ms, c.max_ms, c.n
         );
     }
-    let _ = writeln!(s, "\nThe suite makes each ADD and DEL durable before it answers: its commits go to SQLite's WAL, which is synced before the call answers (in the fast layout one sync for the whole stack, whose delegates share the call's connection; in the copies layout each writing delegate's process syncs its own commits), with the database's directory also synced when the call created the database or its WAL; every dozen ADDs or so a truncating checkpoint also syncs the database file, which is what lifts a steady-state mean above its median. host-local writes its lease files without any fsync, so a host crash can lose an allocation it reported; its figures do not include that cost.");
+    let _ = writeln!(s, "\nThe suite makes each ADD and DEL durable before it answers: its commits go to SQLite's WAL, which is synced before the call answers (in the fast layout one sync for the whole stack, whose delegates share the call's connection; in the copies layout each writing delegate's process syncs its own commits), with the new database file and its directory also synced when the call created the database; every dozen ADDs or so a checkpoint copies the WAL into the database file and starts the WAL again, syncing the WAL, its directory, the database file and the WAL's new header instead of the one sync, which is what lifts a steady-state mean above its median. host-local writes its lease files without any fsync, so a host crash can lose an allocation it reported; its figures do not include that cost.");
 }
 
 /// The lock-wait scenario's section: the figures, and what they say about fairness.

@@ -6,6 +6,7 @@
 //! `<database>.lock` (see [`lock`]), so SQLite itself never makes a writer
 //! wait; readers use WAL snapshots and take no lock.
 
+mod create;
 mod holds;
 mod integrity;
 mod leases;
@@ -18,10 +19,11 @@ mod sharing;
 #[cfg(test)]
 mod testing;
 
+use std::cell::Cell;
 use std::fmt;
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -47,20 +49,37 @@ pub fn unix_now() -> i64 {
 /// How long a writer waits for the lock before giving up with error 11.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// WAL size after which a writer checkpoints and truncates the WAL.
+/// WAL frames (pages) after which a writer checkpoints the WAL and starts
+/// it again from its beginning (see [`restart_wal`]).
 ///
 /// A process that opens the database while no other connection is open
-/// rebuilds the WAL index by reading the whole WAL, and that rebuild forgets
-/// how much of the WAL was already checkpointed. SQLite's automatic (passive)
-/// checkpoints therefore never restart the WAL here: it would grow without
-/// bound, every later process would read all of it, and every commit past
-/// the threshold would copy all of it into the database again. A truncating
-/// checkpoint once the WAL passes this size keeps it small.
-const WAL_CHECKPOINT_BYTES: u64 = 64 * (4096 + 24);
+/// rebuilds the WAL index by reading the WAL up to its last valid frame, and
+/// that rebuild forgets how much of it was already checkpointed. SQLite's
+/// automatic (passive) checkpoints therefore never restart the WAL here: it
+/// would grow without bound, every later process would read all of it, and
+/// every commit past the threshold would copy all of it into the database
+/// again. A checkpoint that restarts the WAL once it holds this many frames
+/// keeps what a process reads short.
+const WAL_CHECKPOINT_FRAMES: i32 = 64;
 
-/// How long the truncating checkpoint waits for readers before it settles
-/// for a passive one (the ADD has committed already; this is housekeeping).
+/// The WAL's size past which a restart truncates it (one large transaction
+/// made it larger); below it, the file keeps its size and is written over.
+const WAL_SIZE_LIMIT: i64 = 2 * WAL_CHECKPOINT_FRAMES as i64 * (4096 + 24);
+
+/// How long the checkpoint waits for readers before it gives up until the
+/// next write (the ADD has committed already; this is housekeeping).
 const CHECKPOINT_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
+
+thread_local! {
+    /// Frames in the WAL after this thread's last commit, as SQLite's WAL
+    /// hook reports them.
+    static WAL_FRAMES: Cell<i32> = const { Cell::new(0) };
+}
+
+fn record_wal_frames(_: &rusqlite::hooks::Wal, frames: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_FRAMES.set(frames);
+    Ok(())
+}
 
 /// When a commit reaches the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,13 +132,14 @@ impl<'conn> Tx<'conn> {
 }
 
 impl AllocationStore {
-    /// Opens (creating if missing) the database at an absolute path. Missing
-    /// parent directories are created 0700, a new database file and the lock
-    /// file `<name>.lock` beside it 0600, and a database of ours that is
-    /// readable by others is made 0600. A file that is not one of the suite's
-    /// databases is error 103 and is left as it is. Creating or migrating the
-    /// schema happens under the lock; when the schema is current, opening
-    /// only reads the file's marks.
+    /// Opens the database at an absolute path, creating it when there is
+    /// none (no file, or an empty one): built aside and renamed into place
+    /// (see store/create.rs). Missing parent directories are created 0700, a new
+    /// database file and the lock file `<name>.lock` beside it 0600, and a
+    /// database of ours that is readable by others is made 0600. A file that
+    /// is not one of the suite's databases is error 103 and is left as it is.
+    /// Creating or migrating the schema happens under the lock; when the
+    /// schema is current, opening only reads the file's marks.
     pub fn open(path: &Path, lock_wait: impl Into<LockWait>) -> Result<Self> {
         AllocationStore::open_with(path, lock_wait.into(), Durability::EachCommit)
     }
@@ -139,14 +159,23 @@ impl AllocationStore {
                 .create(parent)
                 .map_err(|e| unusable(path, format!("cannot create directory {}: {e}", parent.display())))?;
         }
-        let file = open_database_file(path)?;
         // SQLite follows a symlink to the file it names (and keeps its -wal
         // beside the target); the lock must be the target's too, or two paths
         // to one database would be two locks.
         let path = resolve_symlink(path)?;
         let lock_path = sibling(&path, ".lock");
-        let lock = LockFile::open(&lock_path)
+        let mut lock = LockFile::open(&lock_path)
             .map_err(|e| unusable(&path, format!("lock file {}: {e}", lock_path.display())))?;
+        let file = match open_database_file(&path)? {
+            Some(file) => file,
+            None => {
+                let held = lock.acquire(&lock_wait, &path)?;
+                create::create(&path)?;
+                drop(held);
+                open_database_file(&path)?
+                    .ok_or_else(|| unusable(&path, "it was removed or emptied while it was being created"))?
+            }
+        };
 
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).in_db(&path)?;
@@ -161,7 +190,7 @@ impl AllocationStore {
         // by default SQLite then checkpoints and deletes the WAL at close, so
         // each process would recreate it (file creation, header and directory
         // fsyncs) and checkpoint again (two more fsyncs). The WAL persists
-        // instead and writers truncate it past WAL_CHECKPOINT_BYTES; crash
+        // instead and writers restart it past WAL_CHECKPOINT_FRAMES; crash
         // safety is SQLite's WAL recovery, as after any crash.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(&path)?;
 
@@ -178,6 +207,8 @@ impl AllocationStore {
             // to the checkpoints, and to sync().
             conn.pragma_update(None, "synchronous", synchronous).in_db(path)?;
             conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
+            conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT).in_db(path)?;
+            conn.wal_hook(Some(record_wal_frames));
             schema::identify(conn, path)
         })?;
         make_private(&file, &store.path)?;
@@ -192,8 +223,8 @@ impl AllocationStore {
     /// With [`Durability::AtSync`], makes every commit of this handle so far
     /// durable: one fdatasync of the WAL, where the commits are. SQLite syncs
     /// the rest itself even at synchronous=NORMAL: what a checkpoint copies,
-    /// a new WAL's header, and the directory of a file it creates (the WAL,
-    /// the rollback journal that creates the database).
+    /// a new WAL's header, and with it the WAL's directory. A new database
+    /// is synced, with its directory, when it is created.
     pub fn sync(&mut self) -> Result<()> {
         if !self.unsynced {
             return Ok(());
@@ -229,6 +260,7 @@ impl AllocationStore {
             let tx = Tx { sql, path: &self.path, add_id: self.add_id.as_deref() };
             let value = f(&tx)?;
             let committing = Instant::now();
+            WAL_FRAMES.set(0);
             tx.sql.commit().in_db(&self.path)?;
             self.unsynced |= self.durability == Durability::AtSync;
             tracing::debug!(
@@ -239,7 +271,11 @@ impl AllocationStore {
             );
             value
         };
-        truncate_large_wal(&self.conn, &self.path, self.lock_wait.timeout);
+        if WAL_FRAMES.get() > WAL_CHECKPOINT_FRAMES && restart_wal(&self.conn, &self.path, self.lock_wait.timeout) {
+            // Every commit so far is in the database file, which the
+            // checkpoint synced.
+            self.unsynced = false;
+        }
         drop(held);
         Ok(value)
     }
@@ -311,26 +347,39 @@ impl AllocationStore {
     }
 }
 
-/// Checkpoints and truncates the WAL once it is larger than
-/// [`WAL_CHECKPOINT_BYTES`]. Best effort: failures are logged, never
-/// reported, since the caller's transaction has committed.
-fn truncate_large_wal(conn: &Connection, path: &Path, busy_timeout: Duration) {
-    if wal_len(path).unwrap_or(0) <= WAL_CHECKPOINT_BYTES {
-        return;
-    }
+/// Checkpoints the whole WAL into the database file, syncing both, then
+/// commits a change that changes nothing, so that this connection starts
+/// the WAL again from its beginning: SQLite restarts a WAL at a commit of a
+/// connection that saw it all checkpointed, while a later process, which
+/// rebuilds the WAL index, would take all of it for new and append. The
+/// restart writes and syncs the WAL's new header here, where the checkpoint
+/// has synced the directory already, and the next process appends to it.
+/// The file keeps its size (up to [`WAL_SIZE_LIMIT`]): later commits write
+/// over it, and their fdatasync changes no file size. Says whether the
+/// checkpoint completed. Best effort: failures are logged, never reported,
+/// since the caller's transaction has committed.
+fn restart_wal(conn: &Connection, path: &Path, busy_timeout: Duration) -> bool {
     let _ = conn.busy_timeout(CHECKPOINT_BUSY_TIMEOUT);
     let outcome: rusqlite::Result<(i64, i64, i64)> =
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
+        conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
     let _ = conn.busy_timeout(busy_timeout);
     match outcome {
-        Ok((0, _, _)) => tracing::debug!("checkpointed and truncated the WAL of {}", path.display()),
-        Ok(_) => tracing::debug!("WAL of {} not truncated: readers were busy", path.display()),
-        Err(e) => tracing::warn!("checkpoint of {} failed: {e}", path.display()),
+        Ok((0, _, _)) => tracing::debug!("checkpointed the WAL of {}", path.display()),
+        Ok(_) => {
+            tracing::debug!("WAL of {} not checkpointed: readers were busy", path.display());
+            return false;
+        }
+        Err(e) => {
+            tracing::warn!("checkpoint of {} failed: {e}", path.display());
+            return false;
+        }
     }
-}
-
-fn wal_len(path: &Path) -> Option<u64> {
-    std::fs::metadata(sibling(path, "-wal")).ok().map(|m| m.len())
+    // Its frame repeats page 1 as the database file has it: losing it to a
+    // crash loses nothing.
+    if let Err(e) = conn.pragma_update(None, "user_version", SCHEMA_VERSION) {
+        tracing::warn!("restarting the WAL of {} failed: {e}", path.display());
+    }
+    true
 }
 
 /// `<path><suffix>`, as SQLite names its -wal and -shm files.
@@ -340,36 +389,60 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The file a symlink at `path` leads to (created by now), or `path`.
+/// The file a symlink at `path` leads to, existing or not (a new database
+/// is created there), or `path`.
 fn resolve_symlink(path: &Path) -> Result<PathBuf> {
+    let cannot = |e: std::io::Error| unusable(path, format!("cannot resolve the symlink: {e}"));
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_symlink() => {
-            std::fs::canonicalize(path).map_err(|e| unusable(path, format!("cannot resolve the symlink: {e}")))
-        }
+        Ok(meta) if meta.file_type().is_symlink() => match std::fs::canonicalize(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => dangling_target(path).map_err(cannot),
+            resolved => resolved.map_err(cannot),
+        },
         _ => Ok(path.to_path_buf()),
     }
+}
+
+/// Where a chain of symlinks that ends at nothing leads: the canonical
+/// directory of its last link's target, and the target's name.
+fn dangling_target(path: &Path) -> std::io::Result<PathBuf> {
+    let mut at = path.to_path_buf();
+    // As many links as the kernel follows (ELOOP past that).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let to = std::fs::read_link(&at)?;
+                at = at.parent().map_or(to.clone(), |dir| dir.join(&to));
+            }
+            // Created meanwhile, by a sibling.
+            Ok(_) => return std::fs::canonicalize(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let (Some(dir), Some(name)) = (at.parent(), at.file_name()) else {
+                    return Err(std::io::Error::other(format!("{} names no file", at.display())));
+                };
+                return Ok(std::fs::canonicalize(dir)?.join(name));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("too many levels of symbolic links"))
 }
 
 /// SQLite's file header; a non-empty file without it is not a database.
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-/// Opens the database file, creating it 0600 when missing: SQLite would
-/// create it with the umask's mode, and its -wal and -shm files inherit the
-/// mode from it. An existing non-empty file without SQLite's header is error
-/// 103 before SQLite ever opens it for writing.
-fn open_database_file(path: &Path) -> Result<File> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| unusable(path, e))?;
+/// Opens the database file; `None` when there is none yet (no file, or an
+/// empty one), which [`create`] builds. An existing non-empty file without
+/// SQLite's header is error 103 before SQLite ever opens it for writing.
+fn open_database_file(path: &Path) -> Result<Option<File>> {
+    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(unusable(path, e)),
+    };
     let mut header = [0u8; 16];
     match file.read(&mut header) {
-        Ok(0) => Ok(file),
-        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(file),
+        Ok(0) => Ok(None),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(Some(file)),
         Ok(_) => Err(unusable(
             path,
             "it is not a database (a file without the SQLite header); nothing was changed: point \

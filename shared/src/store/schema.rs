@@ -191,7 +191,9 @@ fn to_v5(tx: &Transaction) -> rusqlite::Result<()> {
 pub(super) enum Found {
     /// One of ours, at this schema version.
     Ours(i64),
-    /// An empty database (a new file, or one with no tables): ours to create.
+    /// A database without tables, such as one an older build was killed
+    /// while creating in place: ours to create, in place. (A new one is
+    /// built aside: see `create`.)
     Empty,
 }
 
@@ -283,9 +285,23 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path, patience: Duration) ->
         switch_to_wal(conn, path, patience)?;
     }
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(path)?;
-    for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-        migration(&tx).map_err(|e| unusable(path, format!("migration from version {from}: {e}")))?;
-    }
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)?;
+    migrate_from(&tx, found, path)?;
     tx.commit().in_db(path)
+}
+
+/// The schema at [`SCHEMA_VERSION`] in a new, empty database that no other
+/// connection uses: WAL mode, then the mark and the schema in one transaction.
+pub(super) fn create(conn: &mut Connection, path: &Path) -> Result<()> {
+    switch_to_wal(conn, path, Duration::ZERO)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(path)?;
+    tx.pragma_update(None, "application_id", APPLICATION_ID).in_db(path)?;
+    migrate_from(&tx, 0, path)?;
+    tx.commit().in_db(path)
+}
+
+fn migrate_from(tx: &Transaction, found: i64, path: &Path) -> Result<()> {
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        migration(tx).map_err(|e| unusable(path, format!("migration from version {from}: {e}")))?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)
 }

@@ -145,7 +145,9 @@ mod tests {
         let path = dir.path().join("ipam.db");
         let wait = LockWait::from(DEFAULT_LOCK_TIMEOUT);
         let mut store = AllocationStore::open_with(&path, wait, Durability::AtSync).unwrap();
-        assert!(store.unsynced, "a new database is unsynced");
+        assert!(!store.unsynced, "a new database is synced as it is created");
+        store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+        assert!(store.unsynced);
         store.sync().unwrap();
         assert!(!store.unsynced);
         let failed: Result<()> = share_within_call(|| {

@@ -206,11 +206,37 @@ fn the_wal_stays_bounded_when_every_write_is_a_new_process() {
         let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
         let address = std::net::IpAddr::from([10, 0, (i / 250) as u8, (i % 250) as u8 + 1]);
         store.write(|tx| tx.insert_lease(address, "p", &owner("n", &format!("c{i}"), "eth0"))).unwrap();
+        // What the next process reads: the frames this one found, and its own.
+        let frames = WAL_FRAMES.get();
+        assert!(frames <= WAL_CHECKPOINT_FRAMES + 8, "after {i} writes the WAL holds {frames} frames");
         let wal = fs::metadata(dir.path().join("ipam.db-wal")).unwrap().len();
-        assert!(wal <= 2 * WAL_CHECKPOINT_BYTES, "after {i} writes the WAL is {wal} bytes");
+        assert!(wal <= WAL_SIZE_LIMIT as u64, "after {i} writes the WAL is {wal} bytes");
     }
     let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
     assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.255.255"))).unwrap(), 120);
+}
+
+#[test]
+fn a_write_that_restarts_the_wal_leaves_every_commit_synced_in_the_database_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    let mut store = AllocationStore::open_with(&path, DEFAULT_LOCK_TIMEOUT.into(), Durability::AtSync).unwrap();
+    let mut written = 0;
+    while store.unsynced || written == 0 {
+        assert!(written < 200, "{written} writes and the WAL was never restarted");
+        let address = std::net::IpAddr::from([10, 0, 0, written as u8 + 1]);
+        store.write(|tx| tx.insert_lease(address, "p", &owner("n", &format!("c{written}"), "eth0"))).unwrap();
+        written += 1;
+    }
+    assert_eq!(WAL_FRAMES.get(), 1, "the WAL starts again with the restart's commit");
+    let wal = fs::metadata(sibling(&path, "-wal")).unwrap().len();
+    assert!(wal > WAL_CHECKPOINT_FRAMES as u64 * 4096, "the WAL kept its size ({wal} bytes), to be written over");
+    // Without the WAL: what the checkpoint synced into the file.
+    let alone = dir.path().join("alone.db");
+    fs::copy(&path, &alone).unwrap();
+    let shell = rusqlite::Connection::open(&alone).unwrap();
+    let leases: i64 = shell.query_row("SELECT count(*) FROM leases", [], |r| r.get(0)).unwrap();
+    assert_eq!(leases, written);
 }
 
 /// A database with a `leases` table of its own, as another program keeps it.
@@ -288,6 +314,93 @@ fn a_symlinked_database_path_uses_the_targets_lock() {
     holder.lock_exclusive().unwrap();
     let e = via_link.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap_err();
     assert_eq!(e.code, 11, "the link's writer did not wait for the target's lock: {e}");
+}
+
+#[test]
+fn a_database_is_created_at_the_end_of_a_symlink_chain_and_the_links_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("real")).unwrap();
+    // ipam.db -> chain.db -> real/ipam.db, which does not exist yet.
+    let link = dir.path().join("ipam.db");
+    std::os::unix::fs::symlink("chain.db", &link).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("real/ipam.db"), dir.path().join("chain.db")).unwrap();
+    let mut via_link = AllocationStore::open(&link, DEFAULT_LOCK_TIMEOUT).unwrap();
+    via_link.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    for name in ["ipam.db", "chain.db"] {
+        assert!(fs::symlink_metadata(dir.path().join(name)).unwrap().file_type().is_symlink(), "{name} was replaced");
+    }
+    let target = dir.path().join("real/ipam.db");
+    assert_eq!(mode(&target), 0o600);
+    let mut at_target = AllocationStore::open(&target, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(at_target.read(|tx| tx.holder(ip("10.0.0.1"))).unwrap().is_some());
+
+    // A link to an empty file: the file is no database yet, and is replaced.
+    let empty = dir.path().join("real/empty.db");
+    fs::write(&empty, b"").unwrap();
+    let link = dir.path().join("empty-link.db");
+    std::os::unix::fs::symlink(&empty, &link).unwrap();
+    let mut via_link = AllocationStore::open(&link, DEFAULT_LOCK_TIMEOUT).unwrap();
+    via_link.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &owner("n", "c", "eth0"))).unwrap();
+    assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert!(dir.path().join("real/empty.db.lock").exists(), "the lock is the target's");
+    let mut at_target = AllocationStore::open(&empty, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(at_target.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap().is_some());
+}
+
+#[test]
+fn what_a_process_killed_while_creating_left_aside_is_removed_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let leftovers = ["ipam.db.new-4000000", "ipam.db.new-4000000-wal", "ipam.db.new-12-shm", "ipam.db.new-12-journal"];
+    let others = ["ipam.db.newer", "ipam.db.new-x", "ipam.db.new-12.bak", "other.db.new-12"];
+    for name in leftovers.iter().chain(&others) {
+        fs::write(dir.path().join(name), b"half-made").unwrap();
+    }
+    let mut store = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    for name in leftovers {
+        assert!(!dir.path().join(name).exists(), "{name} is still there");
+    }
+    for name in others {
+        assert_eq!(fs::read(dir.path().join(name)).unwrap(), b"half-made", "{name} was touched");
+    }
+}
+
+#[test]
+fn a_wal_or_a_rollback_journal_left_beside_no_database_is_not_played_into_the_new_one() {
+    // A database deleted by hand, its WAL left behind with commits in it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ipam.db");
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    for i in 1..=3u8 {
+        store
+            .write(|tx| tx.insert_lease(ip(&format!("10.0.0.{i}")), "p", &owner("n", &format!("c{i}"), "eth0")))
+            .unwrap();
+    }
+    drop(store);
+    assert!(fs::metadata(sibling(&path, "-wal")).unwrap().len() > 0);
+    fs::remove_file(&path).unwrap();
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.0.255"))).unwrap(), 0);
+    drop(store);
+
+    // An empty file beside the rollback journal of a transaction that never
+    // ended (an older build, killed creating the database in place).
+    let donor = dir.path().join("donor.db");
+    let conn = rusqlite::Connection::open(&donor).unwrap();
+    conn.execute_batch("PRAGMA synchronous=OFF; CREATE TABLE t(x); INSERT INTO t VALUES (zeroblob(20000));").unwrap();
+    conn.execute_batch("BEGIN; UPDATE t SET x = zeroblob(30000);").unwrap();
+    let path = dir.path().join("fresh.db");
+    fs::copy(sibling(&donor, "-journal"), sibling(&path, "-journal")).unwrap();
+    drop(conn);
+    fs::write(&path, b"").unwrap();
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    drop(store);
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert_eq!(store.read(|tx| tx.count_leases(ip("10.0.0.0"), ip("10.0.0.255"))).unwrap(), 1);
+    let shell = rusqlite::Connection::open(&path).unwrap();
+    let integrity: String = shell.pragma_query_value(None, "integrity_check", |r| r.get(0)).unwrap();
+    assert_eq!(integrity, "ok");
 }
 
 #[test]

@@ -1,0 +1,154 @@
+//! A new database is built aside, complete, and renamed into place, so that
+//! a crash at any moment leaves either no database at the path or a complete
+//! one, and the first ADD on a fresh node syncs three times: the new file,
+//! its directory, and the ADD's commit. (Created in place, it took nine: two
+//! rollback-journal transactions, each syncing journal, directory and file,
+//! to mark the file and switch it to WAL; then SQLite syncs a new WAL's
+//! header, and the directory with it.)
+//!
+//! Only the lock holder builds, so every aside file found is a leftover of a
+//! process killed while building, and is removed.
+//!
+//! No process of ours opens a missing or empty database file with SQLite: it
+//! builds the database instead. SQLite deletes the -wal beside an empty
+//! database file, and a connection to a file that the rename then replaces
+//! would go on using the -wal and -shm by name, the new database's.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, OpenFlags};
+
+use super::{schema, sibling, unusable, InDatabase, SCHEMA_VERSION};
+use crate::error::Result;
+
+/// Debug builds only: `IPAM_TEST_KILL_AT=<step>` kills the process with
+/// SIGKILL at that step of building a database (the steps are the names
+/// passed to `kill_point`), so that tests can kill a real process at each.
+#[cfg(debug_assertions)]
+const KILL_AT_VAR: &str = "IPAM_TEST_KILL_AT";
+
+/// Builds the database at `path` (not a symlink) unless a sibling did it
+/// first. Call holding the lock.
+pub(super) fn create(path: &Path) -> Result<()> {
+    if !is_missing_or_empty(path)? {
+        return Ok(());
+    }
+    let (dir, name) = match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => (dir, name),
+        _ => return Err(unusable(path, "the path does not name a file in a directory")),
+    };
+    let failed = |what: &str, e: io::Error| unusable(path, format!("cannot create it: {what}: {e}"));
+    // Best effort: a leftover costs only its space.
+    if let Err(e) = remove_leftovers(dir, name) {
+        tracing::warn!("removing what a process killed while creating {} left: {e}", path.display());
+    }
+    let aside = sibling(path, &format!(".new-{}", std::process::id()));
+    build(&aside, path)?;
+    kill_point("aside-closed");
+    // The WAL first, so that the database never appears beside a WAL that
+    // is not its own (one left by a database deleted by hand would be
+    // replayed into it) nor without one: a process that opened it then
+    // would create a WAL that the rename below takes from under it.
+    fs::rename(sibling(&aside, "-wal"), sibling(path, "-wal")).map_err(|e| failed("moving its WAL into place", e))?;
+    kill_point("wal-moved");
+    // Beside an empty file SQLite deletes a rollback journal; beside the
+    // new database it would play it back.
+    remove_if_present(&sibling(path, "-journal")).map_err(|e| failed("removing a stale rollback journal", e))?;
+    fs::rename(&aside, path).map_err(|e| failed("moving it into place", e))?;
+    kill_point("database-moved");
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| failed("syncing its directory", e))?;
+    kill_point("directory-synced");
+    Ok(())
+}
+
+/// Whether there is no database at `path` yet: nothing, or an empty file
+/// (which no process of ours opens: each one builds the database instead).
+fn is_missing_or_empty(path: &Path) -> Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) => Ok(meta.is_file() && meta.len() == 0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(unusable(path, e)),
+    }
+}
+
+/// The complete database at `aside`, 0600, synced: WAL mode, the mark and
+/// the schema at [`SCHEMA_VERSION`], all in the file itself; its WAL holds
+/// one more commit that changes nothing, so that the first commit of a
+/// plugin appends to a WAL that has a header. SQLite syncs a WAL's new
+/// header, and the directory with it, even at synchronous=NORMAL; appended
+/// to, the WAL is synced once, by the call that commits. Until then the
+/// frame may be lost to a crash, which loses nothing.
+fn build(aside: &Path, path: &Path) -> Result<()> {
+    let failed = |what: &str, e: io::Error| unusable(path, format!("cannot create it: {what}: {e}"));
+    // Created by SQLite, it would have the umask's mode, and its WAL takes
+    // its mode from it.
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(aside)
+        .map_err(|e| failed(&format!("creating {}", aside.display()), e))?;
+    kill_point("aside-created");
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(aside, flags).in_db(path)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(path)?;
+    // No other connection ever opens it: no -shm file. Unsynced until the
+    // file is complete, then synced once.
+    conn.pragma_update(None, "locking_mode", "EXCLUSIVE").in_db(path)?;
+    conn.pragma_update(None, "synchronous", "OFF").in_db(path)?;
+    schema::create(&mut conn, path)?;
+    kill_point("schema-built");
+    let (busy, _, _): (i64, i64, i64) = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .in_db(path)?;
+    if busy != 0 {
+        return Err(unusable(path, "cannot create it: the checkpoint of the new database did not complete"));
+    }
+    file.sync_all().map_err(|e| failed(&format!("syncing {}", aside.display()), e))?;
+    kill_point("aside-synced");
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)?;
+    conn.close().map_err(|(_, e)| e).in_db(path)
+}
+
+/// Removes `<name>.new-<pid>` and its -wal, -shm and -journal in `dir`.
+fn remove_leftovers(dir: &Path, name: &OsStr) -> io::Result<()> {
+    let mut prefix = name.as_bytes().to_vec();
+    prefix.extend_from_slice(b".new-");
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let Some(rest) = file_name.as_bytes().strip_prefix(prefix.as_slice()) else { continue };
+        let pid_len = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if pid_len > 0 && matches!(&rest[pid_len..], b"" | b"-wal" | b"-shm" | b"-journal") {
+            let leftover: PathBuf = entry.path();
+            remove_if_present(&leftover)?;
+            tracing::info!("removed {}, left by a process killed while creating the database", leftover.display());
+        }
+    }
+    Ok(())
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(debug_assertions)]
+fn kill_point(step: &str) {
+    if std::env::var_os(KILL_AT_VAR).is_some_and(|at| at == step) {
+        // SAFETY: a plain syscall, on this process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn kill_point(_step: &str) {}
