@@ -30,9 +30,9 @@ const KILL_AT: &str = "IPAM_TEST_KILL_AT";
 /// Every step of the creation at which a debug build can be killed, in order.
 const STEPS: [&str; 7] = [
     "aside-created",
-    "schema-built",
+    "aside-written",
     "aside-synced",
-    "aside-closed",
+    "wal-written",
     "wal-moved",
     "database-moved",
     "directory-synced",

@@ -1,6 +1,7 @@
-//! A new database is built aside, complete, and renamed into place, so that
-//! a crash at any moment leaves either no database at the path or a complete
-//! one, and the first ADD on a fresh node syncs three times: the new file,
+//! A new database is written aside, complete (the bytes that build.rs made,
+//! see [`schema::NEW_DATABASE`]), and renamed into place, so that a crash at
+//! any moment leaves either no database at the path or a complete one, and
+//! the first ADD on a fresh node syncs three times: the new file,
 //! its directory, and the ADD's commit. (Created in place, it took nine: two
 //! rollback-journal transactions, each syncing journal, directory and file,
 //! to mark the file and switch it to WAL; then SQLite syncs a new WAL's
@@ -16,15 +17,12 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags};
-
-use super::{schema, sibling, unusable, InDatabase, SCHEMA_VERSION};
+use super::{schema, sibling, unusable};
 use crate::error::Result;
 
 /// Debug builds only: `IPAM_TEST_KILL_AT=<step>` kills the process with
@@ -50,7 +48,6 @@ pub(super) fn create(path: &Path) -> Result<()> {
     }
     let aside = sibling(path, &format!(".new-{}", std::process::id()));
     build(&aside, path)?;
-    kill_point("aside-closed");
     // The WAL first, so that the database never appears beside a WAL that
     // is not its own (one left by a database deleted by hand would be
     // replayed into it) nor without one: a process that opened it then
@@ -77,44 +74,34 @@ fn is_missing_or_empty(path: &Path) -> Result<bool> {
     }
 }
 
-/// The complete database at `aside`, 0600, synced: WAL mode, the mark and
-/// the schema at [`SCHEMA_VERSION`], all in the file itself; its WAL holds
-/// one more commit that changes nothing, so that the first commit of a
-/// plugin appends to a WAL that has a header. SQLite syncs a WAL's new
-/// header, and the directory with it, even at synchronous=NORMAL; appended
-/// to, the WAL is synced once, by the call that commits. Until then the
-/// frame may be lost to a crash, which loses nothing.
+/// The complete database at `aside`, 0600, synced, and its WAL beside it:
+/// the bytes of [`schema::NEW_DATABASE`] and [`schema::NEW_DATABASE_WAL`],
+/// which build.rs made with this build's SQLite (WAL mode, the mark and the
+/// schema at [`super::SCHEMA_VERSION`] in the file itself; in the WAL one
+/// more commit that changes nothing, so that the first commit of a plugin
+/// appends to a WAL that has a header: SQLite syncs a WAL's new header, and
+/// the directory with it, even at synchronous=NORMAL). The WAL is synced by
+/// the call that commits to it first; until then its frame may be lost to a
+/// crash, which loses nothing.
 fn build(aside: &Path, path: &Path) -> Result<()> {
     let failed = |what: &str, e: io::Error| unusable(path, format!("cannot create it: {what}: {e}"));
-    // Created by SQLite, it would have the umask's mode, and its WAL takes
-    // its mode from it.
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(aside)
-        .map_err(|e| failed(&format!("creating {}", aside.display()), e))?;
+    let mut file = new_file(aside).map_err(|e| failed(&format!("creating {}", aside.display()), e))?;
     kill_point("aside-created");
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut conn = Connection::open_with_flags(aside, flags).in_db(path)?;
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(path)?;
-    // No other connection ever opens it: no -shm file. Unsynced until the
-    // file is complete, then synced once.
-    conn.pragma_update(None, "locking_mode", "EXCLUSIVE").in_db(path)?;
-    conn.pragma_update(None, "synchronous", "OFF").in_db(path)?;
-    schema::create(&mut conn, path)?;
-    kill_point("schema-built");
-    let (busy, _, _): (i64, i64, i64) = conn
-        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .in_db(path)?;
-    if busy != 0 {
-        return Err(unusable(path, "cannot create it: the checkpoint of the new database did not complete"));
-    }
+    file.write_all(schema::NEW_DATABASE).map_err(|e| failed(&format!("writing {}", aside.display()), e))?;
+    kill_point("aside-written");
     file.sync_all().map_err(|e| failed(&format!("syncing {}", aside.display()), e))?;
     kill_point("aside-synced");
-    conn.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)?;
-    conn.close().map_err(|(_, e)| e).in_db(path)
+    let wal = sibling(aside, "-wal");
+    new_file(&wal)
+        .and_then(|mut f| f.write_all(schema::NEW_DATABASE_WAL))
+        .map_err(|e| failed(&format!("writing {}", wal.display()), e))?;
+    kill_point("wal-written");
+    Ok(())
+}
+
+/// A new file, 0600: the database's -wal and -shm take their mode from it.
+fn new_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
 }
 
 /// Removes `<name>.new-<pid>` and its -wal, -shm and -journal in `dir`.

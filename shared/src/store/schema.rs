@@ -187,41 +187,15 @@ fn to_v5(tx: &Transaction) -> rusqlite::Result<()> {
     tx.execute_batch(V5)
 }
 
-/// The schema at [`SCHEMA_VERSION`] as one script, with which a new
-/// database is created: the tables, columns, keys and indexes the migrations
-/// from version 0 make (the test `a_new_database_has_the_migrated_schema`
-/// compares them), without the ALTER TABLEs, each of which makes SQLite read
-/// the whole schema again: through the migrations, creating a database took
-/// 3.3M of a first ADD's 4.9M instructions. Without comments inside the
-/// statements, because SQLite keeps a statement's text and parses it at every
-/// open; what the columns are is said at V1 to V5.
-const CURRENT: &str = "
-CREATE TABLE pools (network TEXT NOT NULL, name TEXT NOT NULL, family TEXT NOT NULL, subnets TEXT NOT NULL,
-    definition TEXT NOT NULL, cursor TEXT, PRIMARY KEY (network, name)) WITHOUT ROWID;
-CREATE TABLE leases (key BLOB PRIMARY KEY NOT NULL, address TEXT NOT NULL, pool TEXT NOT NULL, network TEXT NOT NULL,
-    container_id TEXT NOT NULL, ifname TEXT NOT NULL, since INTEGER NOT NULL, added_by TEXT, identity TEXT,
-    held_until INTEGER) WITHOUT ROWID;
-CREATE INDEX leases_by_owner ON leases (network, container_id, ifname);
-CREATE INDEX leases_by_pool ON leases (network, pool);
-CREATE INDEX leases_by_identity ON leases (network, identity, ifname) WHERE identity IS NOT NULL;
-CREATE INDEX leases_held ON leases (held_until) WHERE held_until IS NOT NULL;
-CREATE TABLE leased_runs (first BLOB PRIMARY KEY NOT NULL, last BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE pool_subnets (first BLOB NOT NULL, network TEXT NOT NULL, name TEXT NOT NULL, last BLOB NOT NULL,
-    PRIMARY KEY (first, network, name)) WITHOUT ROWID;
-CREATE INDEX pool_subnets_by_pool ON pool_subnets (network, name);
-CREATE TABLE cluster_blocks (network TEXT NOT NULL, pool TEXT NOT NULL, block TEXT NOT NULL, state TEXT NOT NULL,
-    revision INTEGER NOT NULL, confirmed INTEGER NOT NULL, taken TEXT NOT NULL, since INTEGER NOT NULL,
-    shared INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (network, pool, block)) WITHOUT ROWID;
-CREATE TABLE cluster_records (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL, network TEXT NOT NULL,
-    pool TEXT NOT NULL, address TEXT NOT NULL, kind TEXT NOT NULL, container_id TEXT NOT NULL, ifname TEXT NOT NULL,
-    added_by TEXT, state TEXT NOT NULL) WITHOUT ROWID;
-CREATE INDEX cluster_records_by_owner ON cluster_records (network, container_id, ifname);
-CREATE TABLE cluster_notes (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE lease_sharers (network TEXT NOT NULL, container_id TEXT NOT NULL, ifname TEXT NOT NULL,
-    key BLOB NOT NULL, since INTEGER NOT NULL, added_by TEXT, PRIMARY KEY (network, container_id, ifname, key))
-    WITHOUT ROWID;
-CREATE INDEX lease_sharers_by_key ON lease_sharers (key);
-";
+/// A new database, as `build.rs` makes it from `current.sql` (the schema
+/// at [`SCHEMA_VERSION`] and the marks) with this build's SQLite: the file,
+/// and its WAL holding one commit that changes nothing. A new database is
+/// these bytes written (see [`super::create`]), not statements run: through
+/// the five migrations, creating it took 3.3M of a first ADD's 4.9M
+/// instructions, and from `current.sql` 2.1M of 3.5M. The test
+/// `a_new_database_has_the_migrated_schema` compares it with a migrated one.
+pub(super) const NEW_DATABASE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/new-database.sqlite"));
+pub(super) const NEW_DATABASE_WAL: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/new-database.sqlite-wal"));
 
 /// What the file at the database path is, judged before anything is written.
 pub(super) enum Found {
@@ -325,17 +299,6 @@ pub(super) fn migrate(conn: &mut Connection, path: &Path, patience: Duration) ->
     tx.commit().in_db(path)
 }
 
-/// The schema at [`SCHEMA_VERSION`] in a new, empty database that no other
-/// connection uses: WAL mode, then the mark and the schema in one transaction.
-pub(super) fn create(conn: &mut Connection, path: &Path) -> Result<()> {
-    switch_to_wal(conn, path, Duration::ZERO)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(path)?;
-    tx.pragma_update(None, "application_id", APPLICATION_ID).in_db(path)?;
-    tx.execute_batch(CURRENT).map_err(|e| unusable(path, format!("creating the schema: {e}")))?;
-    tx.pragma_update(None, "user_version", SCHEMA_VERSION).in_db(path)?;
-    tx.commit().in_db(path)
-}
-
 fn migrate_from(tx: &Transaction, found: i64, path: &Path) -> Result<()> {
     for (from, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         migration(tx).map_err(|e| unusable(path, format!("migration from version {from}: {e}")))?;
@@ -377,14 +340,16 @@ mod tests {
         shape
     }
 
-    /// A new database is made with [`CURRENT`], an older one migrated: both
-    /// must end with one schema, or a query would meet a difference.
+    /// A new database is [`NEW_DATABASE`] and its WAL written, an older one
+    /// migrated: both must end with one schema and the same marks, or a
+    /// query would meet a difference.
     #[test]
     fn a_new_database_has_the_migrated_schema() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x");
-        let mut created = Connection::open(dir.path().join("created")).unwrap();
-        create(&mut created, &path).unwrap();
+        let path = dir.path().join("created");
+        std::fs::write(&path, NEW_DATABASE).unwrap();
+        std::fs::write(dir.path().join("created-wal"), NEW_DATABASE_WAL).unwrap();
+        let created = Connection::open(&path).unwrap();
         let mut migrated = Connection::open(dir.path().join("migrated")).unwrap();
         migrate(&mut migrated, &path, Duration::ZERO).unwrap();
         let (new, old) = (shape(&created), shape(&migrated));
@@ -392,6 +357,13 @@ mod tests {
         assert_eq!(new, old);
         for conn in [&created, &migrated] {
             assert!(matches!(identify(conn, &path).unwrap(), Found::Ours(SCHEMA_VERSION)));
+            let mode: String = conn.pragma_query_value(None, "journal_mode", |row| row.get(0)).unwrap();
+            assert_eq!(mode, "wal");
         }
+        let integrity: String = created.pragma_query_value(None, "integrity_check", |row| row.get(0)).unwrap();
+        assert_eq!(integrity, "ok");
+        // Its WAL holds one commit: a plugin's first commit appends to it.
+        let frames: i64 = created.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| row.get(1)).unwrap();
+        assert_eq!(frames, 1);
     }
 }
