@@ -30,10 +30,17 @@ use fs2::FileExt;
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
-/// The suite's checkpoint policy (`WAL_CHECKPOINT_BYTES` in
-/// shared/src/store/mod.rs): a TRUNCATE checkpoint once the WAL holds more
-/// than 64 frames of 4 KiB pages.
-const WAL_CHECKPOINT_BYTES: u64 = 64 * (4096 + 24);
+/// The suite's checkpoint policy (`WAL_CHECKPOINT_FRAMES` and
+/// `WAL_SIZE_LIMIT` in shared/src/store/mod.rs): once the WAL holds more
+/// than 64 frames, a RESTART checkpoint and a commit that changes nothing,
+/// which starts the WAL again at its beginning; the file keeps its size.
+const WAL_CHECKPOINT_FRAMES: i32 = 64;
+const WAL_SIZE_LIMIT: i64 = 2 * WAL_CHECKPOINT_FRAMES as i64 * (4096 + 24);
+
+thread_local! {
+    /// Frames in the WAL after the last commit, as SQLite's WAL hook says.
+    static WAL_FRAMES: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
 
 /// Addresses are keyed as the suite keys them: 16 bytes, big-endian, IPv4
 /// mapped, so that BLOB order is address order.
@@ -189,6 +196,11 @@ impl Database {
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(db)?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(db)?;
+        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT).map_err(db)?;
+        conn.wal_hook(Some(|_: &rusqlite::hooks::Wal, frames: std::ffi::c_int| {
+            WAL_FRAMES.set(frames);
+            Ok(())
+        }));
         let lock_path = sibling(path, ".lock");
         let lock = OpenOptions::new()
             .read(true)
@@ -241,9 +253,11 @@ impl Database {
         .map_err(db)?;
         tx.execute("REPLACE INTO cursors (subnet, last) VALUES (?1, ?2)", params![subnet, key(address)]).map_err(db)?;
         tx.commit().map_err(db)?;
-        truncate_large_wal(&self.conn, &self.path);
+        let restarted = restart_large_wal(&self.conn);
         drop(held);
-        self.sync()?;
+        if !restarted {
+            self.sync()?;
+        }
         Ok(address)
     }
 
@@ -255,9 +269,9 @@ impl Database {
             .execute("DELETE FROM leases WHERE container_id = ?1 AND ifname = ?2", params![container, ifname])
             .map_err(db)?;
         tx.commit().map_err(db)?;
-        truncate_large_wal(&self.conn, &self.path);
+        let restarted = restart_large_wal(&self.conn);
         drop(held);
-        if deleted > 0 {
+        if deleted > 0 && !restarted {
             self.sync()?;
         }
         Ok(())
@@ -289,13 +303,21 @@ fn next_free(tx: &Transaction, range: &Range, after: Option<u32>) -> Result<u32,
     Err(Failure::new(100, "no free address in the subnet"))
 }
 
-/// The suite's checkpoint policy: past WAL_CHECKPOINT_BYTES, a TRUNCATE
-/// checkpoint, best effort (the transaction has committed).
-fn truncate_large_wal(conn: &Connection, path: &Path) {
-    let len = std::fs::metadata(sibling(path, "-wal")).map_or(0, |m| m.len());
-    if len > WAL_CHECKPOINT_BYTES {
-        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+/// The suite's checkpoint policy: past WAL_CHECKPOINT_FRAMES, a RESTART
+/// checkpoint (which syncs every commit into the database file: the call's
+/// own sync is then not needed) and a commit that changes nothing, which
+/// starts the WAL again at its beginning. Best effort: the transaction has
+/// committed. Says whether the checkpoint completed.
+fn restart_large_wal(conn: &Connection) -> bool {
+    if WAL_FRAMES.replace(0) <= WAL_CHECKPOINT_FRAMES {
+        return false;
     }
+    let busy: rusqlite::Result<i64> = conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| row.get(0));
+    if busy.ok() != Some(0) {
+        return false;
+    }
+    let _ = conn.pragma_update(None, "user_version", 0);
+    true
 }
 
 /// `<path><suffix>`, as SQLite names its -wal file.
