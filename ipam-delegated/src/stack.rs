@@ -263,7 +263,7 @@ impl<'a> Stack<'a> {
             None if matches!(role, Role::Add(_) | Role::Rollback(_)) => Input::Text(&self.fresh),
             None => Input::Text(self.req.config.bytes()),
         };
-        d.runner.run(&Call { command, input, deadline, vars: &stack_call::vars(&told) })
+        d.runner.run(Call { command, input, deadline, vars: &stack_call::vars(&told) })
     }
 }
 

@@ -99,13 +99,6 @@ pub enum Stdin {
     Value(serde_json::Value),
 }
 
-/// Where the versions the frame answers with come from when the
-/// configuration does not parse: the bytes, or what was read off the value.
-enum Versions {
-    In(Result<Vec<u8>>),
-    Read { asked: Option<String>, for_errors: String },
-}
-
 /// The answer (stdout's content) and whether it is a success: all of a
 /// plugin run but the process around it, so that ipam-delegated can run
 /// its delegates in its own process, and tests the frame without one.
@@ -113,14 +106,17 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Stdin) -> (Option<ser
     let (about, plugin) = (&builtin.about, builtin.plugin);
     let _running = Running::start(about.name);
     // Parsed once, before anything else: the configuration also says where to
-    // log, and logging must be up to report even the earliest error. What
-    // stays of stdin: the bytes, or the value when it is not a configuration.
-    let (config, versions) = match stdin {
-        Stdin::Bytes(bytes) => (bytes.as_deref().map_err(Clone::clone).and_then(NetConf::parse), Versions::In(bytes)),
+    // log, and logging must be up to report even the earliest error. The
+    // bytes stay for the versions of VERSION and of an error object when the
+    // configuration does not parse.
+    let (config, stdin) = match stdin {
+        Stdin::Bytes(bytes) => (bytes.as_deref().map_err(Clone::clone).and_then(NetConf::parse), bytes),
+        Stdin::Value(value) if NetConf::version_of(&value).is_ok() => (NetConf::from_value(value), Ok(Vec::new())),
+        // Not a configuration (ipam-delegated hands over none such): read
+        // as its text would be.
         Stdin::Value(value) => {
-            let asked = value.get("cniVersion").and_then(|v| v.as_str()).map(str::to_string);
-            let for_errors = NetConf::error_version_of(Some(&value));
-            (NetConf::from_value(value), Versions::Read { asked, for_errors })
+            let text = value.to_string().into_bytes();
+            (NetConf::parse(&text), Ok(text))
         }
     };
     let parsed_version = config.as_ref().ok().map(|c| c.version);
@@ -158,15 +154,12 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Stdin) -> (Option<ser
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let env = env?;
         if env.command == Command::Version {
-            let asked = match &versions {
-                Versions::In(bytes) => bytes
-                    .as_deref()
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
-                    .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string)),
-                Versions::Read { asked, .. } => asked.clone(),
+            let parsed = match &config {
+                Ok(config) => Some(config.raw.clone()),
+                Err(_) => stdin.as_deref().ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()),
             };
-            return Ok(Some(version::version_answer(asked.as_deref())));
+            let requested = parsed.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
+            return Ok(Some(version::version_answer(requested)));
         }
         settings?;
         dispatch(plugin, env, config?)
@@ -178,11 +171,10 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Stdin) -> (Option<ser
             tracing::error!("{e}");
             // The configuration's own version; read again from the bytes only
             // when it did not parse (perhaps because the version is unknown).
-            let version = match (parsed_version, &versions) {
+            let version = match (parsed_version, stdin.as_deref()) {
                 (Some(v), _) => v.as_str().to_string(),
-                (None, Versions::In(Ok(bytes))) => NetConf::error_version(bytes),
-                (None, Versions::In(Err(_))) => SpecVersion::LATEST.to_string(),
-                (None, Versions::Read { for_errors, .. }) => for_errors.clone(),
+                (None, Ok(bytes)) => NetConf::error_version(bytes),
+                (None, Err(_)) => SpecVersion::LATEST.to_string(),
             };
             (Some(e.to_json(&version)), false)
         }

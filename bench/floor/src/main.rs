@@ -196,7 +196,6 @@ impl Database {
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(db)?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(db)?;
-        conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT).map_err(db)?;
         conn.wal_hook(Some(|_: &rusqlite::hooks::Wal, frames: std::ffi::c_int| {
             WAL_FRAMES.set(frames);
             Ok(())
@@ -316,7 +315,9 @@ fn restart_large_wal(conn: &Connection) -> bool {
     if busy.ok() != Some(0) {
         return false;
     }
-    let _ = conn.pragma_update(None, "user_version", 0);
+    let _ = conn
+        .pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+        .and_then(|()| conn.pragma_update(None, "user_version", 0));
     true
 }
 

@@ -23,12 +23,12 @@ impl Runner for InProcess {
     /// deadline and the lock budget in the variables, its lock waits end at
     /// them, and it answers 105 or 11 itself, as its process would before
     /// being killed.
-    fn run(&self, call: &Call) -> Result<Option<Value>> {
+    fn run(&self, call: Call) -> Result<Option<Value>> {
         let env = Env::in_process(call.command, call.vars);
-        let stdin = match &call.input {
+        let stdin = match call.input {
             // The value its process would parse the text to, within the
             // bound its process reads under.
-            Input::Value(value) if printed_len(value) <= STDIN_LIMIT => Stdin::Value(value.clone()),
+            Input::Value(value) if printed_len(&value) <= STDIN_LIMIT => Stdin::Value(value),
             input => Stdin::Bytes(read_bounded(input.text().as_ref(), "stdin")),
         };
         let (answer, success) = plugin::respond(self.0, env, stdin);
@@ -76,7 +76,7 @@ mod tests {
 
     fn run(command: Command, input: Input) -> Result<Option<Value>> {
         let vars = [("CNI_CONTAINERID", "c".to_string()), ("CNI_IFNAME", "eth0".into()), ("CNI_NETNS", "/x".into())];
-        InProcess(&MIRROR).run(&Call { command, input, deadline: Instant::now(), vars: &vars })
+        InProcess(&MIRROR).run(Call { command, input, deadline: Instant::now(), vars: &vars })
     }
 
     /// A stack hands the delegates it runs in its process their input as a

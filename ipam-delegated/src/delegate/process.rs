@@ -43,7 +43,7 @@ impl Exec {
 }
 
 impl Runner for Exec {
-    fn run(&self, call: &Call) -> Result<Option<Value>> {
+    fn run(&self, call: Call) -> Result<Option<Value>> {
         tracing::trace!("{} runs as a process: {}", self.name, self.path.display());
         let timeout = call.deadline.saturating_duration_since(Instant::now()) + GRACE;
         run(&self.group, &self.path, call.command, &call.input.text(), timeout, call.vars)

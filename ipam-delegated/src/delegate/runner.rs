@@ -42,5 +42,5 @@ pub struct Call<'a> {
 /// `Ok(Some(json))`: it succeeded with output; a failure is its own error
 /// object, or the orchestrator's about how it ended (read the same way for both).
 pub trait Runner {
-    fn run(&self, call: &Call) -> Result<Option<Value>>;
+    fn run(&self, call: Call) -> Result<Option<Value>>;
 }

@@ -126,15 +126,21 @@ impl NetConf {
     /// [`NetConf::parse`] reads it: how ipam-delegated hands a delegate that
     /// runs in its own process its input, without printing and parsing it.
     pub fn from_value(raw: Value) -> Result<NetConf> {
+        let version = NetConf::version_of(&raw)?;
+        Ok(NetConf { raw, version, bytes: OnceCell::new(), ipam: OnceCell::new() })
+    }
+
+    /// The spec version of a configuration: error 6 for what is not an
+    /// object, 1 for an unknown or malformed `cniVersion`.
+    pub fn version_of(raw: &Value) -> Result<SpecVersion> {
         if !raw.is_object() {
             return Err(CniError::decode("stdin", "the network configuration must be a JSON object"));
         }
-        let version = match raw.get("cniVersion") {
-            None => SpecVersion::IMPLICIT,
-            Some(Value::String(s)) => SpecVersion::parse(s)?,
-            Some(other) => SpecVersion::parse(&other.to_string())?,
-        };
-        Ok(NetConf { raw, version, bytes: OnceCell::new(), ipam: OnceCell::new() })
+        match raw.get("cniVersion") {
+            None => Ok(SpecVersion::IMPLICIT),
+            Some(Value::String(s)) => SpecVersion::parse(s),
+            Some(other) => SpecVersion::parse(&other.to_string()),
+        }
     }
 
     /// The configuration's JSON text: the bytes as received.
@@ -145,12 +151,8 @@ impl NetConf {
     /// The `cniVersion` to put in an error object: the configuration's own,
     /// even when unsupported, as the spec asks.
     pub fn error_version(bytes: &[u8]) -> String {
-        NetConf::error_version_of(serde_json::from_slice(bytes).ok().as_ref())
-    }
-
-    /// [`NetConf::error_version`] of a configuration already parsed (`None`: not JSON).
-    pub fn error_version_of(parsed: Option<&Value>) -> String {
-        match parsed.map(|v| v.get("cniVersion")) {
+        let parsed: Option<Value> = serde_json::from_slice(bytes).ok();
+        match parsed.as_ref().map(|v| v.get("cniVersion")) {
             Some(Some(Value::String(s))) => s.clone(),
             Some(None) => SpecVersion::IMPLICIT.as_str().to_string(),
             _ => SpecVersion::LATEST.as_str().to_string(),

@@ -206,8 +206,8 @@ impl AllocationStore {
             // WAL mode FULL syncs the WAL at every commit; NORMAL leaves it
             // to the checkpoints, and to sync().
             conn.pragma_update(None, "synchronous", synchronous).in_db(path)?;
-            conn.pragma_update(None, "wal_autocheckpoint", 0).in_db(path)?;
-            conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT).in_db(path)?;
+            // Our hook replaces SQLite's own, which is its automatic
+            // checkpoint: the writers checkpoint themselves (restart_wal).
             conn.wal_hook(Some(record_wal_frames));
             schema::identify(conn, path)
         })?;
@@ -374,9 +374,13 @@ fn restart_wal(conn: &Connection, path: &Path, busy_timeout: Duration) -> bool {
             return false;
         }
     }
-    // Its frame repeats page 1 as the database file has it: losing it to a
-    // crash loses nothing.
-    if let Err(e) = conn.pragma_update(None, "user_version", SCHEMA_VERSION) {
+    // The commit restarts the WAL, and a restart cuts the file down to this
+    // size (one large transaction made it larger). Its frame repeats page 1
+    // as the database file has it: losing it to a crash loses nothing.
+    let restarted = conn
+        .pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+        .and_then(|()| conn.pragma_update(None, "user_version", SCHEMA_VERSION));
+    if let Err(e) = restarted {
         tracing::warn!("restarting the WAL of {} failed: {e}", path.display());
     }
     true
