@@ -126,7 +126,7 @@ pub fn build(workspace: &Path) -> (Suite, FloorPrograms) {
     let triple = program.ancestors().nth(2).and_then(|d| d.file_name()).map(|t| t.to_string_lossy().into_owned());
     let how = match triple.as_deref() {
         Some(t) if t.ends_with("-musl") => {
-            format!("scripts/build (static, {t}: musl, not position-independent, mimalloc)")
+            format!("scripts/build (static, {t}: musl, not position-independent, dlmalloc)")
         }
         Some(t) => format!("scripts/build (static, {t}: glibc, a static PIE; the musl target was not installed)"),
         None => "scripts/build".to_string(),

@@ -188,6 +188,7 @@ impl Drop for Held<'_> {
 impl Database {
     fn open(path: &Path) -> Result<Database, Failure> {
         let fresh = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+        shared::store::use_program_allocator();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(db)?;
         // As the suite: the WAL outlives each process (SQLite would
@@ -384,4 +385,4 @@ mod tests {
 /// The suite's program's allocator (ipam-delegated's Cargo.toml).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;

@@ -16,6 +16,7 @@ mod queue;
 mod runs;
 mod schema;
 mod sharing;
+mod sqlite_memory;
 #[cfg(test)]
 mod testing;
 
@@ -38,6 +39,7 @@ pub use lock::LockWait;
 pub use pools::{PoolOverlap, RegisteredPool};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use sharing::{open_for_delegate, share_within_call, StoreHandle};
+pub use sqlite_memory::use_program_allocator;
 
 use lock::LockFile;
 
@@ -177,6 +179,7 @@ impl AllocationStore {
             }
         };
 
+        use_program_allocator();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags).in_db(&path)?;
         // SQLite silently falls back to read-only; an ADD must not find out late.

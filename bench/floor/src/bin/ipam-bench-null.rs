@@ -8,4 +8,4 @@ fn main() {}
 /// The suite's program's allocator (ipam-delegated's Cargo.toml).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
