@@ -15,6 +15,7 @@ pub mod rows;
 pub mod settings;
 
 use shared::pool::{self, Pool};
+use shared::store::StoreHandle;
 use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
 
 use node::Node;
@@ -53,7 +54,7 @@ impl Plugin for ClusterSelector {
         for &address in &requests {
             pool::static_target(&pools, address)?;
         }
-        let mut store = suite_delegate::open_store(req)?;
+        let mut store = open_node_store(req)?;
         let node = Node::new(&settings, &attachment.network, &mut store)?;
         node.settle(&mut store);
         let views = node.add(&mut store, &pools, &attachment, sticking.as_ref(), &requests, &result);
@@ -68,7 +69,7 @@ impl Plugin for ClusterSelector {
     /// its ADD); one that cannot reach etcd is finished by a later call.
     fn del(&self, req: &Request) -> Result<Reply> {
         let attachment = req.attachment()?;
-        let mut store = suite_delegate::open_store(req)?;
+        let mut store = open_node_store(req)?;
         let records = store.read(|tx| tx.node_records_of(&attachment))?;
         let rollback_of = req.env.stack.rollback_of.as_deref();
         let records: Vec<_> = match rollback_of {
@@ -109,7 +110,7 @@ impl Plugin for ClusterSelector {
     fn check(&self, req: &Request) -> Result<Reply> {
         let settings = Settings::from_config(&req.config)?;
         let attachment = req.attachment()?;
-        let mut store = suite_delegate::open_store(req)?;
+        let mut store = open_node_store(req)?;
         let records = store.read(|tx| tx.node_records_of(&attachment))?;
         if records.is_empty() {
             return Ok(Reply::Nothing);
@@ -136,7 +137,7 @@ impl Plugin for ClusterSelector {
         let valid = req.config.valid_attachments()?;
         let settings = Settings::from_config(&req.config)?;
         let network = req.config.name()?;
-        let mut store = suite_delegate::open_store(req)?;
+        let mut store = open_node_store(req)?;
         let node = Node::new(&settings, network, &mut store)?;
         // Refused credentials or a certificate that does not verify are a
         // setting to fix, which GC would otherwise only log (its releases
@@ -181,6 +182,7 @@ impl Plugin for ClusterSelector {
         let settings = Settings::from_config(&req.config)?;
         let network = req.config.name()?;
         let mut store = suite_delegate::usable_store(req)?;
+        store.make_cluster_tables()?;
         let node = Node::new(&settings, network, &mut store)?;
         let answer = node.reachable();
         node.finish(&mut store);
@@ -229,5 +231,12 @@ fn sticky_release(req: &Request) -> Option<(std::time::Duration, Option<String>)
     }
 }
 
+/// The node database, with cluster mode's tables, which the first cluster
+/// call on the node makes (a node-local database has none).
+fn open_node_store(req: &Request) -> Result<StoreHandle> {
+    let mut store = suite_delegate::open_store(req)?;
+    store.make_cluster_tables()?;
+    Ok(store)
+}
 /// This plugin, as the multicall program runs it by name.
 pub const BUILTIN: Builtin = Builtin { about: ABOUT, plugin: &ClusterSelector };

@@ -83,6 +83,10 @@ const CLUSTER_RECORDS_HELP: &str = "Address records this node holds in etcd (its
 /// Static and borrowed records are rows of their attachments; addresses lent
 /// out are leases this node holds under the network's lent network.
 fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<ClusterSurvey, Failure> {
+    // A database that cluster mode never used has no cluster tables.
+    if !store.has_cluster_tables()? {
+        return Ok(ClusterSurvey::default());
+    }
     Ok(store.read(|tx| {
         let mut survey = ClusterSurvey::default();
         let blocks = tx.all_node_blocks()?;
@@ -278,6 +282,10 @@ mod tests {
         use shared::store::DEFAULT_LOCK_TIMEOUT;
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = AllocationStore::open(&dir.path().join("db.sqlite"), DEFAULT_LOCK_TIMEOUT).expect("store");
+        // A node-local database has no cluster tables, and so no cluster rows.
+        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        assert!(survey.blocks.is_empty() && survey.records.is_empty());
+        store.make_cluster_tables().expect("cluster tables");
         let block = |text: &str, state| NodeBlock {
             network: "blue-net".into(),
             pool: "blue".into(),

@@ -1,7 +1,8 @@
 -- The schema at version 5 (SCHEMA_VERSION in schema.rs), as a new database
 -- is made (build.rs builds one with it, which the plugins write as it is):
 -- the tables, columns, keys and indexes the migrations V1 to V5 of
--- schema.rs make, which say what the columns are (the test
+-- schema.rs make, which say what the columns are, but for cluster mode's
+-- tables (cluster.sql), which its first call on the node makes (the test
 -- a_new_database_has_the_migrated_schema compares the two). No comments
 -- inside the statements: SQLite keeps a statement's text and parses it at
 -- every open.
@@ -19,14 +20,6 @@ CREATE TABLE leased_runs (first BLOB PRIMARY KEY NOT NULL, last BLOB NOT NULL) W
 CREATE TABLE pool_subnets (first BLOB NOT NULL, network TEXT NOT NULL, name TEXT NOT NULL, last BLOB NOT NULL,
     PRIMARY KEY (first, network, name)) WITHOUT ROWID;
 CREATE INDEX pool_subnets_by_pool ON pool_subnets (network, name);
-CREATE TABLE cluster_blocks (network TEXT NOT NULL, pool TEXT NOT NULL, block TEXT NOT NULL, state TEXT NOT NULL,
-    revision INTEGER NOT NULL, confirmed INTEGER NOT NULL, taken TEXT NOT NULL, since INTEGER NOT NULL,
-    shared INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (network, pool, block)) WITHOUT ROWID;
-CREATE TABLE cluster_records (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL, network TEXT NOT NULL,
-    pool TEXT NOT NULL, address TEXT NOT NULL, kind TEXT NOT NULL, container_id TEXT NOT NULL, ifname TEXT NOT NULL,
-    added_by TEXT, state TEXT NOT NULL) WITHOUT ROWID;
-CREATE INDEX cluster_records_by_owner ON cluster_records (network, container_id, ifname);
-CREATE TABLE cluster_notes (name TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE lease_sharers (network TEXT NOT NULL, container_id TEXT NOT NULL, ifname TEXT NOT NULL,
     key BLOB NOT NULL, since INTEGER NOT NULL, added_by TEXT, PRIMARY KEY (network, container_id, ifname, key))
     WITHOUT ROWID;

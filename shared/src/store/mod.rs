@@ -319,6 +319,23 @@ impl AllocationStore {
         }
     }
 
+    /// Makes cluster mode's tables (ipam-ds-cluster's rows) where they are
+    /// missing: a new database has none (see store/cluster.sql), and cluster
+    /// mode's first call on a node makes them, under the lock, in one
+    /// transaction.
+    pub fn make_cluster_tables(&mut self) -> Result<()> {
+        if self.has_cluster_tables()? {
+            return Ok(());
+        }
+        self.write(|tx| tx.sql.execute_batch(schema::CLUSTER_TABLES).in_db(tx.path))
+    }
+
+    /// Whether cluster mode's tables are there: a database that a cluster
+    /// call never used has none, and so no cluster rows.
+    pub fn has_cluster_tables(&self) -> Result<bool> {
+        schema::has_cluster_tables(&self.conn, &self.path)
+    }
+
     /// Ok when the database can be written now (for STATUS): takes the lock,
     /// begins a write transaction and rolls it back.
     pub fn probe_writable(&mut self) -> Result<()> {

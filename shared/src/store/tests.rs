@@ -615,3 +615,45 @@ fn every_write_takes_a_ticket_in_the_lock_queue() {
     // A turn is given back: a third write is not kept waiting for itself.
     store.write(|tx| tx.insert_lease(ip("10.0.0.3"), "p", &owner("n", "c", "eth0"))).unwrap();
 }
+
+/// A node-local database never has cluster mode's tables (its calls would
+/// parse them at every open); cluster mode's first call makes them, and a
+/// process that opened the database before another one made them makes
+/// nothing twice and writes its rows into them.
+#[test]
+fn cluster_tables_are_made_by_the_first_cluster_call_once() {
+    let (dir, mut first) = temp_store();
+    first.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).unwrap();
+    assert!(!first.has_cluster_tables().unwrap());
+    let mut second = AllocationStore::open(&dir.path().join("ipam.db"), DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(!second.has_cluster_tables().unwrap());
+
+    first.make_cluster_tables().unwrap();
+    assert!(first.has_cluster_tables().unwrap());
+    let tables = |store: &mut AllocationStore| -> Vec<String> {
+        store
+            .read(|tx| {
+                let mut stmt = tx.sql().prepare("SELECT name FROM sqlite_master ORDER BY name").unwrap();
+                let names = stmt.query_map([], |row| row.get(0)).unwrap();
+                Ok(names.collect::<rusqlite::Result<Vec<String>>>().unwrap())
+            })
+            .unwrap()
+    };
+    let made = tables(&mut first);
+    second.make_cluster_tables().unwrap();
+    assert_eq!(tables(&mut second), made, "the second maker changed the schema");
+    second
+        .write(|tx| {
+            tx.sql().execute("INSERT INTO cluster_notes (name, value) VALUES ('a', 'b')", []).in_db(tx.path())?;
+            Ok(())
+        })
+        .unwrap();
+    let value: String = first
+        .read(|tx| {
+            tx.sql().query_row("SELECT value FROM cluster_notes WHERE name = 'a'", [], |r| r.get(0)).in_db(tx.path())
+        })
+        .unwrap();
+    assert_eq!(value, "b");
+    // The lease of the node-local call is still there.
+    assert_eq!(first.read(|tx| tx.leases_of(&owner("n", "c", "eth0"))).unwrap().len(), 1);
+}
