@@ -20,11 +20,14 @@
 //! run is repeated without it, on a fresh database, for the calls'
 //! end-to-end latencies.
 //!
-//! Fairness, from the same lines: each line's timestamp is taken just after
-//! the commit, so the transaction asked for the lock at timestamp - C - T - W
-//! and took it at timestamp - C - T. A transaction that took the lock while
-//! another one waited, having asked after it, passed it over: served in
-//! order, none would.
+//! Fairness, from the same lines: each is logged while its transaction still
+//! holds the lock, so the lines' timestamps order the turns, and each names
+//! the queue ticket its writer took when it asked (shared/src/store/queue.rs).
+//! A turn taken before another one with an earlier ticket passed that one
+//! over: served in order, none would. (Each line's timestamp is taken just
+//! after the commit, so the transaction asked for the lock at about
+//! timestamp - C - T - W and took it at timestamp - C - T: how many turns a
+//! wait saw go by.)
 
 use std::fs;
 use std::path::Path;
@@ -45,11 +48,6 @@ const SUBNET: &str = "10.24.0.0/16";
 /// it failed.
 type Outcome = (Duration, Option<u64>);
 
-/// Later askers that took the lock first count as passing a waiter over
-/// only if they asked this much later: a process may be preempted between
-/// reading the clock and asking the kernel for the lock.
-const MARGIN: f64 = 1e-3;
-
 /// What one ADD of the logged run left: its end-to-end time, whether it
 /// succeeded (else its error code), and its log's lock lines.
 struct Call {
@@ -62,26 +60,39 @@ struct Call {
 /// One write transaction's turn at the lock, from its log line.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Acquisition {
-    /// When it asked for the lock, in seconds since midnight (UTC).
-    asked: f64,
+    /// When it logged, holding the lock, in seconds since midnight (UTC).
+    logged: f64,
+    /// Its queue ticket (None: the writer could not use the queue).
+    ticket: Option<u64>,
     wait: Duration,
     /// Transaction + durable commit.
     pub(crate) hold: Duration,
 }
 
 impl Acquisition {
+    /// About when it asked for the lock.
+    fn asked(&self) -> f64 {
+        self.logged - (self.hold + self.wait).as_secs_f64()
+    }
+
+    /// About when it took the lock.
     fn took(&self) -> f64 {
-        self.asked + self.wait.as_secs_f64()
+        self.logged - self.hold.as_secs_f64()
     }
 }
 
-/// For each acquisition: how many that asked later (by [`MARGIN`]) took the
-/// lock before it, and how many took it at all while it waited.
+/// For each acquisition: how many turns with a later ticket came before its
+/// own (it was passed over by them), and how many turns went by while it
+/// waited.
 fn order(all: &[Acquisition]) -> Vec<(usize, usize)> {
     all.iter()
         .map(|a| {
-            let during: Vec<&Acquisition> = all.iter().filter(|b| b.took() > a.asked && b.took() < a.took()).collect();
-            (during.iter().filter(|b| b.asked > a.asked + MARGIN).count(), during.len())
+            let passed_by = match a.ticket {
+                Some(mine) => all.iter().filter(|b| b.logged < a.logged && b.ticket.is_some_and(|t| t > mine)).count(),
+                None => 0,
+            };
+            let during = all.iter().filter(|b| b.took() > a.asked() && b.took() < a.took()).count();
+            (passed_by, during)
         })
         .collect()
 }
@@ -137,13 +148,14 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         acquisitions: acquisitions.len(),
         passed_over: order.iter().filter(|o| o.0 > 0).count(),
         most_passed_by: order.iter().map(|o| o.0).max().unwrap_or(0),
+        unticketed: acquisitions.iter().filter(|a| a.ticket.is_none()).count(),
         most_handovers: order.iter().map(|o| o.1).max().unwrap_or(0),
     };
     let w = &figures.wait;
     eprintln!(
         "    lock wait per call: median {:.2} ms, p99 {:.2} ms, max {:.2} ms (max / median {:.1}); lock held per \
          transaction: median {:.2} ms, max {:.2} ms; a turn {:.2} ms on average; {} of {} waits passed over by a \
-         later asker, one by {}; one wait saw {} hand-overs ({} calls in flight); ADD end to end median {:.2} ms \
+         later ticket, one by {}; one wait saw {} turns go by ({} calls in flight); ADD end to end median {:.2} ms \
          (logging) / {:.2} ms (not), max {:.2} / {:.2} ms; failures {:?}; took {:.1?}",
         w.median_ms,
         w.p99_ms,
@@ -212,8 +224,9 @@ fn contend(
     (out.into_inner().unwrap().into_iter().map(|c| c.expect("every call ran")).collect(), elapsed)
 }
 
-/// Each "<timestamp> … lock wait W, transaction T, durable commit C" line of
-/// a call's log, as the acquisition it times. A missing log is no lines.
+/// Each "<timestamp> … lock wait W, transaction T, durable commit C, ticket
+/// N" line of a call's log, as the acquisition it times. A missing log is no
+/// lines.
 pub(crate) fn lock_lines(log: &Path) -> Vec<Acquisition> {
     let text = fs::read_to_string(log).unwrap_or_default();
     text.lines()
@@ -224,8 +237,8 @@ pub(crate) fn lock_lines(log: &Path) -> Vec<Acquisition> {
             let wait = duration(parts.next()?)?;
             let tx = duration(parts.next()?.strip_prefix("transaction ")?)?;
             let commit = duration(parts.next()?.strip_prefix("durable commit ")?)?;
-            let hold = tx + commit;
-            Some(Acquisition { asked: logged - (hold + wait).as_secs_f64(), wait, hold })
+            let ticket = parts.next().and_then(|t| t.trim().strip_prefix("ticket ")?.parse().ok());
+            Some(Acquisition { logged, ticket, wait, hold: tx + commit })
         })
         .collect()
 }
@@ -274,25 +287,30 @@ mod tests {
              transaction 182.251µs, durable commit 275.199µs\n\
              2026-11-23T13:11:21.576967Z  INFO cni{}: ipam_da_sequential: allocated 10.24.0.2\n\
              2026-11-23T13:11:21.577603Z DEBUG cni{}: shared::store: lock wait 2.5ms, transaction 1ms, durable \
-             commit 1.5ms\n",
+             commit 1.5ms, ticket 41\n",
         )
         .unwrap();
         let lines = lock_lines(&log);
         assert_eq!(lines.len(), 2);
         assert_eq!((lines[1].wait, lines[1].hold), (Duration::from_micros(2500), Duration::from_micros(2500)));
+        assert_eq!((lines[0].ticket, lines[1].ticket), (None, Some(41)));
         let asked = 13.0 * 3600.0 + 11.0 * 60.0 + 21.577603 - 0.005;
-        assert!((lines[1].asked - asked).abs() < 1e-9, "{lines:?}");
+        assert!((lines[1].asked() - asked).abs() < 1e-9, "{lines:?}");
         assert!(lock_lines(&dir.path().join("missing.log")).is_empty());
     }
 
     #[test]
-    fn passing_over_is_a_later_asker_taking_the_lock_first() {
+    fn passing_over_is_a_later_ticket_taking_its_turn_first() {
         let ms = Duration::from_millis;
-        let at = |asked: f64, wait: u64| Acquisition { asked, wait: ms(wait), hold: ms(1) };
-        // a asks first and waits 10 ms; b asks 2 ms later and takes the lock
-        // 3 ms later, before a: it passed a over. c asks 0.5 ms after a
-        // (within the margin) and takes the lock 1 ms later, before b asks.
-        let all = [at(0.0, 10), at(0.002, 3), at(0.0005, 1)];
-        assert_eq!(order(&all), [(1, 2), (0, 0), (0, 0)]);
+        let turn =
+            |logged: f64, ticket: Option<u64>, wait: u64| Acquisition { logged, ticket, wait: ms(wait), hold: ms(1) };
+        // Ticket 1 waits 10 ms while tickets 3 and 2 have their turns, in
+        // that order: both pass it over, and 3 passes 2 over. A writer
+        // without a ticket is in no order.
+        let all = [turn(0.011, Some(1), 10), turn(0.005, Some(3), 3), turn(0.008, Some(2), 6), turn(0.0095, None, 1)];
+        assert_eq!(order(&all), [(2, 3), (0, 0), (1, 1), (0, 0)]);
+        // In ticket order, nobody is passed over.
+        let fair = [turn(0.002, Some(1), 1), turn(0.004, Some(2), 2), turn(0.006, Some(3), 3)];
+        assert!(order(&fair).iter().all(|o| o.0 == 0));
     }
 }

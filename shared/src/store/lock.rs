@@ -72,6 +72,14 @@ pub(super) struct HeldLock<'a> {
     turn: Option<(&'a File, Ticket)>,
 }
 
+impl HeldLock<'_> {
+    /// The queue ticket this turn was taken with (none when the queue
+    /// could not be used and the writer waited in no order).
+    pub(super) fn ticket(&self) -> Option<u64> {
+        self.turn.as_ref().map(|(_, ticket)| ticket.number())
+    }
+}
+
 impl Drop for HeldLock<'_> {
     fn drop(&mut self) {
         // If unlocking fails the lock still goes when the file is closed.

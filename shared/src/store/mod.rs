@@ -266,11 +266,15 @@ impl AllocationStore {
             WAL_FRAMES.set(0);
             tx.sql.commit().in_db(&self.path)?;
             self.unsynced |= self.durability == Durability::AtSync;
+            // Logged while the lock is held, so the lines' order is the
+            // order of the turns, and with the queue ticket it tells
+            // whether the turns followed the queue (ipam-bench's lock waits).
             tracing::debug!(
-                "lock wait {:?}, transaction {:?}, durable commit {:?}",
+                "lock wait {:?}, transaction {:?}, durable commit {:?}, ticket {}",
                 locked - asked,
                 committing - locked,
-                committing.elapsed()
+                committing.elapsed(),
+                held.ticket().map_or_else(|| "none".to_string(), |t| t.to_string())
             );
             value
         };

@@ -39,6 +39,11 @@ impl Ticket {
         Ok(taken.map(|(slot, predecessor)| (Ticket { slot }, predecessor)))
     }
 
+    /// Its number in the queue's order (until the counter wraps at [`SLOTS`]).
+    pub(super) fn number(&self) -> u64 {
+        self.slot
+    }
+
     /// Gives the turn to the successor.
     pub(super) fn release(self, queue: &File) {
         // If unlocking fails the byte still goes when the process exits.
