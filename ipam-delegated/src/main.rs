@@ -69,8 +69,8 @@ fn main() -> ExitCode {
     shared::plugin::run(&ORCHESTRATOR)
 }
 
-/// See this crate's Cargo.toml: musl's own allocator gives memory back too
-/// eagerly, and a dense heap touches fewer pages.
+/// See shared::heap: musl's own allocator gives memory back too eagerly, and
+/// a dense heap touches fewer pages.
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOCATOR: shared::heap::Heap = shared::heap::Heap;

@@ -10,6 +10,7 @@ pub mod args;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod heap;
 pub mod logging;
 pub mod plugin;
 pub mod pool;

@@ -382,7 +382,7 @@ mod tests {
     }
 }
 
-/// The suite's program's allocator (ipam-delegated's Cargo.toml).
+/// The suite's program's allocator (shared::heap).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOCATOR: shared::heap::Heap = shared::heap::Heap;

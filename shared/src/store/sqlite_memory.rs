@@ -1,6 +1,6 @@
 //! SQLite allocates through the program's allocator (Rust's global one)
 //! instead of the C library's malloc, so that the two share one heap. In the
-//! installed build (musl, see ipam-delegated's Cargo.toml) musl's malloc
+//! installed build (musl, see shared::heap) musl's malloc
 //! would hand memory back to the kernel at nearly every free, and a heap of
 //! its own would fault in pages of its own: every page a short-lived process
 //! touches for the first time costs it a page fault.
