@@ -423,7 +423,7 @@ impl<'s> Node<'s> {
             for &i in &of_family {
                 let headroom = headroom(&geometries[i]);
                 let free_own = match view(&geometries[i], &blocks[i], &[]) {
-                    Some(v) => store.read(|tx| free_addresses(tx, &v, headroom + 1))?.len(),
+                    Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
                     None => 0,
                 };
                 facts.push((i, PoolFacts { free_own, headroom, shared: !shared[i].is_empty() }));
@@ -816,6 +816,14 @@ fn free_addresses(tx: &Tx, view: &Pool, limit: usize) -> Result<Vec<IpAddr>> {
         }
     }
     Ok(free)
+}
+
+/// How many free addresses `view` has, counting no further than `limit`.
+fn count_free(tx: &Tx, view: &Pool, limit: usize) -> Result<usize> {
+    view.allocatable().into_iter().try_fold(0, |free, (lo, hi)| match limit.checked_sub(free) {
+        Some(left) if left > 0 => Ok(free + tx.count_unleased(lo, hi, left)?),
+        _ => Ok(free),
+    })
 }
 
 /// The key-values of each response of a transaction of `N` ranges (its

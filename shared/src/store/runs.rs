@@ -37,6 +37,40 @@ impl Tx<'_> {
         Ok(candidate.filter(|&n| n <= hi).map(from_u128))
     }
 
+    /// How many addresses of `[lo, hi]` no lease holds, up to `limit`: the
+    /// runs that meet the range are read in one pass, stopping once `limit`
+    /// free addresses are counted (where a walk by [`Tx::first_unleased`]
+    /// would take a step per free address).
+    pub fn count_unleased(&self, lo: IpAddr, hi: IpAddr, limit: usize) -> Result<usize> {
+        let (lo, hi) = (to_u128(lo), to_u128(hi));
+        let limit = limit as u128;
+        if lo > hi || limit == 0 {
+            return Ok(0);
+        }
+        // The first address of the range not accounted for yet; None past the top of the space.
+        let mut next = match self.run_at_or_before(lo)? {
+            Some((_, last)) if last >= lo => last.checked_add(1),
+            _ => Some(lo),
+        };
+        let mut free = 0u128;
+        let mut stmt = self
+            .sql
+            .prepare_cached("SELECT first, last FROM leased_runs WHERE first > ?1 AND first <= ?2 ORDER BY first")
+            .in_db(self.path)?;
+        let mut rows = stmt.query([&key(lo)[..], &key(hi)[..]]).in_db(self.path)?;
+        while let (Some(from), true) = (next, free < limit) {
+            let Some(row) = rows.next().in_db(self.path)? else { break };
+            let (first, last) = (number_column(row, 0).in_db(self.path)?, number_column(row, 1).in_db(self.path)?);
+            // Runs are disjoint: the gap before this one is free.
+            free += first.saturating_sub(from);
+            next = last.checked_add(1);
+        }
+        if let Some(from) = next.filter(|&from| from <= hi && free < limit) {
+            free += hi - from + 1;
+        }
+        Ok(usize::try_from(free.min(limit)).unwrap_or(usize::MAX))
+    }
+
     /// The run with the greatest first address `<= n`.
     fn run_at_or_before(&self, n: u128) -> Result<Option<Run>> {
         let mut stmt = self

@@ -74,6 +74,10 @@ fn first_unleased_agrees_with_a_model_through_random_inserts_and_releases() {
                         let hi = lo + u128::from(rng.below(SPACE / 2));
                         let got = tx.first_unleased(from_u128(lo), from_u128(hi)).unwrap();
                         assert_eq!(got, model_first_unleased(&leased, lo, hi).map(from_u128), "[{lo}, {hi}]");
+                        let limit = rng.below(SPACE / 2) as usize;
+                        let counted = tx.count_unleased(from_u128(lo), from_u128(hi), limit).unwrap();
+                        let model = (lo..=hi).filter(|n| !leased.contains(n)).count().min(limit);
+                        assert_eq!(counted, model, "free in [{lo}, {hi}] up to {limit}");
                     }
                 }
                 Ok(())
@@ -103,6 +107,10 @@ fn runs_at_the_ends_of_the_address_space_do_not_overflow() {
             assert_eq!(tx.first_unleased(zero, max)?, Some(ip("::1")));
             assert_eq!(tx.first_unleased(below_max, max)?, None);
             assert_eq!(tx.first_unleased(max, zero)?, None, "empty range");
+            assert_eq!(tx.count_unleased(zero, max, usize::MAX)?, usize::MAX, "all but three, capped");
+            assert_eq!(tx.count_unleased(below_max, max, 10)?, 0);
+            assert_eq!(tx.count_unleased(zero, ip("::4"), 10)?, 4);
+            assert_eq!(tx.count_unleased(max, zero, 10)?, 0, "empty range");
             Ok(())
         })
         .unwrap();
