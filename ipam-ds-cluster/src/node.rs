@@ -628,7 +628,7 @@ impl<'s> Node<'s> {
                 .filter(|r| r.state == RecordState::Releasing && r.owner.network == self.network)
                 .collect();
             let (mut blocks, mut contested) = (Vec::new(), Vec::new());
-            for b in tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network) {
+            for b in tx.network_blocks(&self.network)? {
                 match b.state {
                     BlockState::Releasing => blocks.push(b),
                     BlockState::Contested => {
@@ -691,9 +691,7 @@ impl<'s> Node<'s> {
         let network = self.network.clone();
         store.write(|tx| {
             let records = tx.node_records(&network)?;
-            for mut b in
-                tx.all_node_blocks()?.into_iter().filter(|b| b.network == network && b.state == BlockState::Owned)
-            {
+            for mut b in tx.network_blocks(&network)?.into_iter().filter(|b| b.state == BlockState::Owned) {
                 let leases = tx.count_leases(b.block.network(), b.block.broadcast())?;
                 if leases > 0 || records.iter().any(|r| b.block.contains(&r.address)) {
                     if now - b.since >= 1 {

@@ -180,7 +180,16 @@ pub trait ClusterRows {
 
     /// This node's blocks of a pool of `network`, in address order of their text.
     fn node_blocks(&self, network: &str, pool: &str) -> Result<Vec<NodeBlock>> {
-        self.blocks_where("network = ?1 AND pool = ?2", [network, pool])
+        let mut blocks = self.network_blocks(network)?;
+        blocks.retain(|b| b.pool == pool);
+        Ok(blocks)
+    }
+
+    /// This node's blocks of every pool of `network`. One statement for
+    /// this and [`ClusterRows::node_blocks`]: a call prepares each statement
+    /// it runs, and preparing one costs more than reading a network's blocks.
+    fn network_blocks(&self, network: &str) -> Result<Vec<NodeBlock>> {
+        self.blocks_where("network = ?1", [network])
     }
 
     /// Every block of this node, of every network.

@@ -70,7 +70,7 @@ impl Node<'_> {
         self.quarantine(seen, now_at)?;
         let rows: Vec<(NodeBlock, Vec<Lease>)> = store.read(|tx| {
             let mut rows = Vec::new();
-            for b in tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network) {
+            for b in tx.network_blocks(&self.network)? {
                 if b.state != BlockState::Releasing {
                     let held = self.leases_in(tx, &b)?;
                     rows.push((b, held));

@@ -654,8 +654,7 @@ impl Node<'_> {
         rows: &[&NodeRecord],
     ) -> Result<Vec<(IpAddr, String)>> {
         let (blocks, pools) = store.read(|tx| {
-            let blocks: Vec<NodeBlock> =
-                tx.all_node_blocks()?.into_iter().filter(|b| b.network == self.network).collect();
+            let blocks: Vec<NodeBlock> = tx.network_blocks(&self.network)?;
             let pools: Vec<Option<String>> =
                 addresses.iter().map(|&a| Ok(tx.holder(a)?.map(|l| l.pool))).collect::<Result<_>>()?;
             Ok((blocks, pools))
