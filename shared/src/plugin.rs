@@ -154,11 +154,13 @@ pub fn respond(builtin: &Builtin, env: Result<Env>, stdin: Stdin) -> (Option<ser
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let env = env?;
         if env.command == Command::Version {
-            let parsed = match &config {
-                Ok(config) => Some(config.raw.clone()),
-                Err(_) => stdin.as_deref().ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok()),
+            // Read off the configuration, or off the bytes when it did not parse.
+            let unparsed: Option<serde_json::Value> = match &config {
+                Ok(_) => None,
+                Err(_) => stdin.as_deref().ok().and_then(|b| serde_json::from_slice(b).ok()),
             };
-            let requested = parsed.as_ref().and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
+            let parsed = config.as_ref().ok().map(|c| &c.raw).or(unparsed.as_ref());
+            let requested = parsed.and_then(|v| v.get("cniVersion")).and_then(|v| v.as_str());
             return Ok(Some(version::version_answer(requested)));
         }
         settings?;
