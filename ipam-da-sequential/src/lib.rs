@@ -59,7 +59,7 @@ fn add(req: &Request) -> Result<Reply> {
                 ))
             })
             .collect::<Result<Vec<(IpAddr, &Pool)>>>()?;
-        suite_delegate::bind_identity(tx, &attachment, identity.as_deref())?;
+        suite_delegate::bind_identity(tx, &attachment, identity.as_ref())?;
         Ok(chosen)
     })?;
     for (address, pool) in chosen {

@@ -41,7 +41,7 @@ fn add(req: &Request) -> Result<Reply> {
                 Some(lease)
                     if lease.is_hold()
                         && lease.identity.is_some()
-                        && lease.identity == identity
+                        && lease.identity.as_deref() == identity.as_ref().map(|i| i.name.as_str())
                         && lease.owner.network == attachment.network
                         && lease.owner.ifname == attachment.ifname =>
                 {
@@ -75,7 +75,7 @@ fn add(req: &Request) -> Result<Reply> {
                 }
             }
         }
-        suite_delegate::bind_identity(tx, &attachment, identity.as_deref())
+        suite_delegate::bind_identity(tx, &attachment, identity.as_ref())
     })?;
     for (address, pool) in &claims {
         if let Ok(range) = pool.check_static(*address) {

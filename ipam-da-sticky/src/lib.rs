@@ -11,7 +11,8 @@ use shared::addr::Family;
 use shared::pool::Pool;
 use shared::sticky::Sticky;
 use shared::store::Lease;
-use shared::{suite_delegate, About, Builtin, CniError, Code, Reply, Request, Result};
+use shared::suite_delegate::{self, StickyIdentity};
+use shared::{About, Builtin, Reply, Request, Result};
 
 pub const ABOUT: About = About {
     name: "ipam-da-sticky",
@@ -27,6 +28,7 @@ fn add(req: &Request) -> Result<Reply> {
         tracing::debug!("no identity (args.cni.identity, CNI_ARGS {}): not sticky", sticky.identity_keys.join(", "));
         return suite_delegate::answer_add(req, ABOUT.name, result, "found no identity to give an address back to");
     };
+    let bound = StickyIdentity { name: identity.clone(), share_live: sticky.share_live };
     let families = Pool::families_missing(&pools, &result);
     let attachment = req.attachment()?;
     let mut store = suite_delegate::open_store(req)?;
@@ -35,7 +37,7 @@ fn add(req: &Request) -> Result<Reply> {
         let rows = tx.rows_of_identity(&attachment.network, &identity, &attachment.ifname)?;
         let live: Vec<&Lease> = rows.iter().filter(|l| !l.is_hold() && l.owner != attachment).collect();
         let chosen = match live.first() {
-            Some(other) if !sticky.share_live => return Err(live_elsewhere(&identity, other)),
+            Some(other) if !sticky.share_live => return Err(suite_delegate::identity_live_elsewhere(&identity, other)),
             Some(_) => {
                 let shared = pick(&families, &pools, &live);
                 for (address, _) in &shared {
@@ -70,7 +72,7 @@ fn add(req: &Request) -> Result<Reply> {
                 back
             }
         };
-        suite_delegate::bind_identity(tx, &attachment, Some(&identity))?;
+        suite_delegate::bind_identity(tx, &attachment, Some(&bound))?;
         Ok(chosen)
     })?;
     for (address, pool) in chosen {
@@ -105,19 +107,6 @@ fn unusable<'l>(pools: &[Pool], holds: &[&'l Lease]) -> Vec<&'l Lease> {
         })
         .copied()
         .collect()
-}
-
-/// 101: the identity is live on another attachment and may not share.
-fn live_elsewhere(identity: &str, other: &Lease) -> CniError {
-    CniError::new(
-        Code::AddressInUse,
-        format!(
-            "identity {identity:?} is live on {} with address {}: two live attachments of one identity share its \
-             address only with ipam.sticky.shareLive",
-            other.owner, other.address
-        ),
-    )
-    .with_details(format!("DEL of container {} releases it", other.owner.container_id))
 }
 
 /// This plugin, as the multicall program runs it by name: an allocator is its ADD.

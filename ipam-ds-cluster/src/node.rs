@@ -551,7 +551,7 @@ impl<'s> Node<'s> {
             suite_delegate::begin_allocating(tx)?;
             let Some(&address) = free_addresses(tx, &v, 1)?.first() else { return Ok(None) };
             tx.insert_lease(address, &g.pool.name, who)?;
-            suite_delegate::bind_identity(tx, who, sticking.map(|s| s.identity))?;
+            suite_delegate::bind_identity(tx, who, sticking.map(Sticking::bound).as_ref())?;
             tracing::info!(
                 "allocated {address} of pool {} for identity {:?}",
                 g.pool.name,

@@ -16,7 +16,7 @@ use crate::plugin::{Plugin, Reply, Request};
 use crate::pool::{LeaseIndex, Pool, Range};
 use crate::result::{IpConfig, IpamResult};
 use crate::sticky::{self, Sticky};
-use crate::store::{self, LockWait, StoreHandle, Tx};
+use crate::store::{self, Lease, LockWait, StoreHandle, Tx};
 
 /// An allocation delegate whose ADD is `add`; DEL, CHECK, GC and STATUS
 /// are this module's.
@@ -176,13 +176,21 @@ pub fn add_address(result: &mut IpamResult, pool: &Pool, range: &Range, address:
     }
 }
 
+/// A workload identity, as the allocators tie leases to it: its name, and
+/// whether another live attachment of it may share its address
+/// (`ipam.sticky.shareLive`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickyIdentity {
+    pub name: String,
+    pub share_live: bool,
+}
+
 /// The attachment's workload identity when the stack is sticky (see
 /// [`sticky`]): what the allocators tie their leases to.
-pub fn identity(req: &Request) -> Result<Option<String>> {
-    match Sticky::of(&req.config)? {
-        Some(sticky) => sticky.identity(&req.config, &req.env.args),
-        None => Ok(None),
-    }
+pub fn identity(req: &Request) -> Result<Option<StickyIdentity>> {
+    let Some(sticky) = Sticky::of(&req.config)? else { return Ok(None) };
+    let name = sticky.identity(&req.config, &req.env.args)?;
+    Ok(name.map(|name| StickyIdentity { name, share_live: sticky.share_live }))
 }
 
 /// In an allocator's write transaction: holds past their end are dropped
@@ -192,26 +200,50 @@ pub fn begin_allocating(tx: &Tx) -> Result<()> {
 }
 
 /// In an allocator's write transaction, after it leased: the attachment's
-/// leases are tied to its identity, if it has one.
-pub fn bind_identity(tx: &Tx, attachment: &Attachment, identity: Option<&str>) -> Result<()> {
-    match identity {
-        Some(identity) => tx.bind_identity(attachment, identity),
-        None => Ok(()),
+/// leases are tied to its identity, if it has one. Error 101 when the
+/// identity is live on another attachment and may not share
+/// (`shareLive` off): checked here, in the transaction that leases, so
+/// that of concurrent ADDs of one identity exactly one leases for it, and
+/// the others' transactions, and so their leases, are rolled back.
+pub fn bind_identity(tx: &Tx, attachment: &Attachment, identity: Option<&StickyIdentity>) -> Result<()> {
+    let Some(identity) = identity else { return Ok(()) };
+    if !identity.share_live {
+        if let Some(other) = tx.identity_live_elsewhere(attachment, &identity.name)? {
+            return Err(identity_live_elsewhere(&identity.name, &other));
+        }
     }
+    tx.bind_identity(attachment, &identity.name)
+}
+
+/// 101: `identity` is live on another attachment, `other` its lease, and
+/// may not share it.
+pub fn identity_live_elsewhere(identity: &str, other: &Lease) -> CniError {
+    CniError::new(
+        Code::AddressInUse,
+        format!(
+            "identity {identity:?} is live on {} with address {}: two live attachments of one identity share its \
+             address only with ipam.sticky.shareLive",
+            other.owner, other.address
+        ),
+    )
+    .with_details(format!("DEL of container {} releases it", other.owner.container_id))
 }
 
 /// DEL: releases everything the attachment holds in this database, whatever
 /// the prevResult says, and passes the prevResult on. An identity's
 /// addresses stay held for it when the stack is sticky. The rollback of a
 /// failed ADD (ipam-delegated says which) releases only what that ADD took,
-/// so that a failed repeat ADD leaves the attachment's earlier leases held.
+/// so that a failed repeat ADD leaves the attachment's earlier leases held,
+/// and gives back what it took as it was: free, or its identity's hold.
 pub fn del(req: &Request) -> Result<Reply> {
     let attachment = req.attachment()?;
     let mut store = open_store(req)?;
-    let hold = sticky::release_hold(&req.config);
     let released = match &req.env.stack.rollback_of {
-        Some(add_id) => store.write(|tx| tx.release_added_by(&attachment, add_id, hold))?,
-        None => store.write(|tx| tx.release(&attachment, hold))?,
+        Some(add_id) => store.write(|tx| tx.release_added_by(&attachment, add_id))?,
+        None => {
+            let hold = sticky::release_hold(&req.config);
+            store.write(|tx| tx.release(&attachment, hold))?
+        }
     };
     for lease in &released {
         tracing::info!("released {} of pool {}", lease.address, lease.pool);

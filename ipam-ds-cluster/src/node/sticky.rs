@@ -25,6 +25,7 @@
 use std::collections::BTreeMap;
 
 use shared::sticky::Sticky;
+use shared::suite_delegate::StickyIdentity;
 
 use super::*;
 use crate::layout::{IdentityRecord, Sharer};
@@ -36,6 +37,13 @@ pub struct Sticking<'a> {
     /// The families this ADD asks addresses for by name: those win over
     /// the identity's held ones, which stay held.
     pub asked_families: Vec<shared::addr::Family>,
+}
+
+impl Sticking<'_> {
+    /// The identity as the allocators tie leases to it.
+    pub fn bound(&self) -> StickyIdentity {
+        StickyIdentity { name: self.identity.to_string(), share_live: self.settings.share_live }
+    }
 }
 
 /// The note that an identity's release could not reach etcd: a later call

@@ -1,6 +1,6 @@
--- The schema at version 5 (SCHEMA_VERSION in schema.rs), as a new database
+-- The schema at version 6 (SCHEMA_VERSION in schema.rs), as a new database
 -- is made (build.rs builds one with it, which the plugins write as it is):
--- the tables, columns, keys and indexes the migrations V1 to V5 of
+-- the tables, columns, keys and indexes the migrations V1 to V6 of
 -- schema.rs make, which say what the columns are, but for cluster mode's
 -- tables (cluster.sql), which its first call on the node makes (the test
 -- a_new_database_has_the_migrated_schema compares the two). No comments
@@ -11,7 +11,7 @@ CREATE TABLE pools (network TEXT NOT NULL, name TEXT NOT NULL, family TEXT NOT N
     definition TEXT NOT NULL, cursor TEXT, PRIMARY KEY (network, name)) WITHOUT ROWID;
 CREATE TABLE leases (key BLOB PRIMARY KEY NOT NULL, address TEXT NOT NULL, pool TEXT NOT NULL, network TEXT NOT NULL,
     container_id TEXT NOT NULL, ifname TEXT NOT NULL, since INTEGER NOT NULL, added_by TEXT, identity TEXT,
-    held_until INTEGER) WITHOUT ROWID;
+    held_until INTEGER, taken_hold_until INTEGER) WITHOUT ROWID;
 CREATE INDEX leases_by_owner ON leases (network, container_id, ifname);
 CREATE INDEX leases_by_pool ON leases (network, pool);
 CREATE INDEX leases_by_identity ON leases (network, identity, ifname) WHERE identity IS NOT NULL;
@@ -24,4 +24,4 @@ CREATE TABLE lease_sharers (network TEXT NOT NULL, container_id TEXT NOT NULL, i
     key BLOB NOT NULL, since INTEGER NOT NULL, added_by TEXT, PRIMARY KEY (network, container_id, ifname, key))
     WITHOUT ROWID;
 CREATE INDEX lease_sharers_by_key ON lease_sharers (key);
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

@@ -43,6 +43,16 @@ impl Tx<'_> {
         Ok(())
     }
 
+    /// A live lease of `identity` (on `owner`'s network and interface) that
+    /// another attachment than `owner` holds: the first in address order.
+    pub fn identity_live_elsewhere(&self, owner: &Attachment, identity: &str) -> Result<Option<Lease>> {
+        let live = self.leases_where(
+            &format!("network = ?1 AND identity = ?2 AND ifname = ?3 AND {LEASED} AND container_id IS NOT ?4"),
+            params![owner.network, identity, owner.ifname, owner.container_id],
+        )?;
+        Ok(live.into_iter().next())
+    }
+
     /// The rows of `identity` on interface `ifname` of `network`: its live
     /// leases and its holds, in address order.
     pub fn rows_of_identity(&self, network: &str, identity: &str, ifname: &str) -> Result<Vec<Lease>> {
@@ -50,12 +60,15 @@ impl Tx<'_> {
     }
 
     /// Turns the hold on `address` into `owner`'s lease, tagged with this
-    /// handle's ADD. False when there is no hold there any more.
+    /// handle's ADD, which keeps the hold's end: a rollback of that ADD
+    /// gives the hold back as it was (see [`Tx::give_back_leases`]). False
+    /// when there is no hold there any more.
     pub fn take_hold(&self, address: IpAddr, owner: &Attachment) -> Result<bool> {
         let mut stmt = self
             .sql
             .prepare_cached(
-                "UPDATE leases SET container_id = ?2, ifname = ?3, since = ?4, added_by = ?5, held_until = NULL
+                "UPDATE leases SET container_id = ?2, ifname = ?3, since = ?4, added_by = ?5,
+                 taken_hold_until = held_until, held_until = NULL
                  WHERE key = ?1 AND network = ?6 AND held_until IS NOT NULL",
             )
             .in_db(self.path)?;
@@ -84,22 +97,70 @@ impl Tx<'_> {
                 free.push(lease.clone());
                 continue;
             };
-            if self.pass_to_sharer(lease)? {
+            if self.pass_to_sharer(lease, until)? {
                 continue;
             }
             match until {
                 Some(until) => {
-                    let mut stmt = self
-                        .sql
-                        .prepare_cached("UPDATE leases SET held_until = ?2, added_by = NULL WHERE key = ?1")
-                        .in_db(self.path)?;
-                    stmt.execute(params![&to_key(lease.address)[..], until]).in_db(self.path)?;
+                    self.hold_until(lease.address, until)?;
                     tracing::info!("{} stays held for identity {identity:?} until {}", lease.address, iso8601(until));
                 }
                 None => free.push(lease.clone()),
             }
         }
         self.delete_leases(&free)
+    }
+
+    /// Rolling back a failed ADD: ends the rows of `leases`, the live leases
+    /// it took. One it took from its identity's hold is that hold again,
+    /// with the end it had; one that another attachment shares passes to
+    /// it, as at DEL; any other is freed, even when tied to an identity:
+    /// the ADD found it free, and the identity never had it.
+    pub(super) fn give_back_leases(&self, leases: &[Lease]) -> Result<()> {
+        let mut free = Vec::new();
+        for lease in leases {
+            let Some(identity) = &lease.identity else {
+                free.push(lease.clone());
+                continue;
+            };
+            let taken_hold_until = self.taken_hold_until(lease.address)?;
+            if self.pass_to_sharer(lease, taken_hold_until)? {
+                continue;
+            }
+            match taken_hold_until {
+                Some(until) => {
+                    self.hold_until(lease.address, until)?;
+                    tracing::info!(
+                        "{} is held for identity {identity:?} again, until {}, as before the failed ADD",
+                        lease.address,
+                        iso8601(until)
+                    );
+                }
+                None => free.push(lease.clone()),
+            }
+        }
+        self.delete_leases(&free)
+    }
+
+    /// Makes the row on `address` a hold that ends at `until`.
+    fn hold_until(&self, address: IpAddr, until: i64) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare_cached(
+                "UPDATE leases SET held_until = ?2, added_by = NULL, taken_hold_until = NULL WHERE key = ?1",
+            )
+            .in_db(self.path)?;
+        stmt.execute(params![&to_key(address)[..], until]).in_db(self.path)?;
+        Ok(())
+    }
+
+    /// The end of the hold that the ADD of the lease on `address` took it
+    /// from; `None` when that ADD leased it from the free addresses.
+    fn taken_hold_until(&self, address: IpAddr) -> Result<Option<i64>> {
+        let mut stmt =
+            self.sql.prepare_cached("SELECT taken_hold_until FROM leases WHERE key = ?1").in_db(self.path)?;
+        let mut rows = stmt.query_map([&to_key(address)[..]], |row| row.get(0)).in_db(self.path)?;
+        Ok(rows.next().transpose().in_db(self.path)?.flatten())
     }
 
     /// Ends the holds on `addresses` (their addresses become free) and
@@ -213,8 +274,10 @@ impl Tx<'_> {
     }
 
     /// A lease being released that another attachment shares becomes that
-    /// attachment's (the one sharing longest). True if it did.
-    fn pass_to_sharer(&self, lease: &Lease) -> Result<bool> {
+    /// attachment's (the one sharing longest), as if that attachment's ADD
+    /// had taken it from a hold ending at `until`: a rollback of that ADD
+    /// holds it for the identity, not frees it. True if it did.
+    fn pass_to_sharer(&self, lease: &Lease, until: Option<i64>) -> Result<bool> {
         let key = to_key(lease.address);
         let mut first = self
             .sql
@@ -232,9 +295,10 @@ impl Tx<'_> {
         let Some((container_id, ifname, added_by)) = next else { return Ok(false) };
         self.sql
             .prepare_cached(
-                "UPDATE leases SET container_id = ?2, ifname = ?3, added_by = ?4 WHERE key = ?1 AND held_until IS NULL",
+                "UPDATE leases SET container_id = ?2, ifname = ?3, added_by = ?4, taken_hold_until = ?5
+                 WHERE key = ?1 AND held_until IS NULL",
             )
-            .and_then(|mut s| s.execute(params![&key[..], container_id, ifname, added_by]))
+            .and_then(|mut s| s.execute(params![&key[..], container_id, ifname, added_by, until]))
             .in_db(self.path)?;
         self.sql
             .prepare_cached(

@@ -212,13 +212,15 @@ impl Tx<'_> {
 
     /// Rolling back a failed ADD: releases the leases of `owner` that the ADD
     /// `add_id` took, and only those. What the attachment held before that
-    /// ADD (a repeat ADD that failed) stays held.
-    pub fn release_added_by(&self, owner: &Attachment, add_id: &str, hold: Option<Duration>) -> Result<Vec<Lease>> {
+    /// ADD (a repeat ADD that failed) stays held. What the ADD took from
+    /// free is free again, what it took from a hold is that hold again (see
+    /// [`Tx::give_back_leases`]): a failed ADD leaves no hold behind.
+    pub fn release_added_by(&self, owner: &Attachment, add_id: &str) -> Result<Vec<Lease>> {
         let leases = self.leases_where(
             &format!("network = ?1 AND container_id = ?2 AND ifname = ?3 AND added_by = ?4 AND {LEASED}"),
             params![owner.network, owner.container_id, owner.ifname, add_id],
         )?;
-        self.end_leases(&leases, hold)?;
+        self.give_back_leases(&leases)?;
         self.drop_shares_of(owner, Some(add_id))?;
         Ok(leases)
     }

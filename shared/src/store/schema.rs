@@ -16,7 +16,7 @@ use crate::addr::to_key;
 use crate::error::{CniError, Code, Result};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// `PRAGMA application_id` of the suite's databases ("IPMD"): a SQLite file
 /// without it is someone else's and is never written to.
@@ -25,7 +25,7 @@ pub const APPLICATION_ID: i32 = 0x4950_4D44;
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
 /// entries never change, new versions append.
 const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] =
-    [to_v1, to_v2, to_v3, to_v4, to_v5];
+    [to_v1, to_v2, to_v3, to_v4, to_v5, to_v6];
 
 const V1: &str = "
 -- A pool belongs to the network whose configuration defines it: two networks
@@ -185,6 +185,19 @@ CREATE INDEX lease_sharers_by_key ON lease_sharers (key);
 
 fn to_v5(tx: &Transaction) -> rusqlite::Result<()> {
     tx.execute_batch(V5)
+}
+
+/// What the rollback of a failed ADD gives back: an address the ADD took
+/// from the free ones becomes free again, one it took from its identity's
+/// hold becomes that hold again, with the end it had (not a new one, and
+/// not a hold of an address the identity never had).
+const V6: &str = "
+ALTER TABLE leases ADD COLUMN taken_hold_until INTEGER;  -- NULL: leased from the free addresses by the ADD added_by;
+                                                         -- else taken by it from a hold that ended then (unix s)
+";
+
+fn to_v6(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V6)
 }
 
 /// A new database, as `build.rs` makes it from `current.sql` (the schema

@@ -508,7 +508,7 @@ fn a_version_4_database_keeps_its_leases_live_and_a_sticky_stack_allocates_aroun
     {
         let shell = rusqlite::Connection::open(&path).unwrap();
         let version: i64 = shell.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
-        assert_eq!(version, 5);
+        assert_eq!(version, SCHEMA_VERSION);
         let null_columns: i64 = shell
             .query_row("SELECT count(*) FROM leases WHERE identity IS NULL AND held_until IS NULL", [], |r| r.get(0))
             .unwrap();
@@ -531,7 +531,9 @@ fn a_version_4_database_keeps_its_leases_live_and_a_sticky_stack_allocates_aroun
                 let address = pool.find_free(cursor, tx)?.unwrap();
                 tx.insert_lease(address, &pool.name, who)?;
                 tx.set_cursor("n", &pool.name, address)?;
-                suite_delegate::bind_identity(tx, who, identity)?;
+                let identity =
+                    identity.map(|name| suite_delegate::StickyIdentity { name: name.into(), share_live: false });
+                suite_delegate::bind_identity(tx, who, identity.as_ref())?;
                 Ok(address)
             })
             .unwrap()
@@ -563,10 +565,10 @@ fn a_rollback_releases_only_what_its_add_took() {
     store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &c1)).unwrap();
     store.set_add_id(Some("repeat".into()));
     store.write(|tx| tx.insert_lease(ip("fd00::2"), "p6", &c1)).unwrap();
-    let released = store.write(|tx| tx.release_added_by(&c1, "repeat", None)).unwrap();
+    let released = store.write(|tx| tx.release_added_by(&c1, "repeat")).unwrap();
     assert_eq!(released.iter().map(|l| l.address).collect::<Vec<_>>(), [ip("fd00::2")]);
     assert!(store.read(|tx| tx.holder(ip("10.0.0.2"))).unwrap().is_some(), "the earlier ADD's lease went");
-    assert!(store.write(|tx| tx.release_added_by(&owner("n", "c2", "eth0"), "first", None)).unwrap().is_empty());
+    assert!(store.write(|tx| tx.release_added_by(&owner("n", "c2", "eth0"), "first")).unwrap().is_empty());
 }
 
 #[test]

@@ -233,7 +233,7 @@ fn holds_are_not_the_attachment_s_leases_for_release_gc_or_pool_counts() {
     assert!(store.write(|tx| tx.release(&gone, Some(HOUR))).unwrap().is_empty());
     assert!(store.write(|tx| tx.release(&gone, None)).unwrap().is_empty());
     assert!(!store.write(|tx| tx.release_address(ip("10.0.0.2"), &gone)).unwrap());
-    assert!(store.write(|tx| tx.release_added_by(&gone, "any", None)).unwrap().is_empty());
+    assert!(store.write(|tx| tx.release_added_by(&gone, "any")).unwrap().is_empty());
     assert_eq!(holder(&mut store, "10.0.0.2").unwrap(), hold);
 
     assert_eq!(store.read(|tx| tx.count_pool_leases("n", "p")).unwrap(), 1);
@@ -258,11 +258,12 @@ fn holds_are_not_the_attachment_s_leases_for_release_gc_or_pool_counts() {
 }
 
 #[test]
-fn a_rollback_turns_what_the_identity_s_add_took_back_into_holds() {
+fn a_rollback_gives_back_the_identity_s_hold_as_it_was_and_frees_what_the_add_leased_anew() {
     let (_dir, mut store) = temp_store();
     let (c1, c2) = (owner("n", "c1", "eth0"), owner("n", "c2", "eth0"));
     store.write(|tx| lease(tx, "10.0.0.2", "p", &c1, Some(DB_0))).unwrap();
     store.write(|tx| tx.release(&c1, Some(HOUR))).unwrap();
+    let end = holder(&mut store, "10.0.0.2").unwrap().held_until;
 
     // The re-created pod's ADD takes the hold back and leases IPv6 anew,
     // then fails and is rolled back.
@@ -273,19 +274,50 @@ fn a_rollback_turns_what_the_identity_s_add_took_back_into_holds() {
             lease(tx, "fd00::2", "p6", &c2, Some(DB_0))
         })
         .unwrap();
-    let before = unix_now();
-    let rolled_back = store.write(|tx| tx.release_added_by(&c2, "add-2", Some(HOUR))).unwrap();
+    let rolled_back = store.write(|tx| tx.release_added_by(&c2, "add-2")).unwrap();
     assert_eq!(rolled_back.iter().map(|l| l.address).collect::<Vec<_>>(), [ip("10.0.0.2"), ip("fd00::2")]);
-    for address in ["10.0.0.2", "fd00::2"] {
-        let hold = holder(&mut store, address).unwrap();
-        assert_eq!(hold.identity.as_deref(), Some(DB_0), "{address}");
-        assert!(hold.held_until.is_some_and(|until| until >= before + 3600), "{address}: {hold:?}");
-    }
-    // The next ADD of the identity gets them back.
+    let hold = holder(&mut store, "10.0.0.2").unwrap();
+    assert_eq!((hold.identity.as_deref(), hold.held_until), (Some(DB_0), end), "the hold as it was: {hold:?}");
+    assert_eq!(holder(&mut store, "fd00::2"), None, "the address the failed ADD leased anew is free");
+    // The next ADD of the identity gets its hold back.
     store.set_add_id(Some("add-3".into()));
     assert!(store.write(|tx| tx.take_hold(ip("10.0.0.2"), &owner("n", "c3", "eth0"))).unwrap());
-    assert!(store.write(|tx| tx.take_hold(ip("fd00::2"), &owner("n", "c3", "eth0"))).unwrap());
     assert_runs_agree(&mut store);
+}
+
+#[test]
+fn a_rollback_of_a_lease_passed_to_a_sharer_holds_it_for_the_identity() {
+    let (_dir, mut store) = temp_store();
+    let (src, dst) = (owner("n", "src", "eth0"), owner("n", "dst", "eth0"));
+    store.set_add_id(Some("add-src".into()));
+    store.write(|tx| lease(tx, "10.0.0.2", "p", &src, Some(DB_0))).unwrap();
+    // dst's ADD shares the lease; src goes meanwhile, passing it to dst;
+    // then dst's ADD fails: the identity's address stays held for it.
+    store.set_add_id(Some("add-dst".into()));
+    store.write(|tx| tx.share_lease(ip("10.0.0.2"), &dst)).unwrap();
+    store.write(|tx| tx.release(&src, Some(HOUR))).unwrap();
+    let before = unix_now();
+    store.write(|tx| tx.release_added_by(&dst, "add-dst")).unwrap();
+    let hold = holder(&mut store, "10.0.0.2").unwrap();
+    assert_eq!(hold.identity.as_deref(), Some(DB_0));
+    assert!(hold.held_until.is_some_and(|until| until >= before + 3599), "{hold:?}");
+    assert_runs_agree(&mut store);
+}
+
+#[test]
+fn an_identity_is_live_elsewhere_only_on_a_lease_of_another_attachment() {
+    let (_dir, mut store) = temp_store();
+    let (c1, c2) = (owner("n", "c1", "eth0"), owner("n", "c2", "eth0"));
+    store.write(|tx| lease(tx, "10.0.0.2", "p", &c1, Some(DB_0))).unwrap();
+    let elsewhere = |store: &mut AllocationStore, who: &Attachment| {
+        store.read(|tx| tx.identity_live_elsewhere(who, DB_0)).unwrap().map(|l| l.address)
+    };
+    assert_eq!(elsewhere(&mut store, &c2), Some(ip("10.0.0.2")));
+    assert_eq!(elsewhere(&mut store, &c1), None, "its own lease");
+    assert_eq!(elsewhere(&mut store, &owner("n", "c2", "eth1")), None, "another interface");
+    assert_eq!(elsewhere(&mut store, &owner("m", "c2", "eth0")), None, "another network");
+    store.write(|tx| tx.release(&c1, Some(HOUR))).unwrap();
+    assert_eq!(elsewhere(&mut store, &c2), None, "a hold is not live");
 }
 
 #[test]
