@@ -40,8 +40,7 @@ fn add(req: &Request) -> Result<Reply> {
                 // Its own identity's hold: asked for by name, it comes back.
                 Some(lease)
                     if lease.is_hold()
-                        && lease.identity.is_some()
-                        && lease.identity.as_deref() == identity.as_ref().map(|i| i.name.as_str())
+                        && identity.as_ref().is_some_and(|i| lease.identity.as_deref() == Some(i.name.as_str()))
                         && lease.owner.network == attachment.network
                         && lease.owner.ifname == attachment.ifname =>
                 {
