@@ -232,3 +232,31 @@ fn a_record_naming_this_node_that_its_database_does_not_back_keeps_the_address_t
 fn valid(containers: &[String]) -> Vec<(String, String)> {
     containers.iter().map(|c| (c.clone(), "eth0".to_string())).collect()
 }
+
+/// Case 3 in a shared block: X has an `allocated` record of n1's, which
+/// n1's DEL without etcd must not release at a later call while n2 shares
+/// the identity: neither n1 nor n3 is granted X, and vm-1 passes to n2.
+#[test]
+fn a_share_live_identity_in_a_shared_block_keeps_its_record_through_a_del_without_etcd() {
+    let c = Cluster::new(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.69.0.0/24", "rangeStart": "10.69.0.10", "rangeEnd": "10.69.0.14"}], "blockSize": 27}]),
+        30.0,
+    );
+    let sticky = json!({"shareLive": true, "hold": 2});
+    let x = ok(&add(&c, "n1", "src", "vm-1", &sticky));
+    c.etcd.pause();
+    del(&c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
+    c.etcd.resume();
+    assert_eq!(ok(&add(&c, "n2", "dst", "vm-1", &sticky)), x, "n2 shares vm-1's address");
+    let x = ip(&x[0]);
+    std::thread::sleep(Duration::from_secs(3));
+    // n1's next call settles what its DEL left; then n3 takes what is left.
+    let mine = ok(&add(&c, "n1", "o0", "other-0", &sticky));
+    assert_ne!(ip(&mine[0]), x, "n1 handed {x} to another workload while n2's container dst shares it");
+    let got = fill(&c, "n3", &sticky);
+    assert!(!got.contains(&x), "n3 was granted {x}, which n2's container dst shares");
+    assert_eq!(got.len(), 3, "the pool's other free addresses: {got:?}");
+    assert_no_address_twice(&c, &["n1", "n2", "n3"]);
+    let key = identity_key(&c, "vm-1").expect("vm-1's key");
+    assert_eq!((key["node"].as_str(), key["container"].as_str()), (Some("n2"), Some("dst")), "{key}");
+}
