@@ -5,6 +5,11 @@
 
 use super::*;
 
+/// What a confirming read said of the node's blocks, pool by pool, with the
+/// node's entry in etcd; or why etcd did not answer it (the node database's
+/// failures are the outer error).
+pub(super) type Confirmation = std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error>;
+
 impl Node<'_> {
     /// Whether this ADD may skip the confirming read:
     /// - every block of its own with room was confirmed within
@@ -44,7 +49,7 @@ impl Node<'_> {
         store: &mut StoreHandle,
         geometries: &[Geometry],
         blocks: &[Vec<NodeBlock>],
-    ) -> Result<std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error>> {
+    ) -> Result<Confirmation> {
         // Linearizable reads (etcd's default): the member answers only once
         // the leader has confirmed, with a quorum, that the member has
         // applied everything committed before the read. A member cut off
