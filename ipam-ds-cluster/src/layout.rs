@@ -5,7 +5,7 @@
 //! ```text
 //! <prefix>/v1/<network>/<pool>/pool                  the pool's geometry (ranges, blockSize)
 //! <prefix>/v1/<network>/<pool>/blocks/<block>        {"node": …, "at": …, "shared": true?}: the block is that node's
-//! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent|allocated, "node", "container", "ifname"}
+//! <prefix>/v1/<network>/<pool>/addrs/<block>/<ip>    {"kind": static|borrowed|lent|allocated, "node", "container", "ifname", "identity"?}
 //! <prefix>/v1/<network>/<pool>/wanted                a node found no free address (lenders lend)
 //! <prefix>/v1/<network>/_nodes/<node>                {"db": …, "offlineGrace": …, "timeout": …}: who runs as <node>
 //! <prefix>/v1/<network>/_pools/<pool>                the pool's geometry again: the network's pools, checked for overlap
@@ -202,9 +202,11 @@ pub struct AddressRecord {
     pub lender: String,
     /// Of a workload identity's address (ipam-da-sticky): the identity. A
     /// record of kind `static`, so that builds before it keep off the
-    /// address too. Held for the identity (no attachment has it): `node`
+    /// address too, or `allocated` (granted in a shared block to an ADD of
+    /// the identity). Held for the identity (no attachment has it): `node`
     /// is empty, and the record lives under the etcd lease that ends the
-    /// hold. It changes only together with the identity's key.
+    /// hold. Once it is the identity's, it changes only together with the
+    /// identity's key.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
 }

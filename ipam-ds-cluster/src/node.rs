@@ -335,7 +335,7 @@ impl<'s> Node<'s> {
         // while another process of this node wrote a later one down).
         self.etcd.forget_revisions();
         let skipped = self.needs_no_confirmation(pools, &blocks, &shared, &needed, boot.as_deref());
-        let confirmation = (!skipped).then(|| self.confirm(&geometries, &blocks));
+        let confirmation = if skipped { None } else { Some(self.confirm(store, &geometries, &blocks)?) };
         let offline = match confirmation {
             // Every block this ADD may use was confirmed moments ago.
             None => None,
@@ -407,6 +407,7 @@ impl<'s> Node<'s> {
             singles
         };
         let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
+        let grantee = sharing::Grantee { who, identity: sticking.map(|s| s.identity) };
         let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], granted: &[(String, IpAddr)]| -> Option<Pool> {
             view(&geometries[i], &blocks[i], &singles(geometries[i].pool, granted))
         };
@@ -454,7 +455,7 @@ impl<'s> Node<'s> {
                         found = true;
                         None
                     }
-                    Step::GrantOwn(i) => self.grant_in_own(store, &geometries[i], &mut shared[i], who, &history)?,
+                    Step::GrantOwn(i) => self.grant_in_own(store, &geometries[i], &mut shared[i], grantee, &history)?,
                     Step::Claim(i) => {
                         let new = self.claim(store, &geometries[i], &owned[i])?;
                         let own = new.iter().any(|b| !b.shared);
@@ -465,10 +466,10 @@ impl<'s> Node<'s> {
                                 self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
                             }
                             true => None,
-                            false => self.grant_in_own(store, &geometries[i], &mut shared[i], who, &history)?,
+                            false => self.grant_in_own(store, &geometries[i], &mut shared[i], grantee, &history)?,
                         }
                     }
-                    Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], who, &history)?,
+                    Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
                     Step::Borrow(i) => self.borrow(store, &geometries[i], &owned[i], who)?,
                 };
                 if let Some(address) = address {

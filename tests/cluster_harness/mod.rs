@@ -501,6 +501,12 @@ pub fn has_cluster_tool() -> bool {
 /// Hands `node`'s blocks and records back with the operator's
 /// `cluster release-node`, run with `operator`'s settings.
 pub fn release_node<E: Etcd>(c: &Cluster<E>, node: &str, operator: &str) -> &'static str {
+    release_node_saying(c, node, operator);
+    "ipam-delegated cluster release-node"
+}
+
+/// [`release_node`], returning what the command printed.
+pub fn release_node_saying<E: Etcd>(c: &Cluster<E>, node: &str, operator: &str) -> String {
     assert!(has_cluster_tool(), "ipam-delegated cluster --help failed: the operator tool is broken");
     let conflist = c.dir.path().join("cnet.conflist");
     let mut plugin = c.config(operator);
@@ -517,5 +523,5 @@ pub fn release_node<E: Etcd>(c: &Cluster<E>, node: &str, operator: &str) -> &'st
         None,
     );
     assert_eq!(out.status, 0, "ipam-delegated cluster release-node {node}: {}", brief(&out));
-    "ipam-delegated cluster release-node"
+    out.stdout
 }

@@ -63,7 +63,7 @@ impl Node<'_> {
                         "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
                         g.pool.name
                     );
-                    let taken = self.block_addresses(&keys, &block)?;
+                    let taken = self.block_addresses(tx, &keys, &block)?;
                     let shared = owners.get(&block).is_some_and(|(r, _)| r.shared);
                     let b = self.owned_block(g, block, revision, taken, shared);
                     self.stamp(tx)?;
@@ -79,7 +79,7 @@ impl Node<'_> {
                     return Ok(None);
                 }
                 for block in free {
-                    if let Some(b) = self.claim_one(&keys, g, block, &definition, &definition_kv)? {
+                    if let Some(b) = self.claim_one(tx, &keys, g, block, &definition, &definition_kv)? {
                         self.stamp(tx)?;
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
@@ -228,6 +228,7 @@ impl Node<'_> {
     /// reads the addresses others already hold in it in the same transaction.
     pub(super) fn claim_one(
         &self,
+        tx: &Tx,
         keys: &PoolKeys,
         g: &Geometry,
         block: IpNet,
@@ -257,7 +258,7 @@ impl Node<'_> {
             return Ok(None);
         }
         let taken = match answer.responses.get(1) {
-            Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
+            Some(OpResponse::Range(addresses)) => self.taken_here(tx, keys, &addresses.kvs)?,
             _ => Vec::new(),
         };
         Ok(Some(self.owned_block(g, block, answer.revision, taken, record.shared)))
@@ -295,9 +296,9 @@ impl Node<'_> {
         }
     }
 
-    pub(super) fn block_addresses(&self, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
+    pub(super) fn block_addresses(&self, tx: &Tx, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
         let answer = self.etcd.range(&RangeRequest::prefix(keys.block_addresses(block))).map_err(etcd_error)?;
-        Ok(self.taken(keys, &answer.kvs))
+        self.taken_here(tx, keys, &answer.kvs)
     }
 }
 

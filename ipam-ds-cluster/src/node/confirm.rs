@@ -5,6 +5,11 @@
 
 use super::*;
 
+/// What a confirming read said of the node's blocks, pool by pool, with the
+/// node's entry in etcd; or why etcd did not answer it (the node database's
+/// failures are the outer error).
+pub(super) type Confirmation = std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error>;
+
 impl Node<'_> {
     /// Whether this ADD may skip the confirming read:
     /// - every block of its own with room was confirmed within
@@ -41,9 +46,10 @@ impl Node<'_> {
     /// transaction holds are read in several, each block's two reads in one.
     pub(super) fn confirm(
         &self,
+        store: &mut StoreHandle,
         geometries: &[Geometry],
         blocks: &[Vec<NodeBlock>],
-    ) -> std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error> {
+    ) -> Result<Confirmation> {
         // Linearizable reads (etcd's default): the member answers only once
         // the leader has confirmed, with a quorum, that the member has
         // applied everything committed before the read. A member cut off
@@ -70,9 +76,12 @@ impl Node<'_> {
                 ]);
             }
         }
-        let mut responses = self.etcd.read_in_txns(reads)?.into_iter();
+        let mut responses = match self.etcd.read_in_txns(reads) {
+            Ok(responses) => responses.into_iter(),
+            Err(e) => return Ok(Err(e)),
+        };
         let Some(OpResponse::Range(entry)) = responses.next() else {
-            return Err(not_ranges());
+            return Ok(Err(not_ranges()));
         };
         let mut confirmed = Vec::with_capacity(blocks.len());
         for (g, pool_blocks) in geometries.iter().zip(blocks) {
@@ -80,7 +89,7 @@ impl Node<'_> {
             let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0, stale: Vec::new() };
             if !pool_blocks.is_empty() {
                 let Some(OpResponse::Range(wanted)) = responses.next() else {
-                    return Err(not_ranges());
+                    return Ok(Err(not_ranges()));
                 };
                 c.wanted = wanted.kvs.first().map_or(0, |kv| kv.mod_revision);
             }
@@ -88,11 +97,11 @@ impl Node<'_> {
                 let (Some(OpResponse::Range(record)), Some(OpResponse::Range(addresses))) =
                     (responses.next(), responses.next())
                 else {
-                    return Err(not_ranges());
+                    return Ok(Err(not_ranges()));
                 };
                 match self.ours(record.kvs.first(), b.revision) {
                     Ok(revision) => {
-                        let taken = self.taken(&keys, &addresses.kvs);
+                        let taken = self.taken_in(store, &keys, &addresses.kvs)?;
                         c.stale.extend(addresses.kvs.iter().filter(|kv| self.stale_lent(kv)).cloned());
                         c.ours.push(NodeBlock { revision, taken, ..b.clone() });
                     }
@@ -101,7 +110,7 @@ impl Node<'_> {
             }
             confirmed.push(c);
         }
-        Ok((confirmed, entry.kvs.into_iter().next()))
+        Ok(Ok((confirmed, entry.kvs.into_iter().next())))
     }
 
     /// Writes what the confirmation changed: lost blocks go, and a block's
@@ -231,7 +240,9 @@ impl Node<'_> {
     }
 
     /// Addresses of a block that other nodes (or other attachments through
-    /// records) hold: every address record not written by this node.
+    /// records) hold: every address record that does not name this node.
+    /// (What etcd alone tells; [`Node::taken_here`] is what this node's
+    /// database adds to it.)
     pub(super) fn taken(&self, keys: &PoolKeys, kvs: &[Kv]) -> Vec<IpAddr> {
         kvs.iter()
             .filter_map(|kv| {
@@ -240,5 +251,60 @@ impl Node<'_> {
                 (record.node != self.settings.node).then_some(address)
             })
             .collect()
+    }
+
+    /// Addresses of a block that this node must not hand out: [`Node::taken`],
+    /// and every record naming this node that its database does not back
+    /// (see [`Node::backed_here`]).
+    pub(super) fn taken_here(&self, tx: &Tx, keys: &PoolKeys, kvs: &[Kv]) -> Result<Vec<IpAddr>> {
+        let mut taken = Vec::new();
+        for kv in kvs {
+            let (Ok(record), Some((_, address))) =
+                (serde_json::from_slice::<AddressRecord>(&kv.value), keys.parse_address(&kv.key))
+            else {
+                continue;
+            };
+            if record.node != self.settings.node || !self.backed_here(tx, &kv.key, address, &record)? {
+                taken.push(address);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// [`Node::taken_here`], reading the node database only when some
+    /// record names this node (the steady state reads nothing more).
+    pub(super) fn taken_in(&self, store: &mut StoreHandle, keys: &PoolKeys, kvs: &[Kv]) -> Result<Vec<IpAddr>> {
+        let names_this_node = kvs
+            .iter()
+            .any(|kv| serde_json::from_slice::<AddressRecord>(&kv.value).is_ok_and(|r| r.node == self.settings.node));
+        match names_this_node {
+            true => store.read(|tx| self.taken_here(tx, keys, kvs)),
+            false => Ok(self.taken(keys, kvs)),
+        }
+    }
+
+    /// Whether this node's database backs `record`, an address record naming
+    /// this node: its row of the record (this node writes, holds or
+    /// releases it), a lease here of the attachment it names, or a hold for
+    /// lending (`lent`). Others write records naming this node too: a node
+    /// sharing an identity (shareLive) names the identity's first attachment,
+    /// and one passing an identity on names the next. Such a record whose
+    /// attachment is gone here (its DEL could not reach etcd) is no address
+    /// of this node's own, already known: another node's container may use
+    /// its address, so it counts as taken.
+    fn backed_here(&self, tx: &Tx, key: &[u8], address: IpAddr, record: &AddressRecord) -> Result<bool> {
+        if record.kind == Kind::Lent {
+            return Ok(true);
+        }
+        let named = Attachment {
+            network: self.network.clone(),
+            container_id: record.container.clone(),
+            ifname: record.ifname.clone(),
+        };
+        let key = String::from_utf8_lossy(key);
+        if tx.node_record(&key)?.is_some_and(|row| row.owner == named) {
+            return Ok(true);
+        }
+        Ok(tx.holder(address)?.is_some_and(|l| !l.is_hold() && l.owner == named) || tx.shares_lease(address, &named)?)
     }
 }

@@ -32,6 +32,16 @@ const GRANT_CHOICES: usize = 16;
 /// How many other nodes' shared blocks one call tries.
 const OTHERS_TRIED: usize = 8;
 
+/// Whom an address is granted to: an attachment, and the workload identity
+/// (ipam-da-sticky) its ADD is for, if any. The record names both, so that
+/// whatever passes the identity on or holds it (its DEL, GC, `release-node`)
+/// knows the address for the identity's.
+#[derive(Clone, Copy)]
+pub(super) struct Grantee<'a> {
+    pub who: &'a Attachment,
+    pub identity: Option<&'a str>,
+}
+
 /// What became of a grant in one block.
 pub(super) enum Grant {
     Granted(IpAddr),
@@ -55,7 +65,7 @@ impl Node<'_> {
         store: &mut StoreHandle,
         g: &Geometry,
         own: &mut Vec<NodeBlock>,
-        who: &Attachment,
+        who: Grantee,
         history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<Option<IpAddr>> {
         let mut i = 0;
@@ -90,7 +100,7 @@ impl Node<'_> {
         &self,
         store: &mut StoreHandle,
         g: &Geometry,
-        who: &Attachment,
+        who: Grantee,
         history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<Option<IpAddr>> {
         let keys = self.keys(&g.pool.name);
@@ -110,8 +120,10 @@ impl Node<'_> {
             }
         }
         // Others' records: this node's own addresses are its leases and rows.
-        let taken: HashMap<IpNet, Vec<IpAddr>> =
-            records.iter().map(|(block, kvs)| (*block, self.taken(&keys, kvs))).collect();
+        let mut taken: HashMap<IpNet, Vec<IpAddr>> = HashMap::new();
+        for (block, kvs) in &records {
+            taken.insert(*block, self.taken_in(store, &keys, kvs)?);
+        }
         let mut candidates: Vec<(IpNet, Kv)> = blocks
             .into_iter()
             .filter_map(|kv| {
@@ -155,7 +167,7 @@ impl Node<'_> {
         block: IpNet,
         mut revision: i64,
         taken: &[IpAddr],
-        who: &Attachment,
+        who: Grantee,
         own: bool,
     ) -> Result<Grant> {
         let keys = self.keys(&g.pool.name);
@@ -210,7 +222,7 @@ impl Node<'_> {
             let Some(kv) = kv else { return Ok(Grant::Full) };
             revision = kv.mod_revision;
             // Others' records: this node's own addresses are its leases and rows.
-            taken = self.taken(&keys, &addresses);
+            taken = self.taken_in(store, &keys, &addresses)?;
             if own {
                 // What others hold in it, for the next pick without a read.
                 let mut known = store.read(|tx| tx.node_blocks(&self.network, &g.pool.name))?;
@@ -235,18 +247,19 @@ impl Node<'_> {
         block: IpNet,
         revision: i64,
         address: IpAddr,
-        who: &Attachment,
+        to: Grantee,
     ) -> Result<RecordWrite> {
         let keys = self.keys(&g.pool.name);
         let block_key = keys.block(&block);
         let key = keys.address(&block, address);
+        let who = to.who;
         let value = to_text(&AddressRecord {
             kind: Kind::Allocated,
             node: self.settings.node.clone(),
             container: who.container_id.clone(),
             ifname: who.ifname.clone(),
             lender: String::new(),
-            identity: String::new(),
+            identity: to.identity.unwrap_or_default().to_string(),
         });
         let row = NodeRecord {
             key: key.clone(),

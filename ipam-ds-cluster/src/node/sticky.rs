@@ -441,10 +441,12 @@ impl Node<'_> {
         if let Some(identity) = asked {
             by_identity.entry(identity.to_string()).or_default();
         }
-        // Taken over by an ADD killed before it leased them here.
+        // Taken over by an ADD killed before it leased them here. (A grant
+        // in a shared block names the identity too; one its ADD never
+        // leased is released as any other.)
         for r in &rows {
             let Ok(record) = serde_json::from_str::<AddressRecord>(&r.value) else { continue };
-            if !record.identity.is_empty() {
+            if !record.identity.is_empty() && record.kind != Kind::Allocated {
                 let addresses = by_identity.entry(record.identity).or_default();
                 if !addresses.contains(&r.address) {
                     addresses.push(r.address);
@@ -458,6 +460,14 @@ impl Node<'_> {
                 Err(e) => {
                     tracing::warn!("identity {identity:?} is held on this node until etcd answers: {e}");
                     store.write(|tx| tx.set_note(&pending_note(&self.network, &who.ifname, &identity), "1"))?;
+                    // Its records stay the identity's until a later call
+                    // publishes its hold or passes it on: released, they
+                    // would free an address a sharer on another node uses.
+                    handled.extend(
+                        rows.iter()
+                            .filter(|r| addresses.contains(&r.address) && r.kind != Kind::Borrowed)
+                            .map(|r| r.key.clone()),
+                    );
                 }
             }
         }
@@ -483,6 +493,12 @@ impl Node<'_> {
         // What a record of `who`'s may say now: its row's value, or what
         // another node wrote for it (passing the identity on, shareLive).
         let live_here = to_text(&self.live_record(who, identity));
+        // As `release-node` of an earlier build wrote it, passing the
+        // identity here: without the interface.
+        let passed_before = to_text(&AddressRecord { ifname: String::new(), ..self.live_record(who, identity) });
+        let ours = |value: &[u8], row_value: Option<&[u8]>| {
+            Some(value) == row_value || value == live_here.as_bytes() || value == passed_before.as_bytes()
+        };
         for _ in 0..CLAIM_ROUNDS {
             let reads = std::iter::once(key.clone()).chain(keyed.iter().map(|(_, k)| k.clone()));
             let txn = Txn { success: reads.map(|k| Op::Range(RangeRequest::key(k))).collect(), ..Txn::default() };
@@ -515,12 +531,18 @@ impl Node<'_> {
             // Each record as read: absent, or `who`'s; another's is not ours to change.
             let mut compare = vec![Compare::mod_revision_is(key.clone(), identity_found.mod_revision)];
             let mut kept: Vec<(IpAddr, String)> = Vec::new();
+            // Records of `who` that another node wrote (sharing or passing
+            // the identity), which no row of this node releases.
+            let mut rowless: Vec<String> = Vec::new();
             for ((address, record_key), current) in keyed.iter().zip(found) {
                 let row_value = rows.iter().find(|r| r.address == *address).map(|r| r.value.as_bytes());
                 match current {
                     None => compare.push(Compare::absent(record_key.clone())),
-                    Some(kv) if Some(kv.value.as_slice()) == row_value || kv.value == live_here.as_bytes() => {
+                    Some(kv) if ours(&kv.value, row_value) => {
                         compare.push(Compare::mod_revision_is(record_key.clone(), kv.mod_revision));
+                        if row_value.is_none() {
+                            rowless.push(record_key.clone());
+                        }
                     }
                     Some(kv) => {
                         tracing::warn!(
@@ -535,12 +557,13 @@ impl Node<'_> {
             let held_addresses: Vec<IpAddr> = kept.iter().map(|(a, _)| *a).collect();
             if (held_addresses.is_empty() || hold.is_zero()) && record.sharers.is_empty() {
                 // Nothing to hold (or no holding): the identity is nobody's,
-                // and its addresses are released as any others.
-                let txn = Txn {
-                    compare,
-                    success: vec![Op::Delete { key: key.clone().into_bytes(), range_end: None }],
-                    failure: Vec::new(),
-                };
+                // and its addresses are released as any others (those
+                // without a row here, with the key).
+                let success = std::iter::once(key.clone())
+                    .chain(rowless)
+                    .map(|k| Op::Delete { key: k.into_bytes(), range_end: None })
+                    .collect();
+                let txn = Txn { compare, success, failure: Vec::new() };
                 if !self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
                     continue;
                 }
@@ -639,12 +662,20 @@ impl Node<'_> {
             for gone in ours.collect::<Vec<_>>() {
                 let who =
                     Attachment { network: self.network.clone(), container_id: gone.container, ifname: ifname.clone() };
-                if store.read(|tx| tx.leases_of(&who))?.is_empty() {
+                // A DEL without etcd left its hold to publish: settled there.
+                let pending = pending_note(&self.network, &ifname, &identity);
+                let (leases, rows, noted) = store
+                    .read(|tx| Ok((tx.leases_of(&who)?, tx.node_records_of(&who)?, tx.note(&pending)?.is_some())))?;
+                if leases.is_empty() && !(noted && who.container_id == record.container) {
                     tracing::info!(
                         "GC: identity {identity:?} was live on container {}, which is gone",
                         who.container_id
                     );
-                    self.hold_identity(store, &who, &identity, &[], &[], std::time::Duration::ZERO)?;
+                    // Its first attachment passes it on with its addresses
+                    // (a sharer leases them all); a sharer just goes.
+                    let first = who.container_id == record.container;
+                    let addresses = if first { record.addresses.clone() } else { Vec::new() };
+                    self.hold_identity(store, &who, &identity, &addresses, &rows, std::time::Duration::ZERO)?;
                 }
             }
         }
@@ -751,7 +782,9 @@ impl Node<'_> {
     /// What DELs without etcd left: an identity still live in etcd on an
     /// attachment of this node that is gone. Its addresses held in the node
     /// database are published as the identity's hold, for what is left of
-    /// it; none left: the key goes. Best effort.
+    /// it, or it passes to its sharer (shareLive); none left: the key goes.
+    /// A note goes only once that is done (or the identity is no longer
+    /// this node's to settle). Best effort.
     pub(super) fn settle_identities(&self, store: &mut StoreHandle) {
         let prefix = format!("{PENDING_PREFIX}{}\n", self.network);
         let pending = match store.read(|tx| tx.notes_with_prefix(&prefix)) {
@@ -765,85 +798,75 @@ impl Node<'_> {
             let Some((ifname, identity)) = name.strip_prefix(&prefix).and_then(|rest| rest.split_once('\n')) else {
                 continue;
             };
-            if let Err(e) = self.publish_hold(store, ifname, identity) {
-                tracing::warn!("identity {identity:?} is published later: {e}");
-                continue;
-            }
-            if let Err(e) = store.write(|tx| tx.drop_note(&name)) {
-                tracing::warn!("{e}");
+            match self.publish_hold(store, ifname, identity) {
+                Ok(true) => {
+                    if let Err(e) = store.write(|tx| tx.drop_note(&name)) {
+                        tracing::warn!("{e}");
+                    }
+                }
+                Ok(false) => tracing::info!("identity {identity:?} changed meanwhile: it is published later"),
+                Err(e) => tracing::warn!("identity {identity:?} is published later: {e}"),
             }
         }
     }
 
-    fn publish_hold(&self, store: &mut StoreHandle, ifname: &str, identity: &str) -> Result<()> {
+    /// One identity of a DEL without etcd (see [`Node::settle_identities`]):
+    /// whether its note is done with.
+    fn publish_hold(&self, store: &mut StoreHandle, ifname: &str, identity: &str) -> Result<bool> {
         let key = self.identity_key(ifname, identity);
         let Some(kv) = self.etcd.range(&RangeRequest::key(key.clone())).map_err(etcd_error)?.kvs.into_iter().next()
         else {
-            return Ok(());
+            return Ok(true);
         };
-        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(()) };
+        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(true) };
+        // Held, or taken over or passed on meanwhile: not this node's to settle.
+        if record.is_held() || record.node != self.settings.node {
+            return Ok(true);
+        }
         let who =
             Attachment { network: self.network.clone(), container_id: record.container.clone(), ifname: ifname.into() };
-        if record.is_held() || record.node != self.settings.node || !record.sharers.is_empty() {
-            return Ok(());
-        }
         let now = unix_now();
-        let holds: Vec<Lease> = store.read(|tx| {
-            Ok(tx
+        let (holds, rows, live) = store.read(|tx| {
+            let holds: Vec<Lease> = tx
                 .rows_of_identity(&self.network, identity, ifname)?
                 .into_iter()
                 .filter(|l| l.is_hold() && l.held_until.is_some_and(|t| t > now))
-                .collect())
+                .collect();
+            Ok((holds, tx.node_records_of(&who)?, !tx.leases_of(&who)?.is_empty()))
         })?;
-        if !store.read(|tx| tx.leases_of(&who))?.is_empty() {
-            return Ok(());
+        // Its attachment is live here again (an ADD of it since).
+        if live {
+            return Ok(true);
         }
-        let found = Found { record: None, mod_revision: kv.mod_revision };
-        let Some(until) = holds.iter().filter_map(|l| l.held_until).min() else {
+        let until = holds.iter().filter_map(|l| l.held_until).min();
+        let mut addresses: Vec<IpAddr> = holds.iter().map(|l| l.address).collect();
+        if !record.sharers.is_empty() {
+            // It passes to its sharer with every address it has, as the DEL
+            // would have done: the sharer leases them all.
+            addresses.extend(record.addresses.iter().filter(|a| !addresses.contains(a)).collect::<Vec<_>>());
+        }
+        let (kept, left): (Vec<NodeRecord>, Vec<NodeRecord>) =
+            rows.into_iter().partition(|r| addresses.contains(&r.address) && r.kind != Kind::Borrowed);
+        let hold = until.map_or(std::time::Duration::ZERO, |t| std::time::Duration::from_secs((t - now).max(1) as u64));
+        if hold.is_zero() && record.sharers.is_empty() {
             let txn = Txn {
-                compare: vec![Compare::mod_revision_is(key.clone(), found.mod_revision)],
+                compare: vec![Compare::mod_revision_is(key.clone(), kv.mod_revision)],
                 success: vec![Op::Delete { key: key.clone().into_bytes(), range_end: None }],
                 failure: Vec::new(),
             };
-            self.etcd.txn(&txn).map_err(etcd_error)?;
+            if !self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                return Ok(false);
+            }
             tracing::info!("identity {identity:?} holds nothing any more: {key} is deleted");
-            return Ok(());
-        };
-        let addresses: Vec<IpAddr> = holds.iter().map(|l| l.address).collect();
-        let lease = self.etcd.lease_grant((until - now).max(1)).map_err(etcd_error)?;
-        let held = IdentityRecord {
-            node: self.settings.node.clone(),
-            addresses: addresses.clone(),
-            until,
-            ..Default::default()
-        };
-        let record_value = to_bytes(&AddressRecord::held_for(identity));
-        let keyed = self.address_keys(store, &addresses, &[])?;
-        let txn = Txn {
-            compare: std::iter::once(Compare::mod_revision_is(key.clone(), found.mod_revision))
-                .chain(keyed.iter().map(|(_, k)| Compare::absent(k.clone())))
-                .collect(),
-            success: std::iter::once(Op::Put { key: key.clone().into_bytes(), value: to_bytes(&held), lease })
-                .chain(keyed.iter().map(|(_, k)| Op::Put {
-                    key: k.clone().into_bytes(),
-                    value: record_value.clone(),
-                    lease,
-                }))
-                .collect(),
-            failure: Vec::new(),
-        };
-        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-            // The hold is etcd's now: here the addresses are counted taken,
-            // and stay held to their end for ADDs whose view of the block
-            // was read before (see the module's doc).
-            store.write(|tx| addresses.iter().try_for_each(|&address| self.count_taken(tx, address, true)))?;
-            tracing::info!(
-                "identity {identity:?}: {} published as held until {}",
-                list(&addresses),
-                shared::utc::iso8601(until)
-            );
+            self.release(store, &kept)?;
+        } else {
+            // Held for what is left of its hold here, or passed on; then
+            // here its rows go and its addresses count taken.
+            self.hold_identity(store, &who, identity, &addresses, &kept, hold)?;
         }
-        Ok(())
+        // Records of what is no longer the identity's (its hold here ended).
+        self.release(store, &left)?;
+        Ok(true)
     }
 }
 
@@ -887,8 +910,22 @@ fn list(addresses: &[IpAddr]) -> String {
 pub struct IdentityRelease {
     pub identity_key: String,
     /// `held until <time>`, `passed to node N`, `no longer shared with it`,
-    /// or `deleted` (nothing to hold).
+    /// `deleted` (nothing to hold), or why it was left as it is.
     pub outcome: String,
+    /// False when the key or its records kept changing while they were
+    /// released: nothing of it was changed, and the node's records must not
+    /// be deleted (they may be the identity's): run release-node again.
+    pub settled: bool,
+}
+
+/// What became of one identity key of the released node.
+enum Released {
+    /// Written: the outcome.
+    Done(String),
+    /// Not the node's (held, or live elsewhere), or unreadable: left alone.
+    Untouched,
+    /// The key or a record changed since read: read them again.
+    Changed,
 }
 
 /// `release-node`'s part for identities: each identity live on `node` (a
@@ -896,8 +933,10 @@ pub struct IdentityRelease {
 /// addresses' records held with it under one etcd lease (so that the
 /// identity comes back with its address on another node, and whoever
 /// claims the dead node's blocks keeps off them meanwhile); one it shares
-/// passes to its next attachment; a sharer on `node` is dropped. Each change
-/// compares the key (and each record) unchanged since read.
+/// passes to its next attachment, its addresses' records naming that one;
+/// a sharer on `node` is dropped. Each change compares the key and each
+/// record unchanged since read; what changed is read again, and one that
+/// keeps changing is reported unsettled (`settled` false).
 pub fn release_node_identities(
     client: &etcd::Client,
     prefix: &str,
@@ -917,88 +956,132 @@ pub fn release_node_identities(
     let mut done = Vec::new();
     let answer = client.range(&RangeRequest::prefix(net.identities()))?;
     for kv in answer.kvs {
-        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { continue };
         let identity_key = String::from_utf8_lossy(&kv.key).into_owned();
-        let identity =
-            identity_key.rsplit_once("_sticky/").and_then(|(_, rest)| rest.split_once('/')).map(|(_, id)| id);
-        let Some(identity) = identity else { continue };
-        if record.is_held() || !(record.node == node || record.sharers.iter().any(|s| s.node == node)) {
+        let Some((ifname, identity)) = identity_key.rsplit_once("_sticky/").and_then(|(_, rest)| rest.split_once('/'))
+        else {
             continue;
-        }
-        let mut compare = vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)];
-        let (next, lease, value, outcome) = if record.node != node {
-            let mut next = record.clone();
-            next.sharers.retain(|s| s.node != node);
-            (next, 0, None, "no longer shared with it".to_string())
-        } else if let Some(heir) = record.sharers.iter().find(|s| s.node != node).cloned() {
-            let next = IdentityRecord {
-                node: heir.node.clone(),
-                container: heir.container.clone(),
-                addresses: record.addresses.clone(),
-                sharers: record.sharers.iter().filter(|s| s.node != node && **s != heir).cloned().collect(),
-                until: 0,
-            };
-            let value = AddressRecord {
-                kind: Kind::Static,
-                node: heir.node.clone(),
-                container: heir.container.clone(),
-                identity: identity.to_string(),
-                ..AddressRecord::default()
-            };
-            (next, 0, Some(value), format!("passed to node {}", shown(&heir.node)))
-        } else if record.addresses.is_empty() || hold.is_zero() {
-            let txn = Txn {
-                compare,
-                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
-                failure: Vec::new(),
-            };
-            if client.txn(&txn)?.succeeded {
-                done.push(IdentityRelease { identity_key, outcome: "deleted".into() });
-            }
-            continue;
-        } else {
-            let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
-            let lease = client.lease_grant(secs)?;
-            let until = unix_now().saturating_add(secs);
-            let next = IdentityRecord {
-                node: node.to_string(),
-                addresses: record.addresses.clone(),
-                until,
-                ..Default::default()
-            };
-            (
-                next,
-                lease,
-                Some(AddressRecord::held_for(identity)),
-                format!("held until {}", shared::utc::iso8601(until)),
-            )
         };
-        let mut success = vec![Op::Put { key: kv.key.clone(), value: to_bytes(&next), lease }];
-        if let Some(value) = &value {
-            // Each record as read: absent, or the dead node's own for this
-            // identity; another's is left as it is.
-            let keys: Vec<String> = record.addresses.iter().filter_map(|a| record_key(*a)).collect();
-            let reads: Vec<Vec<Op>> = keys.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()))]).collect();
-            for (k, found) in keys.iter().zip(client.read_in_txns(reads)?) {
-                let current = match found {
-                    OpResponse::Range(r) => r.kvs.into_iter().next(),
-                    _ => None,
-                };
-                match current {
-                    None => compare.push(Compare::absent(k.clone())),
-                    Some(kv) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
-                        Ok(r) if r.node == node && r.identity == identity => {
-                            compare.push(Compare::mod_revision_is(k.clone(), kv.mod_revision))
-                        }
-                        _ => continue,
-                    },
+        let mut current = Some(kv.clone());
+        let mut outcome = None;
+        for _ in 0..CLAIM_ROUNDS {
+            // Gone meanwhile: nothing left to release.
+            let Some(kv) = current.take() else {
+                outcome = Some(None);
+                break;
+            };
+            match release_identity(client, &kv, (ifname, identity), node, hold, &record_key)? {
+                Released::Done(said) => {
+                    outcome = Some(Some(said));
+                    break;
                 }
-                success.push(Op::Put { key: k.clone().into_bytes(), value: to_bytes(value), lease });
+                Released::Untouched => {
+                    outcome = Some(None);
+                    break;
+                }
+                Released::Changed => current = client.range(&RangeRequest::key(identity_key.clone()))?.kvs.pop(),
             }
         }
-        if client.txn(&Txn { compare, success, failure: Vec::new() })?.succeeded {
-            done.push(IdentityRelease { identity_key, outcome });
+        match outcome {
+            Some(Some(said)) => done.push(IdentityRelease { identity_key, outcome: said, settled: true }),
+            Some(None) => {}
+            None => done.push(IdentityRelease {
+                identity_key,
+                outcome: "kept changing while it was released: left as it is".into(),
+                settled: false,
+            }),
         }
     }
     Ok(done)
+}
+
+/// One identity key of the released `node`, as read: held, passed on or
+/// dropped from its sharers, in one transaction with its addresses' records.
+fn release_identity(
+    client: &etcd::Client,
+    kv: &Kv,
+    (ifname, identity): (&str, &str),
+    node: &str,
+    hold: std::time::Duration,
+    record_key: &dyn Fn(IpAddr) -> Option<String>,
+) -> std::result::Result<Released, etcd::Error> {
+    let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(Released::Untouched) };
+    if record.is_held() || !(record.node == node || record.sharers.iter().any(|s| s.node == node)) {
+        return Ok(Released::Untouched);
+    }
+    let mut compare = vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)];
+    let (next, lease, value, outcome) = if record.node != node {
+        let mut next = record.clone();
+        next.sharers.retain(|s| s.node != node);
+        (next, 0, None, "no longer shared with it".to_string())
+    } else if let Some(heir) = record.sharers.iter().find(|s| s.node != node).cloned() {
+        let next = IdentityRecord {
+            node: heir.node.clone(),
+            container: heir.container.clone(),
+            addresses: record.addresses.clone(),
+            sharers: record.sharers.iter().filter(|s| s.node != node && **s != heir).cloned().collect(),
+            until: 0,
+        };
+        // As the heir's node writes the record of its own attachment, so
+        // that its DEL finds it its own.
+        let value = AddressRecord {
+            kind: Kind::Static,
+            node: heir.node.clone(),
+            container: heir.container.clone(),
+            ifname: ifname.to_string(),
+            identity: identity.to_string(),
+            ..AddressRecord::default()
+        };
+        (next, 0, Some(value), format!("passed to node {}", shown(&heir.node)))
+    } else if record.addresses.is_empty() || hold.is_zero() {
+        let txn =
+            Txn { compare, success: vec![Op::Delete { key: kv.key.clone(), range_end: None }], failure: Vec::new() };
+        return Ok(match client.txn(&txn)?.succeeded {
+            true => Released::Done("deleted".into()),
+            false => Released::Changed,
+        });
+    } else {
+        let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
+        let lease = client.lease_grant(secs)?;
+        let until = unix_now().saturating_add(secs);
+        let next =
+            IdentityRecord { node: node.to_string(), addresses: record.addresses.clone(), until, ..Default::default() };
+        (next, lease, Some(AddressRecord::held_for(identity)), format!("held until {}", shared::utc::iso8601(until)))
+    };
+    let mut success = vec![Op::Put { key: kv.key.clone(), value: to_bytes(&next), lease }];
+    if let Some(value) = &value {
+        // Each record as read: absent, or the identity's on the dead node;
+        // another's is left as it is.
+        let keys: Vec<String> = record.addresses.iter().filter_map(|a| record_key(*a)).collect();
+        let reads: Vec<Vec<Op>> = keys.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()))]).collect();
+        for (k, found) in keys.iter().zip(client.read_in_txns(reads)?) {
+            let current = match found {
+                OpResponse::Range(r) => r.kvs.into_iter().next(),
+                _ => None,
+            };
+            match current {
+                None => compare.push(Compare::absent(k.clone())),
+                Some(kv) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
+                    Ok(r) if is_identity_s(&r, &record, (ifname, identity), node) => {
+                        compare.push(Compare::mod_revision_is(k.clone(), kv.mod_revision))
+                    }
+                    _ => continue,
+                },
+            }
+            success.push(Op::Put { key: k.clone().into_bytes(), value: to_bytes(value), lease });
+        }
+    }
+    Ok(match client.txn(&Txn { compare, success, failure: Vec::new() })?.succeeded {
+        true => Released::Done(outcome),
+        false => Released::Changed,
+    })
+}
+
+/// Whether `r`, the record of an address that identity key `live` (live on
+/// `node`) lists, is the identity's there: it names the identity and
+/// `node`, or (a record of a build that did not name the identity in it: a
+/// grant in a shared block, an address asked for by name) the identity's
+/// attachment itself.
+fn is_identity_s(r: &AddressRecord, live: &IdentityRecord, (ifname, identity): (&str, &str), node: &str) -> bool {
+    r.node == node
+        && (r.identity == identity || (r.identity.is_empty() && r.container == live.container && r.ifname == ifname))
 }

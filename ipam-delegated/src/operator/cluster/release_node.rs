@@ -22,7 +22,10 @@
 //! for its identity for `ipam.sticky.hold` under an etcd lease, its
 //! addresses' records with it, so that the workload comes back with its
 //! address on another node (one shared with another node's attachment
-//! passes to that one).
+//! passes to that one, the records naming it). A record that is an
+//! identity's is thus no longer NODE's when its records are deleted; an
+//! identity that kept changing meanwhile stops the command before any of
+//! NODE's records is deleted.
 
 use std::time::Duration;
 
@@ -137,6 +140,15 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, go
         Ok(released) => {
             for r in released {
                 tracing::info!("operator release-node: identity {}: {}", r.identity_key, r.outcome);
+                // Its records may be the identity's: none of the node's is
+                // deleted while it is unsettled.
+                if !r.settled {
+                    failure = Some(format!(
+                        "identity key {} kept changing while it was released (is node {node} alive?): the node's blocks \
+                         and address records are left as they are; run release-node again",
+                        shown(&r.identity_key)
+                    ));
+                }
                 done.identities.push(ReleasedIdentity { key: r.identity_key, outcome: r.outcome });
             }
         }
