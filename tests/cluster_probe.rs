@@ -91,7 +91,13 @@ fn add_counting(c: &Cluster, container: &str, config: &Value, extra: &[(&str, St
 
 /// `command` of `container` with `config`, its process group SIGKILLed
 /// `kill_after` the spawn when given: `None` when it was killed.
-fn killable(c: &Cluster, command: &str, container: &str, config: &Value, kill_after: Option<Duration>) -> Option<Outcome> {
+fn killable(
+    c: &Cluster,
+    command: &str,
+    container: &str,
+    config: &Value,
+    kill_after: Option<Duration>,
+) -> Option<Outcome> {
     let bin = bin_dir().display().to_string();
     let env = [
         ("CNI_COMMAND", command),
@@ -187,13 +193,12 @@ fn a_wall_clock_set_back_does_not_stretch_offline_grace() {
     // last confirmation (and then right again).
     let set_back = format!("-{}s", confirmed.elapsed().as_secs().saturating_sub(1));
     c.etcd.kill();
-    let outs = [
-        call(&c, "ADD", "offline-0", &config, &wall_clock(&set_back)),
-        call(&c, "ADD", "offline-1", &config, &[]),
-    ];
+    let outs =
+        [call(&c, "ADD", "offline-0", &config, &wall_clock(&set_back)), call(&c, "ADD", "offline-1", &config, &[])];
     c.etcd.restart();
     for (i, out) in outs.iter().enumerate() {
-        let (code, msg) = failed(out, &format!("n1's offline ADD {i} {:.1?} after its last confirmation", confirmed.elapsed()));
+        let (code, msg) =
+            failed(out, &format!("n1's offline ADD {i} {:.1?} after its last confirmation", confirmed.elapsed()));
         assert_eq!(code, 11, "n1's offline ADD {i} (wall clock set back {set_back}): {msg}");
     }
     held_once(&c, &["n1", "n2"]);
@@ -459,7 +464,10 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
             break;
         }
     }
-    assert!(n1_offline.iter().all(|a| n1_block.contains(*a) && *a != x1), "n1 served {n1_offline:?}: only its block, never {x1}");
+    assert!(
+        n1_offline.iter().all(|a| n1_block.contains(*a) && *a != x1),
+        "n1 served {n1_offline:?}: only its block, never {x1}"
+    );
     // Past its grace: nothing.
     thread::sleep((Duration::from_secs(N1_GRACE + 1)).saturating_sub(confirmed.elapsed()));
     let out = run("ADD", "n1", "p1-late", None);
@@ -482,7 +490,10 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
     let live: Vec<_> = identities(&c).into_iter().map(|i| (i.0, i.1, i.3, i.4)).collect();
     assert_eq!(
         live,
-        vec![("db-0".to_string(), "n2".to_string(), vec![x0], false), ("db-1".to_string(), "n2".to_string(), vec![x1], false)],
+        vec![
+            ("db-0".to_string(), "n2".to_string(), vec![x0], false),
+            ("db-1".to_string(), "n2".to_string(), vec![x1], false)
+        ],
         "both identities live on n2 with their addresses"
     );
     for (ip, (node, container)) in &held {
@@ -530,8 +541,9 @@ fn gc_gives_a_shared_block_back_with_others_grants_in_it_and_they_stay_theirs() 
     assert!(block.len() == 1 && block[0].node == "n1", "n1 claimed the pool's block: {block:?}");
     let block = block[0].net;
     // n2 finds no block to claim: granted in n1's shared block.
-    let mut n2_got: Vec<IpAddr> =
-        (0..2).map(|i| added(&call(&c, "ADD", &format!("b-{i}"), &config("n2"), &[]), "n2 granted in n1's block")).collect();
+    let mut n2_got: Vec<IpAddr> = (0..2)
+        .map(|i| added(&call(&c, "ADD", &format!("b-{i}"), &config("n2"), &[]), "n2 granted in n1's block"))
+        .collect();
     assert!(n2_got.iter().all(|ip| block.contains(*ip) && *ip != a), "n2's grants {n2_got:?} lie in {block}");
     // n1's attachment goes; its GC finds the block empty of its own.
     call(&c, "DEL", "a-0", &config("n1"), &[]).assert_quiet_success();
@@ -577,4 +589,82 @@ fn gc_gives_a_shared_block_back_with_others_grants_in_it_and_they_stay_theirs() 
     assert_eq!(back, n2_got[1], "the address n2 released is n3's to hand out");
     let held = held_once(&c, &["n1", "n2", "n3"]);
     assert_covered(&c, &held);
+}
+
+/// GC retires a block that stayed empty (`releasing`), and a later call
+/// gives it back once 3 × ipam.timeout have passed: the longest an ADD
+/// that read it as the node's own may still be allocating in it. That wait
+/// is counted on the boot-time clock, as confirmations are: a call whose
+/// wall clock is an hour ahead does not give the block back early (an ADD
+/// in flight would lease in a block that is nobody's in etcd, and another
+/// node could claim it and hand the address out), and a block retired by a
+/// call whose wall clock ran a day ahead is not kept from the cluster for
+/// that day.
+///
+/// What would break it: the wait timed by the wall clock (it was, by the
+/// block's `since`, in unix seconds): the block is gone from etcd right
+/// after the GC an hour ahead, and the block retired a day ahead stays
+/// `releasing` past the deadline.
+#[test]
+fn a_wall_clock_jump_neither_hastens_nor_delays_giving_a_block_back() {
+    let _took = Took::new("a_wall_clock_jump_neither_hastens_nor_delays_giving_a_block_back");
+    assert_libfaketime();
+    // ipam.timeout 2 s: a block is given back 6 s after GC retired it.
+    const WAIT: Duration = Duration::from_secs(6);
+    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.67.0.0/27"}], "blockSize": 28}]), 30.0);
+    c.share_blocks = Some("never");
+    c.call_timeout = 2;
+    let mut config = c.config("n1");
+    config["ipam"]["cluster"]["emptyBlockHold"] = json!(1);
+    let gc = |extra: &[(&str, String)]| {
+        let out = call(&c, "GC", "gc", &stack::gc_config(&config, &[]), extra);
+        assert_eq!(out.status, 0, "GC on n1: {}", brief(&out));
+    };
+    let releasing =
+        || c.node_blocks("n1").into_iter().filter(|(_, s)| s == "releasing").map(|(b, _)| b).collect::<Vec<_>>();
+    // Retires n1's block (empty since its DEL), with the wall clock `extra` says.
+    let retire = |container: &str, extra: &[(&str, String)]| -> (Net4, Instant) {
+        added(&call(&c, "ADD", container, &config, &[]), "n1's ADD");
+        call(&c, "DEL", container, &config, &[]).assert_quiet_success();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            gc(extra);
+            if let [block] = releasing()[..] {
+                return (block, Instant::now());
+            }
+            assert!(Instant::now() < deadline, "n1's GC never retired its block: {:?}", c.node_blocks("n1"));
+            thread::sleep(Duration::from_millis(300));
+        }
+    };
+    // Given back by GCs on time, within the wait and a few seconds.
+    let given_back = |block: Net4, retired: Instant| {
+        while c.blocks_of("n1").contains(&block) {
+            assert!(
+                retired.elapsed() < WAIT + Duration::from_secs(4),
+                "block {block}, retired {:.1?} ago, is not given back: n1's blocks {:?}",
+                retired.elapsed(),
+                c.node_blocks("n1")
+            );
+            gc(&[]);
+            thread::sleep(Duration::from_millis(300));
+        }
+        assert!(
+            retired.elapsed() + Duration::from_millis(300) >= WAIT,
+            "given back {:.1?} after GC retired it",
+            retired.elapsed()
+        );
+    };
+
+    let (block, retired) = retire("a", &[]);
+    gc(&wall_clock("+1h"));
+    assert!(retired.elapsed() < WAIT, "the machine is too slow for this test");
+    assert!(
+        c.blocks_of("n1").contains(&block),
+        "a GC whose wall clock is an hour ahead gave block {block} back {:.1?} after it was retired (the wait is {WAIT:?})",
+        retired.elapsed()
+    );
+    given_back(block, retired);
+
+    let (block, retired) = retire("b", &wall_clock("+1d"));
+    given_back(block, retired);
 }
