@@ -623,6 +623,7 @@ impl<'s> Node<'s> {
     /// allocating in them. Best effort: a failure waits for the next call.
     pub fn settle(&self, store: &mut StoreHandle) {
         let pending = store.read(|tx| {
+            let boot = tx.note(BOOT_NOTE)?;
             let records: Vec<NodeRecord> = tx
                 .unsettled_node_records()?
                 .into_iter()
@@ -649,9 +650,9 @@ impl<'s> Node<'s> {
                     _ => {}
                 }
             }
-            Ok((records, blocks, contested))
+            Ok((records, blocks, contested, boot))
         });
-        let (records, blocks, contested) = match pending {
+        let (records, blocks, contested, boot) = match pending {
             Ok(pending) => pending,
             Err(e) => {
                 tracing::warn!("cannot read what is left to settle with etcd: {e}");
@@ -674,9 +675,13 @@ impl<'s> Node<'s> {
             }
         }
         // While a block being given back waits, an ADD that saw it as this
-        // node's may still be allocating in it.
-        let due = unix_now() - (self.settings.call_timeout * 3).as_secs() as i64;
-        for b in blocks.into_iter().filter(|b| b.since <= due) {
+        // node's may still be allocating in it. Counted on the boot-time
+        // clock from its retirement (see `retire_empty_blocks`), as
+        // confirmations are: a wall clock ahead would give it back under
+        // such an ADD, one behind would keep it from the cluster. No ADD of
+        // an earlier boot still runs.
+        let wait = self.settings.call_timeout * 3;
+        for b in blocks.into_iter().filter(|b| !self.clock().within(boot.as_deref(), b.confirmed, wait)) {
             if let Err(e) = self.give_back(store, &b) {
                 tracing::warn!("block {} of pool {} is given back later: {e}", b.block, b.pool);
             }
@@ -691,6 +696,9 @@ impl<'s> Node<'s> {
         let hold = self.settings.empty_block_hold.as_secs() as i64;
         let network = self.network.clone();
         store.write(|tx| {
+            // A retired block's `confirmed` is when it was retired, on this
+            // boot's clock: what [`Node::settle`] counts its wait from.
+            self.stamp_boot(tx)?;
             let records = tx.node_records(&network)?;
             for mut b in tx.network_blocks(&network)?.into_iter().filter(|b| b.state == BlockState::Owned) {
                 let leases = tx.count_leases(b.block.network(), b.block.broadcast())?;
@@ -703,6 +711,7 @@ impl<'s> Node<'s> {
                     tracing::info!("block {} of pool {} has been empty for {hold}s: it is given back", b.block, b.pool);
                     b.state = BlockState::Releasing;
                     b.since = now;
+                    b.confirmed = self.clock().now_ms;
                     tx.put_node_block(&b)?;
                 }
             }
@@ -718,7 +727,10 @@ impl<'s> Node<'s> {
         holding_lock_over_etcd(store, |tx| {
             if tx.count_leases(b.block.network(), b.block.broadcast())? > 0 {
                 tracing::info!("block {} of pool {} holds a lease again: kept", b.block, b.pool);
-                return tx.put_node_block(&NodeBlock { state: BlockState::Owned, since: unix_now(), ..b.clone() });
+                // Its `confirmed` is when it was retired, which no etcd
+                // read confirmed: the next ADD confirms it.
+                let kept = NodeBlock { state: BlockState::Owned, since: unix_now(), confirmed: 0, ..b.clone() };
+                return tx.put_node_block(&kept);
             }
             let txn = Txn {
                 compare: vec![Compare::CreateRevision {

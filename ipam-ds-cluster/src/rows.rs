@@ -42,8 +42,9 @@ pub struct NodeBlock {
     /// anyone, us included, is another claim.
     pub revision: i64,
     /// Milliseconds on the boot-time clock of the last etcd read that showed
-    /// the block ours, in the boot the note `confirmed-boot` names (0: none).
-    /// Never the wall clock: see ipam-ds-cluster's `clock`.
+    /// the block ours, in the boot the note `confirmed-boot` names (0: none);
+    /// of a `releasing` block, when GC retired it. Never the wall clock: see
+    /// ipam-ds-cluster's `clock`.
     pub confirmed: i64,
     /// Its addresses that other attachments of the cluster hold, as last read.
     pub taken: Vec<IpAddr>,
