@@ -62,42 +62,63 @@ pub struct PoolOverlap {
 /// How many holds a message names one by one; the rest are counted.
 const HOLDS_NAMED: usize = 3;
 
+impl PoolOverlap {
+    /// `holds 2 leases and has 10.0.0.5 held for identity "prod/db-0" until …`.
+    fn what_it_holds(&self) -> String {
+        let mut what = Vec::new();
+        if self.leases > 0 {
+            what.push(format!("holds {} lease{}", self.leases, if self.leases == 1 { "" } else { "s" }));
+        }
+        if !self.holds.is_empty() {
+            let mut named: Vec<String> = self.holds.iter().take(HOLDS_NAMED).map(hold_words).collect();
+            if self.holds.len() > HOLDS_NAMED {
+                named.push(format!("{} more holds", self.holds.len() - HOLDS_NAMED));
+            }
+            what.push(format!("has {}", named.join(", ")));
+        }
+        what.join(" and ")
+    }
+
+    /// The commands that end what it holds: the attachments' DEL, the
+    /// release of each named hold's identity, forgetting the pool.
+    fn ways_out(&self) -> Vec<String> {
+        let PoolOverlap { network, pool, database, .. } = self;
+        let db = database.display();
+        let mut ways = Vec::new();
+        if self.leases > 0 {
+            ways.push("release the leases (DEL the attachments)".to_string());
+        }
+        let mut identities: Vec<&str> = Vec::new();
+        for identity in self.holds.iter().take(HOLDS_NAMED).filter_map(|h| h.identity.as_deref()) {
+            if !identities.contains(&identity) {
+                identities.push(identity);
+            }
+        }
+        for identity in identities {
+            ways.push(format!(
+                "end the holds of identity {identity:?} ('ipam-delegated --database {db} release --identity {} \
+                 --network {network}')",
+                shell_word(identity)
+            ));
+        }
+        ways.push(format!(
+            "or forget the pool ('ipam-delegated --database {db} forget-pool --network {network} --pool {pool}')"
+        ));
+        ways
+    }
+}
+
 impl fmt::Display for PoolOverlap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let PoolOverlap { subnet, theirs, network, pool, leases, holds, database } = self;
-        let db = database.display();
-        let mut what = Vec::new();
-        if *leases > 0 {
-            what.push(format!("{leases} lease{}", if *leases == 1 { "" } else { "s" }));
-        }
-        if !holds.is_empty() {
-            let mut named: Vec<String> = holds.iter().take(HOLDS_NAMED).map(hold_words).collect();
-            if holds.len() > HOLDS_NAMED {
-                named.push(format!("{} more holds", holds.len() - HOLDS_NAMED));
-            }
-            what.push(named.join(", "));
-        }
+        let PoolOverlap { subnet, theirs, network, pool, database, .. } = self;
         write!(
             f,
-            "subnet {subnet} overlaps subnet {theirs} of pool {pool} of network {network:?}, which still holds {} in \
-             allocation database {db}: ",
-            what.join(" and ")
-        )?;
-        if *leases > 0 {
-            write!(f, "release the leases (DEL the attachments), ")?;
-        }
-        let mut identities: Vec<&str> = holds.iter().filter_map(|h| h.identity.as_deref()).collect();
-        identities.dedup();
-        for identity in identities {
-            write!(
-                f,
-                "end the hold{} of identity {identity:?} ('ipam-delegated --database {db} release --identity {} \
-                 --network {network}'), ",
-                if holds.iter().filter(|h| h.identity.as_deref() == Some(identity)).count() == 1 { "" } else { "s" },
-                shell_word(identity)
-            )?;
-        }
-        write!(f, "or forget the pool ('ipam-delegated --database {db} forget-pool --network {network} --pool {pool}')")
+            "subnet {subnet} overlaps subnet {theirs} of pool {pool} of network {network:?}, which still {} in \
+             allocation database {}: {}",
+            self.what_it_holds(),
+            database.display(),
+            self.ways_out().join(", ")
+        )
     }
 }
 
@@ -108,13 +129,22 @@ fn hold_words(hold: &Lease) -> String {
 }
 
 /// `word` as one word of a shell command: as it is when nothing in it is
-/// special to a shell, else in single quotes.
+/// special to a shell, else in double quotes (the command is shown in
+/// single quotes).
 fn shell_word(word: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-:@%+=,".contains(c);
-    match !word.is_empty() && word.chars().all(plain) {
-        true => word.to_string(),
-        false => format!("'{}'", word.replace('\'', "'\\''")),
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
     }
+    let mut quoted = String::from('"');
+    for c in word.chars() {
+        if matches!(c, '"' | '\\' | '$' | '`') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
 }
 
 fn pool_row(row: &Row) -> rusqlite::Result<PoolRow> {
@@ -435,12 +465,22 @@ mod tests {
         for part in [
             "pool blue",
             "10.9.0.5 held for identity \"prod/db 0\" until 20",
-            "release --identity 'prod/db 0' --network n",
+            "release --identity \"prod/db 0\" --network n",
             "forget-pool --network n --pool blue",
         ] {
             assert!(e.contains(part), "{part} in {e}");
         }
         assert!(!e.contains(" lease") && !e.contains("DEL the attachments"), "a hold is not a lease: {e}");
+        // With a lease too: both, each with its way out.
+        store.write(|tx| tx.insert_lease(ip("10.9.0.6"), "blue", &owner("n", "c2", "eth0"))).unwrap();
+        let e = store
+            .write(|tx| tx.register_pool("n", "green", &nets(&["10.9.0.0/24"]), &json!({})))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("which still holds 1 lease and has 10.9.0.5 held for identity"), "{e}");
+        assert!(e.contains("DEL the attachments") && e.contains("release --identity"), "{e}");
+        store.write(|tx| tx.release(&owner("n", "c2", "eth0"), None)).unwrap();
 
         // Once the hold ended (list shows it expired), nothing keeps the
         // pool: it gives way on the first registration, and the hold goes.
