@@ -104,7 +104,8 @@ fn a_one_second_hold_lasts_a_second_however_late_in_a_second_it_starts() {
     }
     let taken = add(&sb, &config, "c2", &pod("web-0"));
     let asked_after = released.elapsed();
-    assert!(asked_after < Duration::from_millis(900), "the test's ADD came too late to tell: {asked_after:?}");
+    // Measured after the ADD answered: it asked within the second.
+    assert!(asked_after < Duration::from_millis(1000), "the test's ADD came too late to tell: {asked_after:?}");
     assert_error(&taken, 100, &["no free"]);
     // And it does end: free for anyone once the hold and its rounding are past.
     std::thread::sleep(Duration::from_millis(2100).saturating_sub(released.elapsed()));
@@ -136,8 +137,10 @@ fn a_hold_made_while_the_clock_was_ahead_ends_a_hold_after_the_clock_is_correcte
         assert!(until <= unix_now() as i64 + 3, "{ahead}: the hold ends at {until}, now is {}: {row}", unix_now());
         // Nobody else gets the address within the hold ...
         assert_error(&add(&sb, &config, "c2", &pod("web-0")), 100, &["no free"]);
-        // ... and anyone does once it ended.
-        std::thread::sleep(Duration::from_millis(3200).saturating_sub(released.elapsed()));
+        // ... and anyone does once it ended: 2 s from that ADD, which noticed
+        // the clock went back, plus the rounding up, plus room for a slow
+        // machine.
+        std::thread::sleep(Duration::from_millis(4500).saturating_sub(released.elapsed()));
         let after = add(&sb, &config, "c2", &pod("web-0"));
         assert_eq!(ok_addresses(&after), [format!("{address}/24")], "{ahead}: {:?}", after.stdout);
     }
