@@ -19,14 +19,24 @@ impl CniArgs {
         Ok(CniArgs(pairs))
     }
 
-    /// The value of `key`; the last one wins if it is given twice.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    /// The value of `key`. Given twice with one value, it is that value;
+    /// with two, which is meant cannot be told: error 4 naming the key and
+    /// both values (a key this suite does not read is never looked at).
+    pub fn get(&self, key: &str) -> Result<Option<&str>> {
+        let mut values = self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        let Some(first) = values.next() else { return Ok(None) };
+        match values.find(|v| *v != first) {
+            None => Ok(Some(first)),
+            Some(other) => Err(CniError::env(
+                "CNI_ARGS",
+                format!("{key} is given twice, as {first:?} and as {other:?}: which one is meant cannot be told"),
+            )),
+        }
     }
 
     /// A comma-separated value as a list, blanks dropped (`IP=a,b`).
-    pub fn list(&self, key: &str) -> Option<Vec<String>> {
-        self.get(key).map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+    pub fn list(&self, key: &str) -> Result<Option<Vec<String>>> {
+        Ok(self.get(key)?.map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()))
     }
 }
 
@@ -53,12 +63,24 @@ mod tests {
     #[test]
     fn parses_runtime_style_args() {
         let a = CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;IP=10.1.2.3, fd00::3 ;X=a=b").unwrap();
-        assert_eq!(a.get("K8S_POD_NAMESPACE"), Some("prod"));
-        assert_eq!(a.get("X"), Some("a=b"));
-        assert_eq!(a.list("IP").unwrap(), vec!["10.1.2.3", "fd00::3"]);
-        assert_eq!(a.get("missing"), None);
+        assert_eq!(a.get("K8S_POD_NAMESPACE").unwrap(), Some("prod"));
+        assert_eq!(a.get("X").unwrap(), Some("a=b"));
+        assert_eq!(a.list("IP").unwrap().unwrap(), vec!["10.1.2.3", "fd00::3"]);
+        assert_eq!(a.get("missing").unwrap(), None);
         assert_eq!(CniArgs::parse("").unwrap(), CniArgs::default());
-        assert_eq!(CniArgs::parse("A=1;;A=2;").unwrap().get("A"), Some("2"));
+        assert_eq!(CniArgs::parse("A=1;;A=1;").unwrap().get("A").unwrap(), Some("1"), "one value twice");
+    }
+
+    #[test]
+    fn a_key_given_twice_with_two_values_is_error_4_naming_both_when_read() {
+        let a = CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAME=db-0;X=1;K8S_POD_NAME=db-1;X=2").unwrap();
+        let e = a.get("K8S_POD_NAME").unwrap_err();
+        assert_eq!(e.code, 4);
+        for part in ["CNI_ARGS", "K8S_POD_NAME", "\"db-0\"", "\"db-1\""] {
+            assert!(e.msg.contains(part), "{part} in {}", e.msg);
+        }
+        assert_eq!(a.list("X").unwrap_err().code, 4);
+        assert_eq!(a.get("IgnoreUnknown").unwrap(), Some("1"), "another key reads as ever");
     }
 
     #[test]

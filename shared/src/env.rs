@@ -202,7 +202,7 @@ mod tests {
         let e = env(&vars).unwrap().unwrap();
         assert_eq!(e.command, Command::Add);
         assert_eq!(e.path, vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]);
-        assert_eq!(e.args.get("IP"), Some("10.0.0.5"));
+        assert_eq!(e.args.get("IP").unwrap(), Some("10.0.0.5"));
         assert_eq!(e.attachment("net").container_id, "c1");
     }
 

@@ -95,7 +95,7 @@ impl Sticky {
                 .collect::<Result<_>>()?;
         }
         if let Some(hold) = object.get("hold") {
-            let secs = hold.as_u64().filter(|s| *s <= MAX_HOLD_SECS).ok_or_else(|| {
+            let secs = whole_seconds(hold).filter(|s| *s <= MAX_HOLD_SECS).ok_or_else(|| {
                 CniError::config(
                     "ipam.sticky.hold",
                     format!("must be a whole number of seconds from 0 to {MAX_HOLD_SECS}, got {hold}"),
@@ -120,7 +120,7 @@ impl Sticky {
         }
         let mut parts = Vec::with_capacity(self.identity_keys.len());
         for key in &self.identity_keys {
-            match args.get(key) {
+            match args.get(key)? {
                 Some(value) if !value.is_empty() => parts.push(value),
                 _ => return Ok(None),
             }
@@ -160,6 +160,17 @@ pub fn unused_warning(config: &NetConf) -> Option<String> {
         "ipam.sticky is set but {DELEGATE} is not in ipam.delegates: no address sticks to an identity; add it \
          before the sequential allocator"
     ))
+}
+
+/// A whole number of seconds, written as an integer or as a number whose
+/// fraction is zero (`600.0`, as a generator that writes every number as a
+/// float does): the same hold.
+fn whole_seconds(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        let secs = value.as_f64().filter(|s| s.is_finite() && s.fract() == 0.0 && *s >= 0.0)?;
+        // The range is checked by the caller: beyond u64 is refused too.
+        (secs < u64::MAX as f64).then_some(secs as u64)
+    })
 }
 
 /// An identity as a key: not empty, at most [`MAX_IDENTITY_BYTES`], no control characters.
@@ -205,6 +216,9 @@ mod tests {
         .unwrap();
         assert_eq!(set.identity_keys, ["NOMAD_JOB", "NOMAD_GROUP"]);
         assert_eq!((set.hold(), set.share_live), (None, true));
+        // An integral hold written as a float is that many seconds.
+        let float = Sticky::of(&conf(json!({"delegates": STACK, "sticky": {"hold": 600.0}}))).unwrap().unwrap();
+        assert_eq!(float.hold(), Some(Duration::from_secs(600)));
     }
 
     #[test]
@@ -215,6 +229,9 @@ mod tests {
         assert!(e.msg.contains("ipam.sticky.hold") && e.msg.contains("-1"), "{}", e.msg);
         let e = refused(json!({"hold": 1.5}));
         assert!(e.msg.contains("1.5"), "{}", e.msg);
+        let e = refused(json!({"hold": 31_622_401.0}));
+        assert!(e.msg.contains("ipam.sticky.hold") && e.msg.contains("31622401"), "{}", e.msg);
+        assert_eq!(refused(json!({"hold": -0.5})).code, 7);
         let e = refused(json!({"identity": []}));
         assert!(e.msg.contains("ipam.sticky.identity"), "{}", e.msg);
         let e = refused(json!({"identity": ["A", ""]}));

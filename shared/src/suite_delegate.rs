@@ -121,7 +121,7 @@ pub fn requested_addresses(req: &Request, pools: &[Pool]) -> Result<Vec<IpAddr>>
     let sources = [
         ("runtimeConfig.ips", req.config.runtime_config::<Vec<String>>("ips")?),
         ("args.cni.ips", req.config.args_cni::<Vec<String>>("ips")?),
-        ("CNI_ARGS IP", req.env.args.list("IP")),
+        ("CNI_ARGS IP", req.env.args.list("IP")?),
     ];
     for (field, list) in sources {
         let found = list

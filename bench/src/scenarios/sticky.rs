@@ -396,9 +396,9 @@ mod tests {
     #[test]
     fn a_kubelets_cni_args_name_the_pod() {
         let args = shared::CniArgs::parse(&kubelet_args("db-0", "c1")).unwrap();
-        assert_eq!(args.get("K8S_POD_NAMESPACE"), Some(NAMESPACE));
-        assert_eq!(args.get("K8S_POD_NAME"), Some("db-0"));
-        assert_eq!(args.get("IgnoreUnknown"), Some("1"), "host-local refuses unknown keys without it");
+        assert_eq!(args.get("K8S_POD_NAMESPACE").unwrap(), Some(NAMESPACE));
+        assert_eq!(args.get("K8S_POD_NAME").unwrap(), Some("db-0"));
+        assert_eq!(args.get("IgnoreUnknown").unwrap(), Some("1"), "host-local refuses unknown keys without it");
     }
 
     #[test]

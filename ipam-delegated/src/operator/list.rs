@@ -42,7 +42,7 @@ impl State {
 /// One row as scripts see it (`--json`). The first six keys are those of
 /// the listing before sticky addresses, with the same meaning; of a hold,
 /// container_id and ifname name the attachment that last leased it, and
-/// since is when that one did.
+/// since is when the hold began (its release).
 #[derive(Serialize)]
 struct Row {
     pool: String,

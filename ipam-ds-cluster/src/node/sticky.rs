@@ -325,7 +325,10 @@ impl Node<'_> {
                         tx.drop_node_record_if(&row.key, &row.value)?;
                         match before {
                             None => drop(tx.release_address(row.address, who)?),
-                            Some(l) if l.is_hold() => drop(tx.hold_address(row.address, who, s.settings.hold)?),
+                            // Held again as it was: to the end etcd still holds it.
+                            Some(Lease { held_until: Some(until), .. }) => {
+                                tx.hold_address_until(row.address, who, *until)?;
+                            }
                             Some(_) => {}
                         }
                     }
@@ -512,7 +515,7 @@ impl Node<'_> {
             let identity_found = Found { record: None, mod_revision: kv.mod_revision };
             // Held here already (a DEL killed before it finished here).
             if record.is_held() && record.node == me && addresses.iter().all(|a| record.addresses.contains(a)) {
-                return self.let_go_here(store, who, &addresses, &rows, hold);
+                return self.let_go_here(store, who, &addresses, &rows, record.until);
             }
             if !record.live_on(&me, &who.container_id) {
                 return Ok(Vec::new());
@@ -586,11 +589,15 @@ impl Node<'_> {
                 }
                 None => {
                     let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
+                    // Read before the grant, rounded down: the hold's end
+                    // as the node counts it comes no later than etcd's
+                    // lease ends (see `let_go_here`).
+                    let granted = unix_now();
                     let lease = self.etcd.lease_grant(secs).map_err(etcd_error)?;
                     let next = IdentityRecord {
                         node: me.clone(),
                         addresses: held_addresses.clone(),
-                        until: unix_now().saturating_add(secs),
+                        until: granted.saturating_add(secs),
                         ..Default::default()
                     };
                     (next, lease, to_bytes(&AddressRecord::held_for(identity)))
@@ -614,7 +621,11 @@ impl Node<'_> {
                 ),
                 false => tracing::info!("identity {identity:?} passes to node {} (shareLive)", shown(&next.node)),
             }
-            return self.let_go_here(store, who, &held_addresses, &rows, hold);
+            let until = match next.is_held() {
+                true => next.until,
+                false => unix_now().saturating_add(i64::try_from(hold.as_secs()).unwrap_or(i64::MAX)),
+            };
+            return self.let_go_here(store, who, &held_addresses, &rows, until);
         }
         Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing")))
     }
@@ -745,17 +756,20 @@ impl Node<'_> {
     /// address in a block of this node's own is counted taken there, so that
     /// this node does not hand it out before its next confirming read.
     ///
-    /// In a block of this node's own the lease becomes a hold here too (for
-    /// `hold`), not free: an ADD of this node whose view of the block was
-    /// read before this call counts the address free there, and its
-    /// allocators lease whatever is neither leased nor held.
+    /// In a block of this node's own the lease becomes a hold here too
+    /// (until `until`), not free: an ADD of this node whose view of the
+    /// block was read before this call counts the address free there, and
+    /// its allocators lease whatever is neither leased nor held. It ends no
+    /// later than etcd's hold: `until` is the identity's end in etcd, read
+    /// before its lease was granted, so that the ADD just after etcd ended
+    /// the hold finds the address free here too.
     fn let_go_here(
         &self,
         store: &mut StoreHandle,
         who: &Attachment,
         addresses: &[IpAddr],
         rows: &[&NodeRecord],
-        hold: std::time::Duration,
+        until: i64,
     ) -> Result<Vec<String>> {
         store.write(|tx| {
             let own: Vec<IpNet> = tx
@@ -766,7 +780,7 @@ impl Node<'_> {
                 .collect();
             for &address in addresses {
                 match own.iter().any(|b| b.contains(&address)) {
-                    true => tx.hold_address(address, who, hold)?,
+                    true => tx.hold_address_until(address, who, until)?,
                     false => tx.release_address(address, who)?,
                 };
                 self.count_taken(tx, address, true)?;

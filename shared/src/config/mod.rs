@@ -211,10 +211,35 @@ impl NetConf {
     }
 
     /// `args.cni.<key>` read as a `T`, the conventions' way to pass
-    /// per-attachment arguments; `None` when absent or null.
+    /// per-attachment arguments; `None` when absent or null. `args` and
+    /// `args.cni` that are not objects are error 7 naming them: read as
+    /// "no arguments", an attachment would silently lose its identity or
+    /// its requested addresses.
     pub fn args_cni<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
-        let value = self.raw.get("args").and_then(|a| a.get("cni")).and_then(|c| c.get(key)).filter(|v| !v.is_null());
+        let value = self.args_cni_object()?.and_then(|c| c.get(key)).filter(|v| !v.is_null());
         value.map(|v| typed(v, &format!("args.cni.{key}"))).transpose()
+    }
+
+    /// `args.cni` (`None` when it or `args` is absent or null).
+    fn args_cni_object(&self) -> Result<Option<&serde_json::Map<String, Value>>> {
+        let args = match self.raw.get("args") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(args)) => args,
+            Some(other) => {
+                return Err(CniError::config(
+                    "args",
+                    format!("must be an object (the runtime's arguments, CNI's under \"cni\"), got {other}"),
+                ))
+            }
+        };
+        match args.get("cni") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(cni)) => Ok(Some(cni)),
+            Some(other) => Err(CniError::config(
+                "args.cni",
+                format!("must be an object of per-attachment arguments (ips, pools, identity), got {other}"),
+            )),
+        }
     }
 
     /// The `prevResult`, in whatever version it came.

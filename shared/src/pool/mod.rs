@@ -105,9 +105,15 @@ impl Pool {
         }
     }
 
-    /// Whether every `match` key is present in CNI_ARGS with an equal value.
-    pub fn matches_args(&self, args: &CniArgs) -> bool {
-        self.matches.iter().all(|(key, value)| args.get(key) == Some(value.as_str()))
+    /// Whether every `match` key is present in CNI_ARGS with an equal value
+    /// (error 4 when one is given twice with two values).
+    pub fn matches_args(&self, args: &CniArgs) -> crate::error::Result<bool> {
+        for (key, value) in &self.matches {
+            if args.get(key)? != Some(value.as_str()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -235,10 +241,10 @@ mod tests {
     fn matches_args_needs_every_key_with_equal_value() {
         let p =
             pool(json!({"name": "prod", "match": {"NS": "prod", "TIER": "db"}, "ranges": [{"subnet": "10.0.0.0/24"}]}));
-        assert!(p.matches_args(&CniArgs::parse("NS=prod;TIER=db;X=1").unwrap()));
-        assert!(!p.matches_args(&CniArgs::parse("NS=prod").unwrap()));
-        assert!(!p.matches_args(&CniArgs::parse("NS=dev;TIER=db").unwrap()));
+        assert!(p.matches_args(&CniArgs::parse("NS=prod;TIER=db;X=1").unwrap()).unwrap());
+        assert!(!p.matches_args(&CniArgs::parse("NS=prod").unwrap()).unwrap());
+        assert!(!p.matches_args(&CniArgs::parse("NS=dev;TIER=db").unwrap()).unwrap());
         let any = pool(json!({"name": "any", "ranges": [{"subnet": "10.0.0.0/24"}]}));
-        assert!(any.matches_args(&CniArgs::default()));
+        assert!(any.matches_args(&CniArgs::default()).unwrap());
     }
 }

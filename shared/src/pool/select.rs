@@ -47,7 +47,7 @@ pub fn candidates(config: &NetConf, cni_args: &CniArgs) -> Result<Vec<Pool>> {
     for p in &pools {
         let why_not = match &narrowing {
             Some((source, names)) if !names.contains(&p.pool.name) => Some(format!("not named by {source}")),
-            _ => match_failure(&p.pool, cni_args),
+            _ => match_failure(&p.pool, cni_args)?,
         };
         match why_not {
             None => kept.push(p.pool.clone()),
@@ -204,16 +204,19 @@ fn narrowing(config: &NetConf, cni_args: &CniArgs) -> Result<Option<(&'static st
     if let Some(names) = config.args_cni::<Vec<String>>("pools")?.filter(|names| !names.is_empty()) {
         return Ok(Some((ARGS_POOLS, names)));
     }
-    Ok(cni_args.list("IPAM_POOL").filter(|names| !names.is_empty()).map(|names| (CNI_ARGS_POOLS, names)))
+    Ok(cni_args.list("IPAM_POOL")?.filter(|names| !names.is_empty()).map(|names| (CNI_ARGS_POOLS, names)))
 }
 
 /// Why the pool's `match` does not hold, or `None` when it does.
-fn match_failure(pool: &Pool, cni_args: &CniArgs) -> Option<String> {
-    pool.matches.iter().find_map(|(key, want)| match cni_args.get(key) {
-        Some(have) if have == want => None,
-        Some(have) => Some(format!("match {key}={want} does not hold, CNI_ARGS has {key}={have}")),
-        None => Some(format!("match {key}={want} does not hold, CNI_ARGS has no {key}")),
-    })
+fn match_failure(pool: &Pool, cni_args: &CniArgs) -> Result<Option<String>> {
+    for (key, want) in &pool.matches {
+        match cni_args.get(key)? {
+            Some(have) if have == want => {}
+            Some(have) => return Ok(Some(format!("match {key}={want} does not hold, CNI_ARGS has {key}={have}"))),
+            None => return Ok(Some(format!("match {key}={want} does not hold, CNI_ARGS has no {key}"))),
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! until the identity comes back for it or the hold ends.
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::params;
 
@@ -17,6 +17,42 @@ use crate::addr::to_key;
 use crate::args::Attachment;
 use crate::error::Result;
 use crate::utc::iso8601;
+
+/// When a hold begins and ends, in whole unix seconds as the rows count
+/// time. A hold ends once the clock's whole seconds reach its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldSpan {
+    pub start: i64,
+    pub end: i64,
+}
+
+impl HoldSpan {
+    /// A hold of `hold` from now (`None` when zero: no hold), lasting at
+    /// least `hold` (see [`HoldSpan::starting`]).
+    pub fn from_now(hold: Duration) -> Option<HoldSpan> {
+        HoldSpan::starting(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(), hold)
+    }
+
+    /// A hold of `hold` from `at` (since the epoch): it begins on the whole
+    /// second `at` is in and ends on the first whole second at least `hold`
+    /// after `at`. Rounded down, the end would cut up to a second off the
+    /// hold: a 1-second hold made late in a second would end at once.
+    pub fn starting(at: Duration, hold: Duration) -> Option<HoldSpan> {
+        if hold.is_zero() {
+            return None;
+        }
+        let whole = |secs: u64| i64::try_from(secs).unwrap_or(i64::MAX);
+        let end = at.saturating_add(hold);
+        let end = whole(end.as_secs()).saturating_add(i64::from(end.subsec_nanos() > 0));
+        Some(HoldSpan { start: whole(at.as_secs()), end })
+    }
+
+    /// A hold from now that ends at `end`, which the caller chose (cluster
+    /// mode: no later than etcd's lease on the identity's hold).
+    pub fn until(end: i64) -> HoldSpan {
+        HoldSpan { start: now_unix().min(end), end }
+    }
+}
 
 /// A second live attachment of an identity, on the address its first one leases.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,23 +123,22 @@ impl Tx<'_> {
 
     /// Ends the rows of `leases`, live leases of attachments being released:
     /// one that another attachment shares passes to that attachment; one of
-    /// an identity stays held for it for `hold` (when given and not zero);
-    /// any other is freed.
-    pub(super) fn end_leases(&self, leases: &[Lease], hold: Option<Duration>) -> Result<()> {
-        let until = hold.filter(|h| !h.is_zero()).map(|h| now_unix().saturating_add(h.as_secs() as i64));
+    /// an identity stays held for it over `span` (when given); any other is
+    /// freed.
+    pub(super) fn end_leases(&self, leases: &[Lease], span: Option<HoldSpan>) -> Result<()> {
         let mut free = Vec::new();
         for lease in leases {
             let Some(identity) = &lease.identity else {
                 free.push(lease.clone());
                 continue;
             };
-            if self.pass_to_sharer(lease, until)? {
+            if self.pass_to_sharer(lease, span.map(|s| s.end))? {
                 continue;
             }
-            match until {
-                Some(until) => {
-                    self.hold_until(lease.address, until)?;
-                    tracing::info!("{} stays held for identity {identity:?} until {}", lease.address, iso8601(until));
+            match span {
+                Some(span) => {
+                    self.hold_over(lease.address, span)?;
+                    tracing::info!("{} stays held for identity {identity:?} until {}", lease.address, iso8601(span.end));
                 }
                 None => free.push(lease.clone()),
             }
@@ -129,7 +164,10 @@ impl Tx<'_> {
             }
             match taken_hold_until {
                 Some(until) => {
-                    self.hold_until(lease.address, until)?;
+                    // The hold begins anew, so that its start says when it
+                    // was last made (see `rebase_holds_made_ahead`); its end
+                    // is the one it had.
+                    self.hold_over(lease.address, HoldSpan::until(until))?;
                     tracing::info!(
                         "{} is held for identity {identity:?} again, until {}, as before the failed ADD",
                         lease.address,
@@ -142,15 +180,15 @@ impl Tx<'_> {
         self.delete_leases(&free)
     }
 
-    /// Makes the row on `address` a hold that ends at `until`.
-    fn hold_until(&self, address: IpAddr, until: i64) -> Result<()> {
+    /// Makes the row on `address` a hold over `span`.
+    fn hold_over(&self, address: IpAddr, span: HoldSpan) -> Result<()> {
         let mut stmt = self
             .sql
             .prepare_cached(
-                "UPDATE leases SET held_until = ?2, added_by = NULL, taken_hold_until = NULL WHERE key = ?1",
+                "UPDATE leases SET since = ?2, held_until = ?3, added_by = NULL, taken_hold_until = NULL WHERE key = ?1",
             )
             .in_db(self.path)?;
-        stmt.execute(params![&to_key(address)[..], until]).in_db(self.path)?;
+        stmt.execute(params![&to_key(address)[..], span.start, span.end]).in_db(self.path)?;
         Ok(())
     }
 
@@ -173,8 +211,15 @@ impl Tx<'_> {
 
     /// Ends every hold past its end: the addresses become free as usual.
     /// The allocators call it in the transaction in which they allocate.
+    /// Holds made while the clock was ahead are first moved to begin now
+    /// (see [`Tx::rebase_holds_made_ahead`]).
     pub fn drop_expired_holds(&self) -> Result<Vec<Lease>> {
-        let expired = self.expired_holds()?;
+        let now = now_unix();
+        if !self.holds_to_settle(now)? {
+            return Ok(Vec::new());
+        }
+        self.rebase_holds_made_ahead(now)?;
+        let expired = self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now])?;
         self.delete_leases(&expired)?;
         for hold in &expired {
             tracing::info!(
@@ -189,18 +234,62 @@ impl Tx<'_> {
     /// The holds past their end that no allocation has dropped yet: their
     /// addresses are free at the next one (the operator counts them as free).
     pub fn expired_holds(&self) -> Result<Vec<Lease>> {
-        // Every allocation and every cluster ADD asks, and nearly always
-        // nothing has ended: a one-column probe of the held addresses' index
-        // costs a third of preparing the full read.
         let now = now_unix();
-        let mut probe = self
-            .sql
-            .prepare_cached("SELECT 1 FROM leases WHERE held_until IS NOT NULL AND held_until <= ?1 LIMIT 1")
-            .in_db(self.path)?;
-        if !probe.exists([now]).in_db(self.path)? {
+        if !self.holds_to_settle(now)? {
             return Ok(Vec::new());
         }
         self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now])
+    }
+
+    /// Whether a hold has ended, or the hold that ends last began after
+    /// `now` (the clock went back since it was made).
+    fn holds_to_settle(&self, now: i64) -> Result<bool> {
+        // Every allocation and every cluster ADD asks, and nearly always
+        // nothing has ended: two probes of the held addresses' index (the
+        // second reads one row) cost a third of preparing the full read.
+        let mut probe = self
+            .sql
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM leases WHERE held_until IS NOT NULL AND held_until <= ?1)
+                     OR ifnull((SELECT since > ?1 FROM leases WHERE held_until IS NOT NULL
+                                ORDER BY held_until DESC LIMIT 1), 0)",
+            )
+            .in_db(self.path)?;
+        probe.query_row([now], |row| row.get(0)).in_db(self.path)
+    }
+
+    /// The node's clock went back: a hold that began after `now` was made
+    /// while it was ahead, and would last that much longer than its length.
+    /// Each such hold is moved to begin now, its length kept: it ends no
+    /// later than its length from the moment the node noticed (the time
+    /// between its making and now, which the clock no longer tells, is not
+    /// taken off: a hold must not end early). Noticed from the hold that
+    /// ends last, whenever it began ahead; a hold that began ahead but ends
+    /// before a longer one that did not is moved once that one ends or
+    /// another begins ahead, and ends no later than that one meanwhile.
+    fn rebase_holds_made_ahead(&self, now: i64) -> Result<()> {
+        let (moved, latest): (i64, Option<i64>) = self
+            .sql
+            .prepare_cached("SELECT count(*), max(since) FROM leases WHERE held_until IS NOT NULL AND since > ?1")
+            .and_then(|mut stmt| stmt.query_row([now], |row| Ok((row.get(0)?, row.get(1)?))))
+            .in_db(self.path)?;
+        if moved == 0 {
+            return Ok(());
+        }
+        // SET reads the row as it was: the end moves back by what the start does.
+        self.sql
+            .prepare_cached(
+                "UPDATE leases SET held_until = held_until - (since - ?1), since = ?1
+                 WHERE held_until IS NOT NULL AND since > ?1",
+            )
+            .and_then(|mut stmt| stmt.execute([now]))
+            .in_db(self.path)?;
+        tracing::warn!(
+            "the clock went back: {moved} hold(s) began after now (the latest at {}); each now ends its length \
+             from now",
+            iso8601(latest.unwrap_or(now))
+        );
+        Ok(())
     }
 
     /// The holds of `identity` (of `network`, or of every network), which
@@ -210,6 +299,11 @@ impl Tx<'_> {
             "identity = ?1 AND held_until IS NOT NULL AND (?2 IS NULL OR network = ?2)",
             params![identity, network],
         )
+    }
+
+    /// The holds in pool `name` of `network`, in address order.
+    pub fn holds_of_pool(&self, network: &str, name: &str) -> Result<Vec<Lease>> {
+        self.leases_where("network = ?1 AND pool = ?2 AND held_until IS NOT NULL", [network, name])
     }
 
     /// How many holds lie in pool `name` of `network`.

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::types::Type;
 use rusqlite::{params, Row};
 
+use super::holds::HoldSpan;
 use super::{runs, InDatabase, Tx};
 use crate::addr::{from_key, to_key, to_u128};
 use crate::args::Attachment;
@@ -20,7 +21,7 @@ pub struct Lease {
     pub pool: String,
     /// The attachment that holds it; of a hold, the one that last held it.
     pub owner: Attachment,
-    /// Unix seconds.
+    /// Unix seconds: when `owner` leased it; of a hold, when the hold began.
     pub since: i64,
     /// The workload identity the address sticks to (ipam-da-sticky).
     pub identity: Option<String>,
@@ -52,15 +53,30 @@ pub(super) const LEASE_COLUMNS: &str =
 pub(super) const LEASED: &str = "held_until IS NULL";
 
 pub(super) fn lease_from_row(row: &Row) -> rusqlite::Result<Lease> {
+    let (since, held_until) = as_the_clock_reads(row.get(5)?, row.get(7)?, now_unix);
     Ok(Lease {
         address: address_column(row, 0)?,
         pool: row.get(1)?,
         owner: Attachment { network: row.get(2)?, container_id: row.get(3)?, ifname: row.get(4)? },
-        since: row.get(5)?,
+        since,
         identity: row.get(6)?,
-        held_until: row.get(7)?,
+        held_until,
         added_by: row.get(8)?,
     })
+}
+
+/// A row's `since` and `held_until` as the clock reads them now: a hold
+/// that begins after now was made while the clock was ahead (it went back
+/// since), and is read as beginning now, its length kept, so that it ends
+/// no later than its length from now (the next allocation rewrites it so:
+/// [`Tx::drop_expired_holds`]). A lease is read as it is.
+pub(super) fn as_the_clock_reads(since: i64, held_until: Option<i64>, now: impl Fn() -> i64) -> (i64, Option<i64>) {
+    let Some(until) = held_until else { return (since, None) };
+    let now = now();
+    match since > now {
+        true => (now, Some(until.saturating_sub(since - now))),
+        false => (since, Some(until)),
+    }
 }
 
 /// Reads a key column; a key that is not 16 bytes is corruption.
@@ -182,7 +198,7 @@ impl Tx<'_> {
     /// instead (see [`Tx::end_leases`]).
     pub fn release(&self, owner: &Attachment, hold: Option<Duration>) -> Result<Vec<Lease>> {
         let leases = self.leases_of(owner)?;
-        self.end_leases(&leases, hold)?;
+        self.end_leases(&leases, hold.and_then(HoldSpan::from_now))?;
         self.drop_shares_of(owner, None)?;
         Ok(leases)
     }
@@ -201,9 +217,20 @@ impl Tx<'_> {
     /// [`Tx::release_address`], except that an address of a workload
     /// identity stays held for it for `hold` (see [`Tx::end_leases`]).
     pub fn hold_address(&self, address: IpAddr, owner: &Attachment, hold: Duration) -> Result<bool> {
+        self.hold_address_over(address, owner, HoldSpan::from_now(hold))
+    }
+
+    /// [`Tx::hold_address`] until `end` (unix seconds), which the caller
+    /// chose: cluster mode holds an address here no longer than etcd's
+    /// lease holds it for the identity.
+    pub fn hold_address_until(&self, address: IpAddr, owner: &Attachment, end: i64) -> Result<bool> {
+        self.hold_address_over(address, owner, Some(HoldSpan::until(end)))
+    }
+
+    fn hold_address_over(&self, address: IpAddr, owner: &Attachment, span: Option<HoldSpan>) -> Result<bool> {
         match self.holder(address)? {
             Some(lease) if lease.owner == *owner && !lease.is_hold() => {
-                self.end_leases(std::slice::from_ref(&lease), Some(hold))?;
+                self.end_leases(std::slice::from_ref(&lease), span)?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -256,7 +283,7 @@ impl Tx<'_> {
             .collect();
         // Shares first: a stale lease passes to a sharer only if that one is kept.
         self.drop_stale_shares(network, keep)?;
-        self.end_leases(&stale, hold)?;
+        self.end_leases(&stale, hold.and_then(HoldSpan::from_now))?;
         Ok(stale)
     }
 

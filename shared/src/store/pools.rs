@@ -42,31 +42,109 @@ impl RegisteredPool {
     }
 }
 
-/// A registered pool that holds leases on a subnet overlapping one of a
-/// pool being registered: `subnet` (the new pool's) overlaps `theirs` of
-/// `pool` of `network`. It reads as the way out, for the operator.
+/// A registered pool that holds leases or holds that have not ended on a
+/// subnet overlapping one of a pool being registered: `subnet` (the new
+/// pool's) overlaps `theirs` of `pool` of `network`. It reads as the way
+/// out, for the operator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolOverlap {
     pub subnet: IpNet,
     pub theirs: IpNet,
     pub network: String,
     pub pool: String,
+    /// How many attachments' leases it holds.
     pub leases: u64,
+    /// The identities' holds in it that have not ended (ipam-da-sticky).
+    pub holds: Vec<Lease>,
     pub database: PathBuf,
+}
+
+/// How many holds a message names one by one; the rest are counted.
+const HOLDS_NAMED: usize = 3;
+
+impl PoolOverlap {
+    /// `holds 2 leases and has 10.0.0.5 held for identity "prod/db-0" until …`.
+    fn what_it_holds(&self) -> String {
+        let mut what = Vec::new();
+        if self.leases > 0 {
+            what.push(format!("holds {} lease{}", self.leases, if self.leases == 1 { "" } else { "s" }));
+        }
+        if !self.holds.is_empty() {
+            let mut named: Vec<String> = self.holds.iter().take(HOLDS_NAMED).map(hold_words).collect();
+            if self.holds.len() > HOLDS_NAMED {
+                named.push(format!("{} more holds", self.holds.len() - HOLDS_NAMED));
+            }
+            what.push(format!("has {}", named.join(", ")));
+        }
+        what.join(" and ")
+    }
+
+    /// The commands that end what it holds: the attachments' DEL, the
+    /// release of each named hold's identity, forgetting the pool.
+    fn ways_out(&self) -> Vec<String> {
+        let PoolOverlap { network, pool, database, .. } = self;
+        let db = database.display();
+        let mut ways = Vec::new();
+        if self.leases > 0 {
+            ways.push("release the leases (DEL the attachments)".to_string());
+        }
+        let mut identities: Vec<&str> = Vec::new();
+        for identity in self.holds.iter().take(HOLDS_NAMED).filter_map(|h| h.identity.as_deref()) {
+            if !identities.contains(&identity) {
+                identities.push(identity);
+            }
+        }
+        for identity in identities {
+            ways.push(format!(
+                "end the holds of identity {identity:?} ('ipam-delegated --database {db} release --identity {} \
+                 --network {network}')",
+                shell_word(identity)
+            ));
+        }
+        ways.push(format!(
+            "or forget the pool ('ipam-delegated --database {db} forget-pool --network {network} --pool {pool}')"
+        ));
+        ways
+    }
 }
 
 impl fmt::Display for PoolOverlap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let PoolOverlap { subnet, theirs, network, pool, leases, database } = self;
-        let (plural, them) = if *leases == 1 { ("", "it") } else { ("s", "them") };
+        let PoolOverlap { subnet, theirs, network, pool, database, .. } = self;
         write!(
             f,
-            "subnet {subnet} overlaps subnet {theirs} of pool {pool} of network {network:?}, which still holds \
-             {leases} lease{plural} in allocation database {db}: release {them} (DEL the attachments, or run \
-             'ipam-delegated --database {db} forget-pool --network {network} --pool {pool}')",
-            db = database.display()
+            "subnet {subnet} overlaps subnet {theirs} of pool {pool} of network {network:?}, which still {} in \
+             allocation database {}: {}",
+            self.what_it_holds(),
+            database.display(),
+            self.ways_out().join(", ")
         )
     }
+}
+
+/// `10.0.0.5 held for identity "prod/db-0" until 2026-01-02T03:04:05Z`.
+fn hold_words(hold: &Lease) -> String {
+    let until = hold.held_until.map(crate::utc::iso8601).unwrap_or_default();
+    format!("{} held for identity {:?} until {until}", hold.address, hold.identity.as_deref().unwrap_or_default())
+}
+
+/// `word` as one word of a shell command: as it is when nothing in it is
+/// special to a shell, else in double quotes (the command is shown in
+/// single quotes).
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-:@%+=,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    let mut quoted = String::from('"');
+    for c in word.chars() {
+        if matches!(c, '"' | '\\' | '$' | '`') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    quoted.push('"');
+    quoted
 }
 
 fn pool_row(row: &Row) -> rusqlite::Result<PoolRow> {
@@ -105,9 +183,11 @@ impl Tx<'_> {
     /// nothing when they are already recorded as given, so the common case
     /// stays read-only; a changed definition replaces the old one and keeps
     /// the cursor. Another pool (of any network) registered on an
-    /// overlapping subnet gives way when it holds no lease (its record is
-    /// dropped); while it holds leases nothing is written and the answer is
-    /// that [`PoolOverlap`], for the caller to report.
+    /// overlapping subnet gives way when it holds no lease and no hold that
+    /// has not ended (its record is dropped; holds past their end are
+    /// dropped first, as an allocation would); while it holds any, nothing
+    /// is written and the answer is that [`PoolOverlap`], for the caller to
+    /// report.
     pub fn register_pool(
         &self,
         network: &str,
@@ -120,22 +200,30 @@ impl Tx<'_> {
             return Ok(Ok(known.cursor));
         }
         let mut gave_way: Vec<(String, String)> = Vec::new();
+        let mut ended_dropped = false;
         for mine in subnets {
             for (theirs, other_network, other_name) in self.overlapping_subnets(mine, network, name)? {
                 if gave_way.iter().any(|(n, p)| (n, p) == (&other_network, &other_name)) {
                     continue;
                 }
+                // A hold that ended keeps nothing: dropped here as the next
+                // allocation would (once, and only when a pool overlaps).
+                if !ended_dropped {
+                    self.drop_expired_holds()?;
+                    ended_dropped = true;
+                }
                 // An identity's hold keeps its pool too: the address comes
                 // back from that pool.
-                let leases = self.count_pool_leases(&other_network, &other_name)?
-                    + self.count_pool_holds(&other_network, &other_name)?;
-                if leases > 0 {
+                let leases = self.count_pool_leases(&other_network, &other_name)?;
+                let holds = self.holds_of_pool(&other_network, &other_name)?;
+                if leases > 0 || !holds.is_empty() {
                     return Ok(Err(PoolOverlap {
                         subnet: *mine,
                         theirs,
                         network: other_network,
                         pool: other_name,
                         leases,
+                        holds,
                         database: self.path.to_path_buf(),
                     }));
                 }
@@ -353,6 +441,60 @@ mod tests {
         store.write(|tx| tx.register_pool("n", "p", &nets(&["10.7.0.0/24"]), &json!({}))).unwrap().unwrap();
         assert_eq!(store.read(|tx| tx.holder(ip("10.7.0.5"))).unwrap(), None);
         assert_eq!(store.write(|tx| tx.forget_pool("other", "all")).unwrap(), (vec![], false));
+    }
+
+    #[test]
+    fn a_hold_keeps_a_pool_registered_until_it_ends_and_is_named_as_a_hold() {
+        let (_dir, mut store) = temp_store();
+        let c1 = owner("n", "c1", "eth0");
+        store.write(|tx| tx.register_pool("n", "blue", &nets(&["10.9.0.0/24"]), &json!({}))).unwrap().unwrap();
+        store
+            .write(|tx| {
+                tx.insert_lease(ip("10.9.0.5"), "blue", &c1)?;
+                tx.bind_identity(&c1, "prod/db 0")?;
+                tx.release(&c1, Some(std::time::Duration::from_secs(3600))).map(drop)
+            })
+            .unwrap();
+        // Renamed over the same subnet while the hold lasts: refused, naming
+        // the hold, its identity and end, and how to end it.
+        let e = store
+            .write(|tx| tx.register_pool("n", "green", &nets(&["10.9.0.0/24"]), &json!({})))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        for part in [
+            "pool blue",
+            "10.9.0.5 held for identity \"prod/db 0\" until 20",
+            "release --identity \"prod/db 0\" --network n",
+            "forget-pool --network n --pool blue",
+        ] {
+            assert!(e.contains(part), "{part} in {e}");
+        }
+        assert!(!e.contains(" lease") && !e.contains("DEL the attachments"), "a hold is not a lease: {e}");
+        // With a lease too: both, each with its way out.
+        store.write(|tx| tx.insert_lease(ip("10.9.0.6"), "blue", &owner("n", "c2", "eth0"))).unwrap();
+        let e = store
+            .write(|tx| tx.register_pool("n", "green", &nets(&["10.9.0.0/24"]), &json!({})))
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("which still holds 1 lease and has 10.9.0.5 held for identity"), "{e}");
+        assert!(e.contains("DEL the attachments") && e.contains("release --identity"), "{e}");
+        store.write(|tx| tx.release(&owner("n", "c2", "eth0"), None)).unwrap();
+
+        // Once the hold ended (list shows it expired), nothing keeps the
+        // pool: it gives way on the first registration, and the hold goes.
+        store
+            .write(|tx| {
+                let now = super::super::unix_now();
+                tx.sql.execute("UPDATE leases SET held_until = ?1 WHERE address = '10.9.0.5'", [now]).unwrap();
+                Ok(())
+            })
+            .unwrap();
+        store.write(|tx| tx.register_pool("n", "green", &nets(&["10.9.0.0/24"]), &json!({}))).unwrap().unwrap();
+        let names: Vec<String> = store.read(|tx| tx.registered_pools()).unwrap().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["green"]);
+        assert_eq!(store.read(|tx| tx.holder(ip("10.9.0.5"))).unwrap(), None, "the ended hold was dropped");
     }
 
     #[test]

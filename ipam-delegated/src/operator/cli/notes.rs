@@ -16,7 +16,7 @@ With sticky addresses (ipam-da-sticky), the table gains the columns STATE,
 UNTIL and IDENTITY (- for none). STATE is leased (the attachment's lease),
 held (the attachment is gone: the address is held for IDENTITY until UNTIL,
 and nobody else gets it; CONTAINER and IFNAME name the attachment that last
-leased it, SINCE when it did), expired (a hold past its end: free at the next
+leased it, SINCE when the hold began), expired (a hold past its end: free at the next
 allocation), or shared (a second live attachment of IDENTITY sharing the
 lease listed above it, shareLive; SINCE is when it began to share).
 --identity lists only rows of that identity.

@@ -74,7 +74,9 @@ fn a_released_lease_of_an_identity_is_held_for_it_until_now_plus_the_hold() {
     assert!(hold.is_hold());
     assert_eq!((hold.identity.as_deref(), &hold.owner, hold.pool.as_str()), (Some(DB_0), &c1, "p"));
     let until = hold.held_until.unwrap();
-    assert!(before + 3600 <= until && until <= after + 3600, "held until {until}, released at {before}..{after}");
+    // At least the hold: the end is rounded up to a whole second.
+    assert!(before + 3600 <= until && until <= after + 3601, "held until {until}, released at {before}..{after}");
+    assert!((before..=after).contains(&hold.since), "a hold's since is when it began: {hold:?}");
     assert_eq!(added_by(&mut store, "10.0.0.2"), None, "a hold belongs to no ADD");
 
     // Found by identity, counted as a hold of its pool.
@@ -398,7 +400,7 @@ fn holding_one_address_of_an_attachment_leaves_its_others_leased() {
     assert!(store.write(|tx| tx.hold_address(ip("10.0.0.2"), &c1, HOUR)).unwrap());
     let hold = holder(&mut store, "10.0.0.2").expect("held");
     assert_eq!(hold.identity.as_deref(), Some(DB_0));
-    assert!(hold.held_until.is_some_and(|t| t >= before + 3600 && t <= unix_now() + 3600), "{hold:?}");
+    assert!(hold.held_until.is_some_and(|t| t >= before + 3600 && t <= unix_now() + 3601), "{hold:?}");
     assert!(store.read(|tx| tx.leases_of(&c1)).unwrap().is_empty());
     assert_eq!(holder(&mut store, "10.0.0.3").map(|l| l.owner), Some(c2));
     // Held again: nothing changes.
@@ -408,5 +410,97 @@ fn holding_one_address_of_an_attachment_leaves_its_others_leased() {
     store.write(|tx| tx.take_hold(ip("10.0.0.2"), &c1)).unwrap();
     assert!(store.write(|tx| tx.hold_address(ip("10.0.0.2"), &c1, Duration::ZERO)).unwrap());
     assert_eq!(holder(&mut store, "10.0.0.2"), None);
+    assert_runs_agree(&mut store);
+}
+
+/// Unix time now with its fraction, as the clock reads it.
+fn precise_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+#[test]
+fn a_hold_lasts_at_least_its_length_however_late_in_a_second_it_begins() {
+    let (_dir, mut store) = temp_store();
+    let c1 = owner("n", "c1", "eth0");
+    store.write(|tx| lease(tx, "10.0.0.2", "p", &c1, Some(DB_0))).unwrap();
+    // Releases at five points of a second (the identity takes its hold back
+    // between them).
+    for round in 0..5 {
+        let released_at = precise_now();
+        store.write(|tx| tx.release(&c1, Some(Duration::from_secs(1)))).unwrap();
+        let hold = holder(&mut store, "10.0.0.2").unwrap();
+        // It ends once the clock's whole seconds reach held_until: never
+        // before a whole second after the release.
+        let until = hold.held_until.unwrap() as f64;
+        assert!(until >= released_at + 1.0, "round {round}: released at {released_at}, held until {until}");
+        assert!(until <= released_at + 2.0, "round {round}: held a second too long: {hold:?}");
+        store.write(|tx| tx.take_hold(ip("10.0.0.2"), &c1)).unwrap();
+        std::thread::sleep(Duration::from_millis(170));
+    }
+    // The rounding itself, at the edges of a second.
+    let at = |secs: u64, millis: u64| Duration::from_secs(secs) + Duration::from_millis(millis);
+    use super::HoldSpan;
+    let one = Duration::from_secs(1);
+    assert_eq!(HoldSpan::starting(at(100, 999), one), Some(HoldSpan { start: 100, end: 102 }));
+    assert_eq!(HoldSpan::starting(at(100, 0), one), Some(HoldSpan { start: 100, end: 101 }));
+    assert_eq!(HoldSpan::starting(at(100, 1), Duration::from_secs(600)), Some(HoldSpan { start: 100, end: 701 }));
+    assert_eq!(HoldSpan::starting(at(100, 500), Duration::ZERO), None);
+}
+
+#[test]
+fn a_hold_made_while_the_clock_was_ahead_is_read_and_rewritten_to_end_its_length_from_now() {
+    let (_dir, mut store) = temp_store();
+    let (a, b, c) = (owner("n", "a", "eth0"), owner("n", "b", "eth0"), owner("n", "c", "eth0"));
+    store
+        .write(|tx| {
+            lease(tx, "10.0.0.2", "p", &a, Some("ns/a"))?;
+            lease(tx, "10.0.0.3", "p", &b, Some("ns/b"))?;
+            lease(tx, "10.0.0.4", "p", &c, Some("ns/c"))
+        })
+        .unwrap();
+    for who in [&a, &b, &c] {
+        store.write(|tx| tx.release(who, Some(Duration::from_secs(2)))).unwrap();
+    }
+    // .2 and .3 were released while the clock was a day and 400 days ahead
+    // (what the rows hold then); .4 on time.
+    let now = unix_now();
+    store
+        .write(|tx| {
+            for (address, ahead) in [("10.0.0.2", 86_400), ("10.0.0.3", 400 * 86_400)] {
+                let sql = "UPDATE leases SET since = ?2, held_until = ?2 + 2 WHERE address = ?1";
+                tx.sql().execute(sql, rusqlite::params![address, now + ahead]).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Read: each ends its length from now at the latest.
+    for address in ["10.0.0.2", "10.0.0.3", "10.0.0.4"] {
+        let hold = holder(&mut store, address).unwrap();
+        let (since, until) = (hold.since, hold.held_until.unwrap());
+        assert!(since <= unix_now() && until <= unix_now() + 3, "{address}: {hold:?}");
+        assert!(until >= now + 2, "{address} must not end early: {hold:?}");
+    }
+    // The next allocation rewrites them so: ended, they are dropped.
+    assert!(store.write(|tx| tx.drop_expired_holds()).unwrap().is_empty(), "nothing has ended yet");
+    let stored: Vec<(i64, i64)> = store
+        .read(|tx| {
+            let sql = "SELECT since, held_until FROM leases WHERE held_until IS NOT NULL ORDER BY key";
+            Ok(tx
+                .sql()
+                .prepare(sql)
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect())
+        })
+        .unwrap();
+    assert_eq!(stored.len(), 3);
+    for (since, until) in stored {
+        assert!(since <= unix_now() && until <= unix_now() + 3 && until - since >= 2, "{since}..{until}");
+    }
+    std::thread::sleep(Duration::from_millis(3100));
+    let dropped = store.write(|tx| tx.drop_expired_holds()).unwrap();
+    assert_eq!(dropped.len(), 3, "all three ended within their length: {dropped:?}");
     assert_runs_agree(&mut store);
 }
