@@ -284,15 +284,14 @@ impl Node<'_> {
         }
     }
 
-    /// The record of a claim of this node, shared as its settings say for `g`.
+    /// The record of a new claim of this node, shared as its settings say for `g`.
     pub(super) fn block_record(&self, g: &Geometry) -> BlockRecord {
-        BlockRecord {
-            node: self.settings.node.clone(),
-            at: unix_now(),
-            released: false,
-            db: self.db.clone(),
-            shared: self.settings.shares(g.block_count()),
-        }
+        self.claim_record(self.settings.shares(g.block_count()))
+    }
+
+    /// The record of a claim of this node, `shared` or its own.
+    pub(super) fn claim_record(&self, shared: bool) -> BlockRecord {
+        BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone(), shared }
     }
 
     pub(super) fn block_addresses(&self, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
