@@ -65,7 +65,7 @@ impl Node<'_> {
             lender: String::new(),
             identity: String::new(),
         });
-        let own_block = store.read(|tx| {
+        let mut own_block = store.read(|tx| {
             Ok(tx
                 .node_blocks(&self.network, &g.pool.name)?
                 .into_iter()
@@ -97,6 +97,7 @@ impl Node<'_> {
         let recovery_key = self.net_keys().recovery();
         let mut defined = false;
         let mut in_shared = false;
+        let mut known_again = false;
         let (holder, owner) = loop {
             let txn = Txn {
                 compare: [
@@ -149,6 +150,24 @@ impl Node<'_> {
                 if serde_json::from_slice::<BlockRecord>(&kv.value).is_ok_and(|r| r.shared && !r.released) {
                     block_compare = Compare::mod_revision_is(keys.block(&block), kv.mod_revision);
                     (in_shared, again) = (true, true);
+                }
+            }
+            // The block is this node's claim, which this call did not know
+            // when it read the node's blocks: another call of this node
+            // claimed it meanwhile, or a call killed after its claim left
+            // it unrecorded. Not a conflict with anyone: reserved again, as
+            // in a block of this node's own, once the claim is known (once).
+            if let (None, Some(kv), false) = (&holder, &owner, known_again) {
+                let stale = own_block.as_ref().is_none_or(|b| b.revision != kv.create_revision);
+                if stale {
+                    if let Some(b) = self.own_claim(store, g, block, kv)? {
+                        block_compare = Compare::CreateRevision {
+                            key: keys.block(&block).into_bytes(),
+                            cmp: etcd::Cmp::Equal,
+                            revision: b.revision,
+                        };
+                        (own_block, known_again, again) = (Some(b), true, true);
+                    }
                 }
             }
             if again {
