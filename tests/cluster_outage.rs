@@ -6,7 +6,8 @@
 //! What is checked: ADD from blocks confirmed within offlineGrace while etcd
 //! is away and error 11 for the rest (static addresses, a node without a
 //! block, offlineGrace 0), each call within a bound; releases journaled by
-//! DEL and finished by a later call once etcd is back.
+//! DEL (which fails with 11 for an address outside the node's own blocks)
+//! and finished by a later call once etcd is back.
 
 mod cluster_harness;
 mod stack;
@@ -30,8 +31,10 @@ fn timed(f: impl FnOnce() -> Outcome) -> (Outcome, Duration) {
 }
 
 /// With etcd paused or killed (`how`): n1's ADDs fit its block, the rest is
-/// 11, and the DEL of `pending` (a container with a static address)
-/// succeeds and journals the release.
+/// 11, and the DEL of `pending` (a container with a static address in a
+/// block nobody claims, which no other node may use while its record is in
+/// etcd) journals the release and fails with 11, for the runtime to try
+/// again.
 fn while_away(c: &Cluster, how: &str, k: &mut usize, pending: (&str, IpAddr), log: &mut Vec<String>) {
     let n1_block = c.node_blocks("n1");
     for _ in 0..3 {
@@ -60,7 +63,9 @@ fn while_away(c: &Cluster, how: &str, k: &mut usize, pending: (&str, IpAddr), lo
     assert!(took < OFFLINE_BOUND, "etcd {how}: the static ADD took {took:?}");
     log.push(format!("{how}: static ADD (11) {took:.2?}"));
     let (out, took) = timed(|| c.del("n1", pending.0));
-    out.assert_quiet_success();
+    let (code, msg) = failure(&out);
+    assert_eq!(code, 11, "etcd {how}: DEL of {}: {msg}", pending.0);
+    assert!(msg.contains(&pending.1.to_string()), "etcd {how}: the message names the address: {msg}");
     assert!(took < OFFLINE_BOUND, "etcd {how}: DEL of {} took {took:?}", pending.0);
     log.push(format!("{how}: DEL of a static {took:.2?}"));
     let rows = c.node_records("n1");

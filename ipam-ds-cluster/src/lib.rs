@@ -91,7 +91,9 @@ impl Plugin for ClusterSelector {
                 let released = node.release(&mut store, &records);
                 node.settle(&mut store);
                 node.finish(&mut store);
-                released?;
+                // A record that keeps an address from other nodes and did not
+                // reach etcd: the runtime tries the DEL again.
+                node.finish_releases(&mut store, &released?)?;
             }
             Err(e) => {
                 // DEL must succeed: what cannot be released now is marked,
@@ -170,7 +172,9 @@ impl Plugin for ClusterSelector {
             .into_iter()
             .filter(|r| gone(&r.owner) && !held.contains(&r.key))
             .collect();
-        let collected = node.release(&mut store, &stale).and_then(|()| node.retire_empty_blocks(&mut store));
+        // What stays undone is journaled, and finished by a later call (the
+        // runtime calls GC again; the attachments it lists gone make no DEL).
+        let collected = node.release(&mut store, &stale).and_then(|_| node.retire_empty_blocks(&mut store));
         node.settle(&mut store);
         node.finish(&mut store);
         collected.map(|()| Reply::Nothing)

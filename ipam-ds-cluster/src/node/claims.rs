@@ -285,15 +285,54 @@ impl Node<'_> {
         }
     }
 
-    /// The record of a claim of this node, shared as its settings say for `g`.
-    pub(super) fn block_record(&self, g: &Geometry) -> BlockRecord {
-        BlockRecord {
-            node: self.settings.node.clone(),
-            at: unix_now(),
-            released: false,
-            db: self.db.clone(),
-            shared: self.settings.shares(g.block_count()),
+    /// This node's claim of `block` (`kv`, its key as etcd just showed it),
+    /// as the node database has it once no claim of this node is under way:
+    /// read holding the database's lock, which a claim holds until it has
+    /// written its block down. A claim a kill left unrecorded is adopted,
+    /// as [`Node::claim`] adopts one (its addresses read now). None: not a
+    /// claim of this node database, one it gave back, or a block it is
+    /// giving back or contests.
+    pub(super) fn own_claim(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        block: IpNet,
+        kv: &Kv,
+    ) -> Result<Option<NodeBlock>> {
+        let Ok(record) = serde_json::from_slice::<BlockRecord>(&kv.value) else { return Ok(None) };
+        if !self.is_ours(&record) {
+            return Ok(None);
         }
+        let keys = self.keys(&g.pool.name);
+        let network = self.network.clone();
+        holding_lock_over_etcd(store, |tx| {
+            let known = tx.node_blocks(&network, &g.pool.name)?.into_iter().find(|b| b.block == block);
+            match known {
+                Some(b) => Ok((b.state == BlockState::Owned && b.revision == kv.create_revision).then_some(b)),
+                None if gave_back(tx, &network, &g.pool.name, &block, kv.create_revision) => Ok(None),
+                None => {
+                    tracing::warn!(
+                        "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
+                        g.pool.name
+                    );
+                    let taken = self.block_addresses(&keys, &block)?;
+                    let b = self.owned_block(g, block, kv.create_revision, taken, record.shared);
+                    self.stamp(tx)?;
+                    tx.put_node_block(&b)?;
+                    Ok(Some(b))
+                }
+            }
+        })
+    }
+
+    /// The record of a new claim of this node, shared as its settings say for `g`.
+    pub(super) fn block_record(&self, g: &Geometry) -> BlockRecord {
+        self.claim_record(self.settings.shares(g.block_count()))
+    }
+
+    /// The record of a claim of this node, `shared` or its own.
+    pub(super) fn claim_record(&self, shared: bool) -> BlockRecord {
+        BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone(), shared }
     }
 
     pub(super) fn block_addresses(&self, tx: &Tx, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {

@@ -65,7 +65,7 @@ impl Node<'_> {
             lender: String::new(),
             identity: String::new(),
         });
-        let own_block = store.read(|tx| {
+        let mut own_block = store.read(|tx| {
             Ok(tx
                 .node_blocks(&self.network, &g.pool.name)?
                 .into_iter()
@@ -97,6 +97,7 @@ impl Node<'_> {
         let recovery_key = self.net_keys().recovery();
         let mut defined = false;
         let mut in_shared = false;
+        let mut known_again = false;
         let (holder, owner) = loop {
             let txn = Txn {
                 compare: [
@@ -149,6 +150,24 @@ impl Node<'_> {
                 if serde_json::from_slice::<BlockRecord>(&kv.value).is_ok_and(|r| r.shared && !r.released) {
                     block_compare = Compare::mod_revision_is(keys.block(&block), kv.mod_revision);
                     (in_shared, again) = (true, true);
+                }
+            }
+            // The block is this node's claim, which this call did not know
+            // when it read the node's blocks: another call of this node
+            // claimed it meanwhile, or a call killed after its claim left
+            // it unrecorded. Not a conflict with anyone: reserved again, as
+            // in a block of this node's own, once the claim is known (once).
+            if let (None, Some(kv), false) = (&holder, &owner, known_again) {
+                let stale = own_block.as_ref().is_none_or(|b| b.revision != kv.create_revision);
+                if stale {
+                    if let Some(b) = self.own_claim(store, g, block, kv)? {
+                        block_compare = Compare::CreateRevision {
+                            key: keys.block(&block).into_bytes(),
+                            cmp: etcd::Cmp::Equal,
+                            revision: b.revision,
+                        };
+                        (own_block, known_again, again) = (Some(b), true, true);
+                    }
                 }
             }
             if again {
@@ -407,7 +426,7 @@ impl Node<'_> {
                 // while the record was being written: the record must go too.
                 let releasing = NodeRecord { state: RecordState::Releasing, ..row.clone() };
                 store.write(|tx| tx.put_node_record(&releasing))?;
-                self.release(store, std::slice::from_ref(&releasing))?;
+                self.release(store, std::slice::from_ref(&releasing)).map(drop)?;
                 Err(CniError::new(
                     Code::TryAgainLater,
                     format!(
@@ -434,10 +453,11 @@ impl Node<'_> {
     /// release it too, but a DEL killed in between would leave the address
     /// free in the cluster and still held here. When etcd cannot be reached
     /// the records stay `releasing`, and a later call finishes. Never fails
-    /// on etcd: a DEL must succeed.
-    pub fn release(&self, store: &mut StoreHandle, records: &[NodeRecord]) -> Result<()> {
+    /// on etcd: the records it could not release there are returned, each
+    /// with etcd's error (see [`Node::strands`] for what a DEL makes of them).
+    pub fn release(&self, store: &mut StoreHandle, records: &[NodeRecord]) -> Result<Vec<Unreleased>> {
         if records.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         // Only the rows still as read: another call may have released one
         // meanwhile and handed its address out again, under a row of the
@@ -459,6 +479,7 @@ impl Node<'_> {
         // In transactions etcd takes (a GC after a reboot, or the releases
         // an outage left, can be hundreds): each record's release stands alone.
         let mut done: Vec<&NodeRecord> = Vec::new();
+        let mut left: Vec<Unreleased> = Vec::new();
         for chunk in records.chunks(etcd::MAX_TXN_OPS) {
             let all = Txn {
                 compare: chunk.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
@@ -468,10 +489,18 @@ impl Node<'_> {
             match self.etcd.txn(&all) {
                 Ok(answer) if answer.succeeded => done.extend(chunk),
                 // One of them is no longer as we wrote it: one by one.
-                Ok(_) => done.extend(chunk.iter().filter(|r| self.release_one(r))),
+                Ok(_) => {
+                    for r in chunk {
+                        match self.release_one(r) {
+                            Ok(()) => done.push(r),
+                            Err(why) => left.push(Unreleased { record: r.clone(), why }),
+                        }
+                    }
+                }
                 Err(e) => {
                     let e = etcd_error(e);
                     tracing::warn!("{} cluster record(s) stay to be released by a later call: {e}", chunk.len());
+                    left.extend(chunk.iter().map(|r| Unreleased { record: r.clone(), why: e.clone() }));
                 }
             }
         }
@@ -481,11 +510,12 @@ impl Node<'_> {
         for r in done {
             tracing::info!("released {} ({}) of pool {} in the cluster", r.address, r.kind.as_str(), r.pool);
         }
-        Ok(())
+        Ok(left)
     }
 
-    /// True when the record is gone from etcd, or is no longer ours to delete.
-    pub(super) fn release_one(&self, r: &NodeRecord) -> bool {
+    /// Ok when the record is gone from etcd, or is no longer ours to
+    /// delete; etcd's error when it could not be asked.
+    pub(super) fn release_one(&self, r: &NodeRecord) -> std::result::Result<(), CniError> {
         let txn = Txn {
             compare: vec![Compare::value_is(r.key.clone(), r.value.clone())],
             success: vec![release_op(r)],
@@ -496,14 +526,81 @@ impl Node<'_> {
                 if !answer.succeeded {
                     tracing::warn!("{} is no longer this node's record for {}: left as it is", r.key, r.address);
                 }
-                true
+                Ok(())
             }
             Err(e) => {
+                let e = etcd_error(e);
                 tracing::warn!("{} stays to be released when etcd answers: {e}", r.key);
-                false
+                Err(e)
             }
         }
     }
+
+    /// DEL's answer when releases in etcd stayed undone (`left`, by
+    /// [`Node::release`]): an error when one of them, still undone, keeps
+    /// an address from the other nodes (see [`Node::strands`]). Only this
+    /// node can release its records, and a node whose pods are gone may
+    /// never call again: the runtime tries a failed DEL again (kubelet keeps
+    /// the pod terminating until it succeeds), which a success would stop.
+    /// The error is etcd's (11 when unreachable); what stays is journaled,
+    /// so any later call of this node finishes it too. The rest (addresses of
+    /// the node's own blocks, which no other node hands out) waits for a
+    /// later call, and the DEL succeeds.
+    pub fn finish_releases(&self, store: &mut StoreHandle, left: &[Unreleased]) -> Result<()> {
+        let stranded = store.read(|tx| {
+            let blocks = tx.network_blocks(&self.network)?;
+            let mut stranded = Vec::new();
+            for u in left {
+                // Released meanwhile (by the same call's settle) is done.
+                let still = tx.node_record(&u.record.key)?.is_some_and(|now| now.value == u.record.value);
+                if still && strands(&blocks, &u.record) {
+                    stranded.push(u);
+                }
+            }
+            Ok(stranded)
+        })?;
+        let Some(first) = stranded.first() else { return Ok(()) };
+        let addresses: Vec<String> = stranded
+            .iter()
+            .map(|u| format!("{} ({}, pool {})", u.record.address, kind_name(u.record.kind), u.record.pool))
+            .collect();
+        Err(CniError::new(
+            first.why.code,
+            format!(
+                "the release of {} did not reach etcd, and no other node may use {} until it does: try DEL again \
+                 ({})",
+                addresses.join(", "),
+                if stranded.len() == 1 { "it" } else { "them" },
+                first.why.msg
+            ),
+        )
+        .with_details(
+            "the release is journaled in the node database: this DEL tried again, or any later call of this node, \
+             finishes it once etcd answers",
+        ))
+    }
+}
+
+/// A release [`Node::release`] could not make in etcd, with etcd's error.
+pub struct Unreleased {
+    pub record: NodeRecord,
+    pub why: CniError,
+}
+
+/// Whether record `r`, left in etcd, keeps its address from every other
+/// node: it lies outside this node's blocks of its own (`blocks`: this
+/// node's blocks of the network), in a shared block (an `allocated` record
+/// always does), a block nobody claims, another node's block (borrowed), or
+/// a block of another node that this node contests. Only in a block of its
+/// own does no other node hand out addresses, whatever the record says.
+fn strands(blocks: &[NodeBlock], r: &NodeRecord) -> bool {
+    let own_alone = |b: &NodeBlock| {
+        !b.shared
+            && b.pool == r.pool
+            && matches!(b.state, BlockState::Owned | BlockState::Releasing)
+            && b.block.contains(&r.address)
+    };
+    r.kind == Kind::Allocated || !blocks.iter().any(own_alone)
 }
 
 /// After a write whose outcome etcd did not tell (a timeout may come after

@@ -202,7 +202,7 @@ impl Node<'_> {
                 store.write(|tx| self.drop_block(tx, b))
             }
             (None, _) => match g {
-                Some(g) if self.reclaim(store, &keys, g, b)? => Ok(()),
+                Some(g) if self.reclaim(store, &keys, g, b, held)? => Ok(()),
                 Some(_) => self.contest(store, &keys, b, held, "another node claimed it first"),
                 None => self.contest(store, &keys, b, held, "etcd lost it (claimed back when its pool is used)"),
             },
@@ -215,18 +215,20 @@ impl Node<'_> {
     }
 
     /// Claims `b` again after etcd lost it (the quarantine does not apply:
-    /// its leases are this node's), reading what others hold in it. False
-    /// when another node has it.
+    /// its leases `held` are this node's), reading what others hold in it,
+    /// as the kind it was claimed (see [`Node::reclaimed_kind`]). False when
+    /// another node has it.
     pub(super) fn reclaim(
         &self,
         store: &mut StoreHandle,
         keys: &PoolKeys,
         g: &Geometry,
         b: &NodeBlock,
+        held: &[Lease],
     ) -> Result<bool> {
         self.define(keys, g)?;
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
-        let record = self.block_record(g);
+        let record = self.claim_record(self.reclaimed_kind(store, keys, b, held)?);
         let txn = Txn {
             compare: vec![Compare::absent(keys.block(&b.block)), Compare::value_is(keys.definition(), definition)],
             success: vec![
@@ -251,6 +253,41 @@ impl Node<'_> {
             self.rewrite_records(store, Some(b))?;
         }
         Ok(answer.succeeded)
+    }
+
+    /// Whether block `b`, claimed back, is shared: as it was claimed, whatever
+    /// `shareBlocks` says now (a block's kind is fixed at its claim). The
+    /// node database has the kind of every block (a database of a build
+    /// before shared blocks says "own", which is what that build claimed).
+    /// A block of its own hands addresses out with no etcd record: claimed
+    /// back as shared, they would look free to every node. So a block is
+    /// shared again only if each of this node's leases in it has its
+    /// record, which [`Node::rewrite_records`] writes again; else it is
+    /// claimed back as its own, which is safe whatever it was (what others
+    /// hold in it is read and skipped, and nobody else allocates in it).
+    fn reclaimed_kind(&self, store: &mut StoreHandle, keys: &PoolKeys, b: &NodeBlock, held: &[Lease]) -> Result<bool> {
+        if !b.shared {
+            return Ok(false);
+        }
+        let unrecorded = store.read(|tx| {
+            let mut unrecorded = Vec::new();
+            for lease in held {
+                let row = tx.node_record(&keys.address(&b.block, lease.address))?;
+                if row.is_none_or(|r| r.state != RecordState::Held) {
+                    unrecorded.push(lease.address);
+                }
+            }
+            Ok(unrecorded)
+        })?;
+        if !unrecorded.is_empty() {
+            tracing::warn!(
+                "shared block {} of pool {} holds leases of this node without their record ({unrecorded:?}): \
+                 claimed back as this node's own, so that no other node is granted them",
+                b.block,
+                b.pool
+            );
+        }
+        Ok(unrecorded.is_empty())
     }
 
     /// A block that holds leases of this node but is another's in etcd (or
