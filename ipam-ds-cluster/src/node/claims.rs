@@ -315,7 +315,7 @@ impl Node<'_> {
                         "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
                         g.pool.name
                     );
-                    let taken = self.block_addresses(&keys, &block)?;
+                    let taken = self.block_addresses(tx, &keys, &block)?;
                     let b = self.owned_block(g, block, kv.create_revision, taken, record.shared);
                     self.stamp(tx)?;
                     tx.put_node_block(&b)?;

@@ -241,7 +241,7 @@ impl Node<'_> {
         if answer.succeeded {
             tracing::warn!("block {} of pool {} was gone from etcd: claimed again", b.block, b.pool);
             let taken = match answer.responses.get(1) {
-                Some(OpResponse::Range(addresses)) => self.taken(keys, &addresses.kvs),
+                Some(OpResponse::Range(addresses)) => self.taken_in(store, keys, &addresses.kvs)?,
                 _ => Vec::new(),
             };
             let again = self.owned_block(g, b.block, answer.revision, taken, record.shared);

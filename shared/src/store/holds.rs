@@ -138,7 +138,11 @@ impl Tx<'_> {
             match span {
                 Some(span) => {
                     self.hold_over(lease.address, span)?;
-                    tracing::info!("{} stays held for identity {identity:?} until {}", lease.address, iso8601(span.end));
+                    tracing::info!(
+                        "{} stays held for identity {identity:?} until {}",
+                        lease.address,
+                        iso8601(span.end)
+                    );
                 }
                 None => free.push(lease.clone()),
             }
