@@ -374,9 +374,19 @@ impl Member {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
+    /// Returns once every thread of etcd is stopped: kill(2) only queues
+    /// SIGSTOP, and on a loaded machine a thread of etcd could still answer a
+    /// request sent just after it (seen once: a range answered "paused").
     fn pause(&self) {
         self.signal(libc::SIGSTOP);
         self.paused.store(true, Ordering::SeqCst);
+        let Some(child) = self.child.as_ref() else { return };
+        let tasks = PathBuf::from(format!("/proc/{}/task", child.id()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_stopped(&tasks) {
+            assert!(Instant::now() < deadline, "etcd {} did not stop within 10 s of SIGSTOP", self.name);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     fn resume(&self) {
@@ -427,6 +437,16 @@ fn dump(client: &Client, prefix: &str) -> Vec<(String, String)> {
     let r = client.range(&RangeRequest::prefix(prefix)).unwrap_or_else(|e| panic!("dump {prefix:?}: {e}"));
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     r.kvs.iter().map(|kv| (text(&kv.key), text(&kv.value))).collect()
+}
+
+/// Whether every thread under `tasks` (`/proc/PID/task`) is stopped: its
+/// state in `stat`, after the parenthesised command name, is `T`.
+fn all_stopped(tasks: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(tasks) else { return false };
+    entries.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    })
 }
 
 fn send_signal(child: &Child, signal: libc::c_int) {
