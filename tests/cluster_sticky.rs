@@ -9,38 +9,12 @@ mod netns;
 mod stack;
 mod support;
 
-use std::net::IpAddr;
 use std::time::Duration;
 
+use cluster_harness::sticky::*;
 use cluster_harness::*;
 use serde_json::{json, Value};
 use support::{addresses, assert_error, Outcome};
-
-const STICKY: [&str; 5] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-
-fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
-    let mut config = c.config(node);
-    config["ipam"]["delegates"] = json!(STICKY);
-    config["ipam"]["sticky"] = sticky.clone();
-    config
-}
-
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
-fn add(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
-    c.run("ADD", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
-}
-
-fn del(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
-    c.run("DEL", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
-}
-
-fn ok(out: &Outcome) -> Vec<String> {
-    assert_eq!(out.status, 0, "{}", brief(out));
-    addresses(out)
-}
 
 fn identity_keys(c: &Cluster) -> Vec<(String, Value)> {
     c.etcd
@@ -48,10 +22,6 @@ fn identity_keys(c: &Cluster) -> Vec<(String, Value)> {
         .into_iter()
         .map(|(k, v)| (k, serde_json::from_str(&v).expect("an identity record")))
         .collect()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.split('/').next().unwrap().parse().unwrap()
 }
 
 /// Every live lease of every node, address → (node, container): each address once.

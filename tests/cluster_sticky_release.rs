@@ -13,39 +13,10 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use cluster_harness::sticky::*;
 use cluster_harness::*;
 use serde_json::{json, Value};
-use support::{addresses, assert_error, Outcome};
-
-const STICKY: [&str; 5] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-
-fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
-    let mut config = c.config(node);
-    config["ipam"]["delegates"] = json!(STICKY);
-    config["ipam"]["sticky"] = sticky.clone();
-    config
-}
-
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
-fn add(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
-    c.run("ADD", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
-}
-
-fn del(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
-    c.run("DEL", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
-}
-
-fn ok(out: &Outcome) -> Vec<String> {
-    assert_eq!(out.status, 0, "{}", brief(out));
-    addresses(out)
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.split('/').next().unwrap().parse().unwrap()
-}
+use support::{addresses, assert_error};
 
 /// The key of identity `prod/<name>` on eth0, as etcd holds it.
 fn identity_key(c: &Cluster, name: &str) -> Option<Value> {

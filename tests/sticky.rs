@@ -8,38 +8,11 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::{addresses, assert_error, Outcome, Sandbox};
-
-const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-
-fn network(sb: &Sandbox, pools: Value, sticky: Value) -> Value {
-    json!({
-        "cniVersion": "1.0.0",
-        "name": "sticky-net",
-        "type": "bridge",
-        "ipam": {"type": "ipam-delegated", "delegates": STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
-    })
-}
+use support::sticky::{add, del, network, ok_addresses, pod};
+use support::{assert_error, Sandbox};
 
 fn small_pool() -> Value {
     json!([{"name": "blue", "ranges": [{"subnet": "10.44.0.0/24", "rangeStart": "10.44.0.10", "rangeEnd": "10.44.0.13"}]}])
-}
-
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
-fn add(sb: &Sandbox, config: &Value, ctr: &str, args: &str) -> Outcome {
-    sb.delegated("ADD", config, ctr, &[("CNI_ARGS", args)])
-}
-
-fn del(sb: &Sandbox, config: &Value, ctr: &str, args: &str) -> Outcome {
-    sb.delegated("DEL", config, ctr, &[("CNI_ARGS", args)])
-}
-
-fn ok_addresses(out: &Outcome) -> Vec<String> {
-    out.result();
-    addresses(out)
 }
 
 #[test]

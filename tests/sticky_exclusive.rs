@@ -13,18 +13,8 @@ use std::sync::Barrier;
 use std::thread;
 
 use serde_json::{json, Value};
+use support::sticky::{add, del, network, ok_addresses};
 use support::{addresses, assert_error, list_leases, Outcome, Sandbox};
-
-const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-
-fn network(sb: &Sandbox, pools: Value, sticky: Value) -> Value {
-    json!({
-        "cniVersion": "1.0.0",
-        "name": "sticky-net",
-        "type": "bridge",
-        "ipam": {"type": "ipam-delegated", "delegates": STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
-    })
-}
 
 /// 10.44.5.10 to 10.44.5.40.
 fn pool() -> Value {
@@ -34,20 +24,7 @@ fn pool() -> Value {
 /// The CNI_ARGS of pod `prod/<name>`, asking for `ip` by name when given.
 fn pod(name: &str, ip: Option<&str>) -> String {
     let asked = ip.map(|ip| format!(";IP={ip}")).unwrap_or_default();
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}{asked}")
-}
-
-fn add(sb: &Sandbox, config: &Value, ctr: &str, args: &str) -> Outcome {
-    sb.delegated("ADD", config, ctr, &[("CNI_ARGS", args)])
-}
-
-fn del(sb: &Sandbox, config: &Value, ctr: &str, args: &str) {
-    sb.delegated("DEL", config, ctr, &[("CNI_ARGS", args)]).assert_quiet_success();
-}
-
-fn ok_addresses(out: &Outcome) -> Vec<String> {
-    out.result();
-    addresses(out)
+    format!("{}{asked}", support::sticky::pod(name))
 }
 
 /// Every row of the database as the operator lists it: (address, state,
@@ -98,7 +75,7 @@ fn an_add_refused_because_its_identity_is_live_elsewhere_does_not_cost_the_ident
     assert_error(&refused, 101, &["prod/db-1", "container c1"]);
 
     // The live attachment goes: db-1 holds .15, and only .15.
-    del(&sb, &config, "c1", &pod("db-1", None));
+    del(&sb, &config, "c1", &pod("db-1", None)).assert_quiet_success();
     assert_eq!(rows(&sb), [row("10.44.5.15", "held", "prod/db-1", "c1")]);
     // Its next ADD, asking for nothing by name, gets .15 back.
     assert_eq!(ok_addresses(&add(&sb, &config, "c3", &pod("db-1", None))), ["10.44.5.15/24"]);
@@ -123,7 +100,7 @@ fn a_failed_add_frees_the_address_it_took_for_its_identity() {
     let config = dual_stack_with_ipv6_taken(&sb, json!({"hold": 600}));
     // ipam-da-static leases .8 for db-0; ipam-da-sequential finds no IPv6.
     assert_error(&add(&sb, &config, "c1", &pod("db-0", Some("10.44.6.8"))), 100, &["IPv6"]);
-    del(&sb, &config, "c1", &pod("db-0", None));
+    del(&sb, &config, "c1", &pod("db-0", None)).assert_quiet_success();
     let left: Vec<_> = rows(&sb).into_iter().filter(|r| r.2 != "prod/web-0").collect();
     assert!(left.is_empty(), "the failed ADD of db-0 left {left:?}");
 }
@@ -138,7 +115,7 @@ fn a_failed_add_gives_the_identity_its_hold_back_with_the_end_it_had() {
     );
     // db-0 was on the IPv4-only network, and holds .9 for 600 s.
     assert_eq!(ok_addresses(&add(&sb, &v4_only, "c1", &pod("db-0", Some("10.44.6.9")))), ["10.44.6.9/24"]);
-    del(&sb, &v4_only, "c1", &pod("db-0", None));
+    del(&sb, &v4_only, "c1", &pod("db-0", None)).assert_quiet_success();
     let end = held_until(&sb, "10.44.6.9");
 
     // The network became dual-stack, with a longer hold; IPv6 is full. db-0's
@@ -199,7 +176,7 @@ fn of_concurrent_first_adds_of_one_identity_exactly_one_is_granted() {
         // The runtime deletes every container: the identity holds the
         // winner's address, and nothing else.
         for ctr in &containers {
-            del(&sb, &config, ctr, &args);
+            del(&sb, &config, ctr, &args).assert_quiet_success();
         }
         let of_identity: Vec<_> = rows(&sb).into_iter().filter(|r| r.2 == identity).collect();
         assert_eq!(of_identity, [row(&address, "held", &identity, winner)], "round {round}");

@@ -12,42 +12,15 @@ mod support;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
-use support::{addresses, assert_error, bin_dir, list_leases, run_args, Outcome, Sandbox};
-
-const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+use support::sticky::{add, del, network, ok_addresses, pod};
+use support::{assert_error, bin_dir, list_leases, run_args, Outcome, Sandbox};
 
 /// Debian's libfaketime (package faketime): a process whose clock is shifted.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
-fn network(sb: &Sandbox, pools: Value, sticky: Value) -> Value {
-    json!({
-        "cniVersion": "1.0.0",
-        "name": "holds-net",
-        "type": "bridge",
-        "ipam": {"type": "ipam-delegated", "delegates": STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
-    })
-}
-
 /// One pool of one address, 10.46.`third`.2, named `name`.
 fn one_address(name: &str, third: u8) -> Value {
     json!([{"name": name, "ranges": [{"subnet": format!("10.46.{third}.0/24"), "rangeStart": format!("10.46.{third}.2"), "rangeEnd": format!("10.46.{third}.2")}]}])
-}
-
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
-fn add(sb: &Sandbox, config: &Value, ctr: &str, args: &str) -> Outcome {
-    sb.delegated("ADD", config, ctr, &[("CNI_ARGS", args)])
-}
-
-fn del(sb: &Sandbox, config: &Value, ctr: &str, args: &str) -> Outcome {
-    sb.delegated("DEL", config, ctr, &[("CNI_ARGS", args)])
-}
-
-fn ok_addresses(out: &Outcome) -> Vec<String> {
-    out.result();
-    addresses(out)
 }
 
 /// The operator's tool on the sandbox's database.
@@ -176,15 +149,15 @@ fn a_live_hold_keeps_a_renamed_pool_refused_naming_the_hold_and_how_to_end_it() 
         &[
             "pool blue",
             "10.46.5.2 held for identity \"prod/db-0\" until 20",
-            "release --identity prod/db-0 --network holds-net",
-            "forget-pool --network holds-net --pool blue",
+            "release --identity prod/db-0 --network sticky-net",
+            "forget-pool --network sticky-net --pool blue",
         ],
     );
     let (_, msg, details) = refused.error();
     let words = format!("{msg} {details}");
     assert!(!words.contains(" lease") && !words.contains("DEL the attachments"), "a hold is not a lease: {words}");
     // The way out it names works.
-    let ended = tool(&sb, &["release", "--identity", "prod/db-0", "--network", "holds-net"]);
+    let ended = tool(&sb, &["release", "--identity", "prod/db-0", "--network", "sticky-net"]);
     assert_eq!(ended.status, 0, "{ended:#?}");
     assert_eq!(ok_addresses(&add(&sb, &green, "c2", &pod("web-0"))), ["10.46.5.2/24"]);
 }

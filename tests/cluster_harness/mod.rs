@@ -9,6 +9,8 @@
 //! item is used by every one of them.
 #![allow(dead_code)]
 
+pub mod sticky;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;

@@ -7,6 +7,8 @@
 //! used by every one of them.
 #![allow(dead_code)]
 
+pub mod sticky;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
