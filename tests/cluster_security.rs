@@ -154,10 +154,12 @@ fn the_cached_token_is_per_user_password_and_endpoints_and_a_wrong_password_is_7
     let out = c.run("CHECK", "a-static", &check, &[("CNI_ARGS", "IgnoreUnknown=1;IP=10.50.3.3")]);
     assert_7("CHECK with a wrong password", &out, &["ipam.cluster.etcd.passwordFile"]);
     assert_7("GC with a wrong password", &gc(&c, &wrongs, &["a1"]), &["ipam.cluster.etcd.passwordFile"]);
-    // DEL succeeds (the contract), keeping the release for a later call, and says why.
+    // DEL of an address no other node may use until etcd has its release
+    // fails (the contract: the runtime tries it again), naming the address
+    // and etcd's refusal, and keeps the release for a later call.
     let out = c.del_with(&wrongs, "a-static");
-    assert_eq!(out.status, 0, "DEL with a wrong password: {}", brief(&out));
-    assert!(out.stderr.contains("ipam.cluster.etcd.passwordFile"), "DEL's warning: {}", out.stderr);
+    let msg = assert_7("DEL with a wrong password", &out, &["ipam.cluster.etcd.passwordFile", "10.50.3.3"]);
+    assert!(msg.contains("try DEL again"), "DEL's error: {msg}");
     assert!(
         c.addrs().iter().any(|a| a.ip.to_string() == "10.50.3.3"),
         "the record stays in etcd until a call with the right password"
