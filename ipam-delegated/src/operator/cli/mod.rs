@@ -44,6 +44,9 @@ pub enum Invocation {
     },
     /// The installer of a Kubernetes DaemonSet.
     InstallCni(install_cni::Options),
+    /// The names the delegates are installed under (hidden: for the
+    /// repository's scripts and the bench, not for people).
+    Delegates,
 }
 
 /// `ReleaseHolds` is `release --identity`: the holds of a workload identity.
@@ -102,6 +105,7 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
         Sub::Man { dir } => return Ok(Invocation::Man(dir)),
         Sub::Cluster(a) => return cluster(top_given, a),
         Sub::InstallCni(a) => return install(top_given, a),
+        Sub::Delegates => return Ok(Invocation::Delegates),
     };
     Ok(Invocation::Database { database: database(given)?, command })
 }
@@ -218,6 +222,11 @@ enum Sub {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Print the names the delegates are installed under, one a line: what
+    /// scripts/install links, scripts/package documents and the bench
+    /// expects (the program's own list, builtin::DELEGATES)
+    #[command(hide = true)]
+    Delegates,
 }
 
 #[derive(Args, Debug)]
