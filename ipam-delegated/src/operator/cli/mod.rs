@@ -44,8 +44,7 @@ pub enum Invocation {
     },
     /// The installer of a Kubernetes DaemonSet.
     InstallCni(install_cni::Options),
-    /// The names the delegates are installed under (hidden: for the
-    /// repository's scripts and the bench, not for people).
+    /// The names the delegates are installed under.
     Delegates,
 }
 
@@ -222,10 +221,9 @@ enum Sub {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
-    /// Print the names the delegates are installed under, one a line: what
-    /// scripts/install links, scripts/package documents and the bench
-    /// expects (the program's own list, builtin::DELEGATES)
-    #[command(hide = true)]
+    /// Print the names this program runs as a delegate under, one a line: the links an installation needs
+    // The program's own list (builtin::DELEGATES), which scripts/install,
+    // scripts/package and the bench read from here.
     Delegates,
 }
 
