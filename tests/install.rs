@@ -12,8 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const EXES: [&str; 4] = ["ipam-delegated", "ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
-const DELEGATES: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+use support::{suite_delegates, SUITE_EXECUTABLES as EXES};
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -94,7 +93,7 @@ fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool)
            CNI_COMMAND=VERSION {bindir}/$exe </dev/null; echo; {bindir}/$exe 2>&1 </dev/null | head -n 1; done\n\
          PATH={linkdir}:/usr/bin:/bin {tool} --version\n",
         exes = EXES.join(" "),
-        delegates = DELEGATES.join(" "),
+        delegates = suite_delegates().join(" "),
     );
     if linked {
         checks.push_str(&format!("readlink {linkdir}/ipam-delegated\n"));
@@ -102,7 +101,7 @@ fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool)
     checks.push_str(&format!("{command} --uninstall\ntest ! -e {linkdir}/ipam-delegated\n"));
     let out = sh(&checks, &env, isolated);
     assert!(out.contains(&format!("755 regular file {bindir}/ipam-delegated")), "installed 0755:\n{out}");
-    for exe in DELEGATES {
+    for exe in suite_delegates() {
         assert!(out.contains(&format!("link {exe} -> ipam-delegated\n")), "{exe} is a relative link:\n{out}");
     }
     for exe in EXES {
@@ -110,7 +109,7 @@ fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool)
         let banner = format!("\n{exe} {}: ", env!("CARGO_PKG_VERSION"));
         assert!(out.contains(&banner), "{exe} is itself under its name:\n{out}");
     }
-    assert_eq!(out.matches("\"supportedVersions\"").count(), 4, "each answers VERSION:\n{out}");
+    assert_eq!(out.matches("\"supportedVersions\"").count(), EXES.len(), "each answers VERSION:\n{out}");
     assert!(out.contains(&format!("ipam-delegated {}", env!("CARGO_PKG_VERSION"))), "on PATH:\n{out}");
     if linked {
         let link = format!("{}/bin/ipam-delegated", prefix.unwrap_or("/opt/cni"));
@@ -137,6 +136,23 @@ fn the_readme_command_installs_without_destdir_with_and_without_prefix() {
     for prefix in [None, Some("/usr/local")] {
         install_and_use(prefix, None, true);
     }
+}
+
+/// An install whose program is gone (removed by hand) is still uninstalled:
+/// with no program to ask for its delegates' names, the links to it go.
+#[test]
+fn uninstall_without_the_program_removes_the_links_to_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let target = staged_target(tmp.path());
+    let root = tempfile::tempdir().unwrap();
+    let env = [("CARGO_TARGET_DIR", target.to_str().unwrap()), ("DESTDIR", root.path().to_str().unwrap())];
+    sh("bash scripts/install", &env, false);
+    let bin = root.path().join("opt/cni/bin");
+    fs::remove_file(bin.join("ipam-delegated")).unwrap();
+    fs::write(bin.join("host-local"), "not ours").unwrap();
+    sh("bash scripts/install --uninstall", &env, false);
+    let left: Vec<_> = fs::read_dir(&bin).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["host-local"], "only the links to ipam-delegated are removed");
 }
 
 #[test]

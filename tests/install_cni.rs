@@ -16,8 +16,16 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-const DELEGATES: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
 const MANIFEST: &str = ".ipam-delegated-installed";
+
+/// The tests' list of the suite's executables is the program's: the
+/// program and the delegates it lists (`ipam-delegated delegates`).
+#[test]
+fn the_tests_know_every_delegate_the_program_is() {
+    let mut listed = vec!["ipam-delegated".to_string()];
+    listed.extend(support::suite_delegates());
+    assert_eq!(listed, support::SUITE_EXECUTABLES, "tests/support/mod.rs: SUITE_EXECUTABLES");
+}
 
 /// The program under test, its real file (not a link to it).
 fn program() -> PathBuf {
@@ -183,8 +191,8 @@ fn installs_the_fast_layout_node_name_secret_and_conflist_and_a_second_run_chang
     let installed = host.bin().join("ipam-delegated");
     assert_eq!(fs::read(&installed).expect("installed program"), fs::read(program()).expect("program"));
     assert_eq!(fs::metadata(&installed).expect("stat").permissions().mode() & 0o777, 0o755);
-    for delegate in DELEGATES {
-        assert_eq!(fs::read_link(host.bin().join(delegate)).ok(), Some(PathBuf::from("ipam-delegated")), "{delegate}");
+    for delegate in support::suite_delegates() {
+        assert_eq!(fs::read_link(host.bin().join(&delegate)).ok(), Some(PathBuf::from("ipam-delegated")), "{delegate}");
     }
     // It runs, and as each delegate (VERSION through the link).
     let version = Command::new(&installed).arg("--version").output().expect("run the installed program");
@@ -489,8 +497,8 @@ fn a_build_of_ours_in_place_is_taken_over_and_a_foreign_symlink_is_not() {
     fs::remove_file(host.bin().join("ipam-da-static")).expect("remove the foreign link");
     assert_success(&host.run(&program(), &[]));
     assert_eq!(fs::read(host.bin().join("ipam-delegated")).expect("program"), fs::read(program()).expect("program"));
-    for delegate in DELEGATES {
-        assert_eq!(fs::read_link(host.bin().join(delegate)).ok(), Some(PathBuf::from("ipam-delegated")), "{delegate}");
+    for delegate in support::suite_delegates() {
+        assert_eq!(fs::read_link(host.bin().join(&delegate)).ok(), Some(PathBuf::from("ipam-delegated")), "{delegate}");
     }
     // Taken over: --uninstall removes them too.
     assert_success(&host.run(&program(), &["--uninstall"]));

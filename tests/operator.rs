@@ -562,6 +562,7 @@ fn man_writes_a_page_for_the_tool_and_each_command() {
         "-install-cni",
         "-completions",
         "-man",
+        "-delegates",
     ];
     let expected: String = pages.iter().map(|p| format!("target/man/ipam-delegated{p}.1\n")).collect();
     assert_eq!(out.stdout, expected);

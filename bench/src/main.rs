@@ -72,7 +72,12 @@ fn main() {
         std::process::exit(2)
     };
     if let Some(dir) = &bin_dir {
-        let missing: Vec<&str> = setup::SUITE_NAMES.into_iter().filter(|n| !dir.join(n).is_file()).collect();
+        let program = dir.join(setup::PROGRAM);
+        if !program.is_file() {
+            fail(format!("--bin-dir {}: no {} there", dir.display(), setup::PROGRAM));
+        }
+        let delegates = setup::delegates_of(&program).unwrap_or_else(|e| fail(format!("--bin-dir: {e}")));
+        let missing: Vec<&str> = delegates.iter().map(String::as_str).filter(|n| !dir.join(n).is_file()).collect();
         if !missing.is_empty() {
             fail(format!("--bin-dir {}: no {} there", dir.display(), missing.join(", ")));
         }

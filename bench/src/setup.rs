@@ -19,15 +19,37 @@ use crate::harness::{exec, Plugin};
 pub const HOST_LOCAL: &str = "/usr/lib/cni/host-local";
 const NETWORK: &str = "bench";
 const CNI_VERSION: &str = "1.0.0";
-/// The suite's program, and the delegates' names it is installed under.
-const PROGRAM: &str = "ipam-delegated";
+/// The suite's program; the delegates' names it is installed under are its
+/// own list ([`delegates_of`]).
+pub const PROGRAM: &str = "ipam-delegated";
 /// The package of the floor programs ([`FloorPrograms`]).
 const FLOOR_PACKAGE: &str = "ipam-bench-floor";
-const DELEGATES: [&str; 5] =
-    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+
+/// The delegates' names `program` is installed under, as it lists them
+/// (`ipam-delegated delegates`: its builtin::DELEGATES, the suite's one list).
+pub fn delegates_of(program: &Path) -> Result<Vec<String>, String> {
+    let out = Command::new(program)
+        .arg("delegates")
+        .env_remove("CNI_COMMAND")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    if !out.status.success() || names.is_empty() {
+        return Err(format!(
+            "{} delegates listed no delegates ({}): {}",
+            program.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(names)
+}
+
 /// The names a bin directory of the suite holds: the program and every
 /// delegate's name (the copies layout copies the program to each).
-pub const SUITE_NAMES: [&str; 6] = [PROGRAM, DELEGATES[0], DELEGATES[1], DELEGATES[2], DELEGATES[3], DELEGATES[4]];
+fn suite_names(delegates: &[String]) -> impl Iterator<Item = &str> {
+    std::iter::once(PROGRAM).chain(delegates.iter().map(String::as_str))
+}
 
 /// How much to run.
 #[derive(Clone, Copy)]
@@ -172,16 +194,16 @@ fn install_fast_layout(workspace: &Path, target: &Path, prefix: &Path) -> PathBu
 /// The copies layout in `dir`: each of the four names a copy of the
 /// program's file, so that ipam-delegated starts every delegate as a
 /// process of its own.
-fn make_copies_layout(program: &Path, dir: &Path) {
+fn make_copies_layout(program: &Path, delegates: &[String], dir: &Path) {
     fs::create_dir_all(dir).expect("copies dir");
-    for name in SUITE_NAMES {
+    for name in suite_names(delegates) {
         fs::copy(program, dir.join(name)).unwrap_or_else(|e| panic!("copy {} to {}: {e}", program.display(), name));
     }
 }
 
 /// What a bin directory holds: whether each delegate's name is the program's
 /// very file (the fast layout) or a file of its own.
-fn describe_layout(bins: &Path) -> String {
+fn describe_layout(bins: &Path, delegates: &[String]) -> String {
     use std::os::unix::fs::MetadataExt;
     let id = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino()));
     let program = bins.join(PROGRAM);
@@ -190,7 +212,8 @@ fn describe_layout(bins: &Path) -> String {
     };
     let mut same = Vec::new();
     let mut other = Vec::new();
-    for name in DELEGATES {
+    for name in delegates {
+        let name = name.as_str();
         match id(&bins.join(name)) {
             Ok(found) if found == program_id => same.push(name),
             Ok(_) => other.push(name),
@@ -198,7 +221,7 @@ fn describe_layout(bins: &Path) -> String {
         }
     }
     if other.is_empty() {
-        "fast layout (the three delegates' names are ipam-delegated's own file: one process per call)".into()
+        "fast layout (the delegates' names are ipam-delegated's own file: one process per call)".into()
     } else if same.is_empty() {
         "copies layout (every delegate a file of its own: one process per delegate)".into()
     } else {
@@ -258,9 +281,11 @@ impl Ctx {
                 (dir, source)
             }
         };
-        let layout = format!("{}, {source}", describe_layout(&bins));
+        let program = bins.join(PROGRAM);
+        let delegates = delegates_of(&program).unwrap_or_else(|e| panic!("{e}"));
+        let layout = format!("{}, {source}", describe_layout(&bins, &delegates));
         let copies = root.path().join("copies");
-        make_copies_layout(&bins.join(PROGRAM), &copies);
+        make_copies_layout(&program, &delegates, &copies);
         Ctx { bins, copies, layout, root, counts, floor }
     }
 
@@ -434,18 +459,4 @@ pub fn host_local_fill(data_dir: &Path, addrs: &[u128], last: Option<u128>) {
 
 pub fn host_local_set_last(data_dir: &Path, last: u128) {
     fs::write(data_dir.join(NETWORK).join("last_reserved_ip.0"), from_u128(last).to_string()).expect("last ip");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bin_directory_holds_every_delegates_name() {
-        // The copies layout and --bin-dir's check go by SUITE_NAMES: a
-        // delegate missing there is missing from the copies layout.
-        for name in DELEGATES.iter().chain(&[PROGRAM, "ipam-da-sequential", "ipam-da-sticky"]) {
-            assert!(SUITE_NAMES.contains(name), "{name} missing from SUITE_NAMES");
-        }
-    }
 }

@@ -24,13 +24,11 @@ fn add(req: &Request) -> Result<Reply> {
     }
     let attachment = req.attachment()?;
     let identity = suite_delegate::identity(req)?;
-    let mut store = suite_delegate::open_store(req)?;
     // All families in one transaction: an exhausted family leaves nothing
     // half-allocated.
-    let chosen = store.write(|tx| {
-        suite_delegate::begin_allocating(tx)?;
+    let chosen = suite_delegate::allocate(req, &attachment, identity.as_ref(), |tx| {
         let held = tx.leases_of(&attachment)?;
-        let chosen = families
+        families
             .iter()
             .map(|&family| {
                 let of_family: Vec<&Pool> = pools.iter().filter(|p| p.family() == family).collect();
@@ -58,9 +56,7 @@ fn add(req: &Request) -> Result<Reply> {
                     format!("no free {family} address in the candidate pools ({})", pool::names(of_family)),
                 ))
             })
-            .collect::<Result<Vec<(IpAddr, &Pool)>>>()?;
-        suite_delegate::bind_identity(tx, &attachment, identity.as_ref())?;
-        Ok(chosen)
+            .collect::<Result<Vec<(IpAddr, &Pool)>>>()
     })?;
     for (address, pool) in chosen {
         // Every chosen address lies in a range of its pool (found there, or

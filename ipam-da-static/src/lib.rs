@@ -28,9 +28,7 @@ fn add(req: &Request) -> Result<Reply> {
         .map(|&address| pool::static_target(&pools, address).map(|pool| (address, pool)))
         .collect::<Result<Vec<_>>>()?;
     let identity = suite_delegate::identity(req)?;
-    let mut store = suite_delegate::open_store(req)?;
-    store.write(|tx| {
-        suite_delegate::begin_allocating(tx)?;
+    suite_delegate::allocate(req, &attachment, identity.as_ref(), |tx| {
         for (address, pool) in &claims {
             suite_delegate::register(tx, &attachment.network, pool)?;
             match tx.holder(*address)? {
@@ -74,7 +72,7 @@ fn add(req: &Request) -> Result<Reply> {
                 }
             }
         }
-        suite_delegate::bind_identity(tx, &attachment, identity.as_ref())
+        Ok(())
     })?;
     for (address, pool) in &claims {
         if let Ok(range) = pool.check_static(*address) {

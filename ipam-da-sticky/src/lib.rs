@@ -31,9 +31,7 @@ fn add(req: &Request) -> Result<Reply> {
     let bound = StickyIdentity { name: identity.clone(), share_live: sticky.share_live };
     let families = Pool::families_missing(&pools, &result);
     let attachment = req.attachment()?;
-    let mut store = suite_delegate::open_store(req)?;
-    let chosen = store.write(|tx| {
-        suite_delegate::begin_allocating(tx)?;
+    let chosen = suite_delegate::allocate(req, &attachment, Some(&bound), |tx| {
         let rows = tx.rows_of_identity(&attachment.network, &identity, &attachment.ifname)?;
         let live: Vec<&Lease> = rows.iter().filter(|l| !l.is_hold() && l.owner != attachment).collect();
         let chosen = match live.first() {
@@ -72,7 +70,6 @@ fn add(req: &Request) -> Result<Reply> {
                 back
             }
         };
-        suite_delegate::bind_identity(tx, &attachment, Some(&bound))?;
         Ok(chosen)
     })?;
     for (address, pool) in chosen {

@@ -2,7 +2,8 @@
 //! `ipam-da-sequential`) and the selector (`ipam-ds-pool`): opening the
 //! database a configuration names, reading pools from `prevResult.pools`,
 //! recording pools, and the verbs other than ADD, which are the same for
-//! every allocator: an allocator is its ADD ([`Allocator`]).
+//! every allocator: an allocator is its ADD ([`Allocator`]), whose write
+//! goes through [`allocate`].
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -193,8 +194,34 @@ pub fn identity(req: &Request) -> Result<Option<StickyIdentity>> {
     Ok(name.map(|name| StickyIdentity { name, share_live: sticky.share_live }))
 }
 
+/// An allocator's write, around its policy: in one write transaction of
+/// the database the configuration names, holds past their end are dropped
+/// first ([`begin_allocating`]), then `policy` leases for `attachment`, and
+/// last the attachment's leases are tied to `identity`
+/// ([`bind_identity`]: 101 when it is live on another attachment and may not
+/// share). An error anywhere rolls the whole transaction back, so an
+/// allocator never leaves a lease without its identity, or half of a
+/// dual-stack ADD. Every allocator writes through this, so none can forget
+/// the bracket; `policy` says only which addresses.
+pub fn allocate<T>(
+    req: &Request,
+    attachment: &Attachment,
+    identity: Option<&StickyIdentity>,
+    policy: impl FnOnce(&Tx) -> Result<T>,
+) -> Result<T> {
+    let mut store = open_store(req)?;
+    store.write(|tx| {
+        begin_allocating(tx)?;
+        let chosen = policy(tx)?;
+        bind_identity(tx, attachment, identity)?;
+        Ok(chosen)
+    })
+}
+
 /// In an allocator's write transaction: holds past their end are dropped
-/// first, so that their addresses are free to it.
+/// first, so that their addresses are free to it. The suite's allocators
+/// get this from [`allocate`]; ipam-ds-cluster's node, which leases in a
+/// store it opened for more than the lease, calls it itself.
 pub fn begin_allocating(tx: &Tx) -> Result<()> {
     tx.drop_expired_holds().map(drop)
 }
@@ -204,7 +231,8 @@ pub fn begin_allocating(tx: &Tx) -> Result<()> {
 /// identity is live on another attachment and may not share
 /// (`shareLive` off): checked here, in the transaction that leases, so
 /// that of concurrent ADDs of one identity exactly one leases for it, and
-/// the others' transactions, and so their leases, are rolled back.
+/// the others' transactions, and so their leases, are rolled back. Called
+/// by [`allocate`], and by ipam-ds-cluster's node, as [`begin_allocating`].
 pub fn bind_identity(tx: &Tx, attachment: &Attachment, identity: Option<&StickyIdentity>) -> Result<()> {
     let Some(identity) = identity else { return Ok(()) };
     if !identity.share_live {

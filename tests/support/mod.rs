@@ -28,6 +28,17 @@ const RUN_LIMIT: Duration = Duration::from_secs(120);
 pub const SUITE_EXECUTABLES: [&str; 6] =
     ["ipam-delegated", "ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 
+/// The delegates' names as the program under test lists them
+/// (`ipam-delegated delegates`: its builtin::DELEGATES, the suite's one
+/// list), in its order. tests/install_cni.rs checks that
+/// [`SUITE_EXECUTABLES`] holds exactly these beside the program.
+pub fn suite_delegates() -> Vec<String> {
+    let program = suite_bin("ipam-delegated");
+    let out = Command::new(&program).arg("delegates").env_remove("CNI_COMMAND").output().expect("run ipam-delegated");
+    assert!(out.status.success(), "{} delegates: {}", program.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+}
+
 /// The environment variable that points the tests at installed executables
 /// (e.g. `/usr/lib/cni` after `dpkg -i` of the package) instead of a build.
 pub const BIN_DIR_VAR: &str = "IPAM_TEST_BIN_DIR";

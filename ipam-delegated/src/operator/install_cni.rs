@@ -28,9 +28,8 @@ use std::process::ExitCode;
 use serde::{Deserialize, Serialize};
 
 use super::{Failure, Report, NAME};
+use crate::builtin;
 
-pub const DELEGATES: [&str; 5] =
-    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 pub const MANIFEST: &str = ".ipam-delegated-installed";
 pub const DEFAULT_BIN_DIR: &str = "/host/opt/cni/bin";
 pub const DEFAULT_NODE_FILE: &str = "/host/etc/cni/ipam-delegated/node-name";
@@ -200,7 +199,7 @@ fn install(options: &Options) -> Result<Report, Failure> {
     let mut plan = Plan { steps: Vec::new(), unchanged: Vec::new(), refusals: Vec::new(), keep: Vec::new() };
     let program_path = options.bin_dir.join(NAME);
     plan_program(&mut plan, &program_path, &program, options.force)?;
-    for delegate in DELEGATES {
+    for delegate in builtin::names() {
         plan_link(&mut plan, &options.bin_dir.join(delegate), options.force)?;
     }
     plan_file(&mut plan, &recorded, &options.node_file, format!("{node}\n").into_bytes(), 0o644, options.force)?;
@@ -260,7 +259,7 @@ fn install(options: &Options) -> Result<Report, Failure> {
     // The program and its links are always recorded: a build of ours found
     // in place (scripts/install's) is taken over.
     for (path, kind) in std::iter::once((program_path.clone(), Kind::Program))
-        .chain(DELEGATES.iter().map(|d| (options.bin_dir.join(d), Kind::Link)))
+        .chain(builtin::names().map(|d| (options.bin_dir.join(d), Kind::Link)))
     {
         entries.entry(path.clone()).or_insert(Entry { path, kind, fnv1a64: None });
     }

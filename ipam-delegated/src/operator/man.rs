@@ -117,6 +117,7 @@ mod tests {
                 "ipam-delegated-install-cni.1",
                 "ipam-delegated-completions.1",
                 "ipam-delegated-man.1",
+                "ipam-delegated-delegates.1",
             ]
         );
         let list = fs::read_to_string(out.join("ipam-delegated-list.1")).expect("the page of list");

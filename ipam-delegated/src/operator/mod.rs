@@ -88,6 +88,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         // hand is on record beside the plugins' own lines.
         Invocation::Cluster { conf, command } => finish(cluster::run(&conf, command)),
         Invocation::InstallCni(options) => install_cni::main(&options),
+        Invocation::Delegates => print(&crate::builtin::names().map(|name| format!("{name}\n")).collect::<String>()),
         Invocation::Database { database, command } => {
             // Where the plugins log (stderr for warnings; the verbose build's
             // file), so that a release by hand is on record beside theirs.

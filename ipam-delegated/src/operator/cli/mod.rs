@@ -44,6 +44,8 @@ pub enum Invocation {
     },
     /// The installer of a Kubernetes DaemonSet.
     InstallCni(install_cni::Options),
+    /// The names the delegates are installed under.
+    Delegates,
 }
 
 /// `ReleaseHolds` is `release --identity`: the holds of a workload identity.
@@ -102,6 +104,7 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
         Sub::Man { dir } => return Ok(Invocation::Man(dir)),
         Sub::Cluster(a) => return cluster(top_given, a),
         Sub::InstallCni(a) => return install(top_given, a),
+        Sub::Delegates => return Ok(Invocation::Delegates),
     };
     Ok(Invocation::Database { database: database(given)?, command })
 }
@@ -218,6 +221,10 @@ enum Sub {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Print the names this program runs as a delegate under, one a line: the links an installation needs
+    // The program's own list (builtin::DELEGATES), which scripts/install,
+    // scripts/package and the bench read from here.
+    Delegates,
 }
 
 #[derive(Args, Debug)]
