@@ -28,9 +28,8 @@ use cluster_harness::*;
 use ipam_ds_cluster::etcd::testing::TestEtcdCluster;
 use serde_json::{json, Value};
 use stack::ipv4_of;
-use support::{bin_dir, processes_with_env, run_killable, Outcome, Rng};
+use support::{bin_dir, leftovers, run_killable, Outcome, Rng, CLUSTER_STICKY_STACK};
 
-const STICKY: [&str; 5] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 const IDENTITY_KEYS: &str = "/ipam-delegated/v1/cnet/_sticky/";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
@@ -42,7 +41,7 @@ const HOLD: u64 = 600;
 
 fn sticky_config<E: Etcd>(c: &Cluster<E>, node: &str, hold: u64) -> Value {
     let mut config = c.config(node);
-    config["ipam"]["delegates"] = json!(STICKY);
+    config["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
     config["ipam"]["sticky"] = json!({"hold": hold});
     config
 }
@@ -173,10 +172,6 @@ fn now_unix() -> i64 {
 }
 
 /// Processes still running with a container id starting with `tag`.
-fn leftovers(tag: &str) -> Vec<String> {
-    processes_with_env(&format!("CNI_CONTAINERID={tag}"))
-}
-
 fn assert_no_leftovers(tag: &str) {
     let waited = Instant::now();
     while !leftovers(tag).is_empty() {

@@ -12,12 +12,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use support::repo;
+
 const EXES: [&str; 4] = ["ipam-delegated", "ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
 const DELEGATES: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The command of the README's "By hand" block that runs scripts/install,
 /// without its comment.

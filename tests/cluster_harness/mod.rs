@@ -20,7 +20,7 @@ use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 
 use crate::stack::{self, LeaseRow};
-use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome};
+use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
 
 pub const NETWORK: &str = "cnet";
 /// The etcd keys of pool `blue` of network `cnet` (the default prefix).
@@ -121,7 +121,7 @@ impl<E: Etcd> Cluster<E> {
                 "type": "ipam-delegated",
                 "database": self.db(node),
                 "timeout": self.call_timeout,
-                "delegates": ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
+                "delegates": CLUSTER_STACK,
                 "pools": self.pools,
                 "cluster": {
                     "etcd": {"endpoints": self.endpoints_of(node), "timeout": 1},

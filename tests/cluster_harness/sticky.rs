@@ -7,16 +7,12 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 
 use super::{brief, Cluster};
-use crate::support::{addresses, Outcome};
-
-/// The stack the contract gives for sticky addresses in cluster mode.
-pub const STICKY: [&str; 5] =
-    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+use crate::support::{addresses, Outcome, CLUSTER_STICKY_STACK};
 
 /// `node`'s configuration with the sticky stack, `ipam.sticky` being `sticky`.
 pub fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
     let mut config = c.config(node);
-    config["ipam"]["delegates"] = json!(STICKY);
+    config["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
     config["ipam"]["sticky"] = sticky.clone();
     config
 }
