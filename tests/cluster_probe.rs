@@ -62,12 +62,6 @@ fn call<E: Etcd>(c: &Cluster<E>, command: &str, container: &str, config: &Value,
     c.run(command, container, config, &env)
 }
 
-/// A successful ADD's address.
-fn added(out: &Outcome, what: &str) -> IpAddr {
-    assert_eq!(out.status, 0, "{what}: {}", brief(out));
-    ipv4_of(out.result())
-}
-
 /// The code of a failed run, with its message; asserts it failed.
 fn failed(out: &Outcome, what: &str) -> (u64, String) {
     assert_ne!(out.status, 0, "{what} succeeded: {}", brief(out));
@@ -345,10 +339,6 @@ fn an_etcd_restart_within_the_cache_while_another_node_borrows() {
 // 2. A member cut off from its quorum, with shared blocks, blocks of a
 //    node's own and held identities
 
-fn pod_args(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
 /// Every identity key of network cnet: pod name → (node, container,
 /// addresses, held).
 fn identities<E: Etcd>(c: &Cluster<E>) -> Vec<(String, String, String, Vec<IpAddr>, bool)> {
@@ -393,7 +383,7 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
         v
     };
     let run = |command: &str, node: &str, container: &str, pod: Option<&str>| -> Outcome {
-        let args: Vec<(&str, String)> = pod.map(|p| ("CNI_ARGS", pod_args(p))).into_iter().collect();
+        let args: Vec<(&str, String)> = pod.map(|p| ("CNI_ARGS", support::sticky::pod(p))).into_iter().collect();
         call(&c, command, container, &config(node), &args)
     };
     let eventually = |node: &str, container: &str, pod: Option<&str>| -> IpAddr {

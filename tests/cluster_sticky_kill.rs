@@ -28,6 +28,7 @@ use cluster_harness::*;
 use ipam_ds_cluster::etcd::testing::TestEtcdCluster;
 use serde_json::{json, Value};
 use stack::ipv4_of;
+use support::sticky::pod;
 use support::{bin_dir, leftovers, run_killable, Outcome, Rng, CLUSTER_STICKY_STACK};
 
 const IDENTITY_KEYS: &str = "/ipam-delegated/v1/cnet/_sticky/";
@@ -46,11 +47,6 @@ fn sticky_config<E: Etcd>(c: &Cluster<E>, node: &str, hold: u64) -> Value {
     config
 }
 
-/// CNI_ARGS of pod `name` of namespace prod, as kubelet passes them.
-fn pod_args(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
 /// `command` of pod `name` (`None`: a pod without identity, no CNI_ARGS) in
 /// `container` on `node`, with `hold` and the variables `extra`.
 fn call<E: Etcd>(
@@ -62,16 +58,10 @@ fn call<E: Etcd>(
     hold: u64,
     extra: &[(&str, &str)],
 ) -> Outcome {
-    let args = name.map(pod_args);
+    let args = name.map(pod);
     let mut env: Vec<(&str, &str)> = args.iter().map(|a| ("CNI_ARGS", a.as_str())).collect();
     env.extend_from_slice(extra);
     c.run(command, container, &sticky_config(c, node, hold), &env)
-}
-
-/// A successful ADD's address.
-fn added(out: &Outcome, what: &str) -> IpAddr {
-    assert_eq!(out.status, 0, "{what}: {}", brief(out));
-    ipv4_of(out.result())
 }
 
 fn assert_code(out: &Outcome, code: u64, what: &str) -> String {
@@ -99,7 +89,7 @@ fn killable<E: Etcd>(
     kill_after: Option<Duration>,
 ) -> Fate {
     let bin = bin_dir().display().to_string();
-    let args = pod_args(name);
+    let args = pod(name);
     let env = [
         ("CNI_COMMAND", command),
         ("CNI_CONTAINERID", container),

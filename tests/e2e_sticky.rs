@@ -33,6 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use netns::{leaving_the_host_as_found, prerequisites, subnet_tag, unique, Netns, PLUGINS};
 use serde_json::{json, Value};
+use support::sticky::pod;
 use support::{bin_dir, run_args, Outcome, Sandbox, STICKY_STACK};
 
 /// One test at a time: each checks the machine's own namespace before and
@@ -62,12 +63,6 @@ fn bridge_network(name: &str, bridge: &str, db: &Path, subnet: &str, range: (&st
             "sticky": sticky
         }
     })
-}
-
-/// What a Kubernetes runtime (containerd, CRI-O) passes in CNI_ARGS for the
-/// pod `name` of the namespace `prod`, less the ids that change with each pod.
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 /// The suite's executables first, so that the build under test runs even

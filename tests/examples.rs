@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use ipam_ds_cluster::etcd::testing::TestEtcd;
 use netns::{leaving_the_host_as_found, prerequisites, unique, veth_master_in, Netns, PLUGINS};
 use serde_json::{json, Value};
+use support::sticky::pod;
 use support::{addresses, assert_error, bin_dir, list_leases as leases, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
@@ -305,12 +306,6 @@ fn static_addresses() {
     holders.dedup();
     assert_eq!(holders, ["ex-0", "ex-1", "ex-2", "ex-3", "ex-4", "ex-5"], "the failed ADD must leave no lease");
     assert_eq!(listed.as_array().unwrap().len(), 12);
-}
-
-/// What a kubelet's runtime passes for the pod `name` of namespace `prod`
-/// (less the ids that change with each pod), with `IgnoreUnknown=1` for bridge.
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 /// The pod prod/db-0 deleted and created again under a new container id

@@ -411,6 +411,12 @@ pub fn failure(out: &Outcome) -> (u64, String) {
     (code, msg)
 }
 
+/// The IPv4 address of a successful ADD (`what` names it if it failed).
+pub fn added(out: &Outcome, what: &str) -> IpAddr {
+    assert_eq!(out.status, 0, "{what}: {}", brief(out));
+    stack::ipv4_of(out.result())
+}
+
 /// A short account of a run, for assertion messages.
 pub fn brief(out: &Outcome) -> String {
     format!("exit {}, stdout {}, stderr {}", out.status, out.stdout.trim(), out.stderr.trim())

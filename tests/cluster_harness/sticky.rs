@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 
 use super::{brief, Cluster};
+pub use crate::support::sticky::pod;
 use crate::support::{addresses, Outcome, CLUSTER_STICKY_STACK};
 
 /// `node`'s configuration with the sticky stack, `ipam.sticky` being `sticky`.
@@ -15,11 +16,6 @@ pub fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
     config["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
     config["ipam"]["sticky"] = sticky.clone();
     config
-}
-
-/// The CNI_ARGS Kubernetes passes for pod `prod/<name>`.
-pub fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 pub fn add(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
