@@ -81,7 +81,8 @@ use std::time::Instant;
 use netns::{ip_ok, subnet_tag, PLUGINS};
 use netns::{prerequisites, unique, veth_master_in, Netns};
 use serde_json::{json, Value};
-use stack::{addresses, LeaseRow, FULL_STACK};
+use stack::{addresses, LeaseRow};
+use support::FULL_STACK;
 use support::{bin_dir, run_args, Outcome, Sandbox};
 
 /// Where golang-github-appc-cni-dev puts libcni's sources (GOPATH layout).

@@ -204,7 +204,7 @@ fn two_nodes_scenario() {
     );
 
     for (k, id, ns, _, result) in &containers {
-        let out = run(*k, "DEL", &stack::with_prev(&config(*k), result), id, ns, None);
+        let out = run(*k, "DEL", &support::with_prev(&config(*k), result), id, ns, None);
         assert_eq!((out.status, out.stdout.as_str()), (0, ""), "bridge DEL {id}: {}", brief(&out));
         assert!(!ns.has_link("eth0"), "{id}: eth0 is still there after DEL");
     }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use cluster_harness::*;
 use serde_json::json;
 use stack::ipv4_of;
-use support::{bin_dir, processes_with_env, run_killable, Outcome, Rng};
+use support::{bin_dir, leftovers, run_killable, Outcome, Rng};
 
 #[derive(Debug)]
 enum Fate {
@@ -56,11 +56,6 @@ fn killable(
         Some(out) => Fate::Done(out),
         None => Fate::Killed,
     }
-}
-
-/// Processes still running with one of this test's container ids.
-fn leftovers(tag: &str) -> Vec<String> {
-    processes_with_env(&format!("CNI_CONTAINERID={tag}"))
 }
 
 /// The storm over shared blocks (the pool's 32 blocks make them so): every

@@ -12,7 +12,7 @@ use tempfile::TempDir;
 
 mod support;
 
-use support::{bin_dir, run_args, suite_bin, Outcome};
+use support::{bin_dir, run_args, suite_bin, Outcome, CLUSTER_STACK};
 
 const NETWORK: &str = "blue-net";
 const PREFIX: &str = "/ipam-delegated/";
@@ -80,7 +80,7 @@ fn conflist(node: &str, endpoint: &str, db: &Path) -> Value {
             {"type": "bridge", "bridge": "cni-blue",
              "ipam": {
                 "type": "ipam-delegated",
-                "delegates": ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
+                "delegates": CLUSTER_STACK,
                 "database": db,
                 "timeout": 1,
                 // Three blocks of eight: 10.40.0.8/29, .16/29 and .24/29.

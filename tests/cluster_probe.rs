@@ -28,7 +28,7 @@ use cluster_harness::*;
 use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 use stack::ipv4_of;
-use support::{bin_dir, run_killable, Outcome, Rng};
+use support::{bin_dir, run_killable, Outcome, Rng, CLUSTER_STICKY_STACK};
 
 /// Debian's libfaketime (package faketime).
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -60,12 +60,6 @@ fn wall_clock(offset: &str) -> [(&'static str, String); 3] {
 fn call<E: Etcd>(c: &Cluster<E>, command: &str, container: &str, config: &Value, extra: &[(&str, String)]) -> Outcome {
     let env: Vec<(&str, &str)> = extra.iter().map(|(k, v)| (*k, v.as_str())).collect();
     c.run(command, container, config, &env)
-}
-
-/// A successful ADD's address.
-fn added(out: &Outcome, what: &str) -> IpAddr {
-    assert_eq!(out.status, 0, "{what}: {}", brief(out));
-    ipv4_of(out.result())
 }
 
 /// The code of a failed run, with its message; asserts it failed.
@@ -345,12 +339,6 @@ fn an_etcd_restart_within_the_cache_while_another_node_borrows() {
 // 2. A member cut off from its quorum, with shared blocks, blocks of a
 //    node's own and held identities
 
-const STICKY: [&str; 5] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-
-fn pod_args(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
 /// Every identity key of network cnet: pod name → (node, container,
 /// addresses, held).
 fn identities<E: Etcd>(c: &Cluster<E>) -> Vec<(String, String, String, Vec<IpAddr>, bool)> {
@@ -386,7 +374,7 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
     const N1_GRACE: u64 = 4;
     let config = |node: &str| {
         let mut v = c.config(node);
-        v["ipam"]["delegates"] = json!(STICKY);
+        v["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
         v["ipam"]["sticky"] = json!({"hold": 600});
         if node == "n1" {
             v["ipam"]["cluster"]["shareBlocks"] = json!("never");
@@ -395,7 +383,7 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
         v
     };
     let run = |command: &str, node: &str, container: &str, pod: Option<&str>| -> Outcome {
-        let args: Vec<(&str, String)> = pod.map(|p| ("CNI_ARGS", pod_args(p))).into_iter().collect();
+        let args: Vec<(&str, String)> = pod.map(|p| ("CNI_ARGS", support::sticky::pod(p))).into_iter().collect();
         call(&c, command, container, &config(node), &args)
     };
     let eventually = |node: &str, container: &str, pod: Option<&str>| -> IpAddr {

@@ -315,11 +315,21 @@ fn etcd_restored_from_an_older_backup_is_noticed_and_no_claim_is_adopted_again()
     c.etcd.restore(&backup);
     assert_eq!(c.blocks_of("n1"), vec![x], "the restored etcd shows the block as n1's");
     // n1 must not take back a claim it gave back: none of n2's addresses.
+    // The pool is that one block, so n1 has no address of its own to give:
+    // the contract allows 100 (no block left to claim), 11 (etcd lost
+    // history, or `_recovery` holds claims off), or an address another node
+    // lent it, never one n2 holds.
     for i in 0..3 {
         let out = c.run("ADD", &format!("n1-after-{i}"), &config(&c, "n1"), &[]);
         if out.status == 0 {
             let got = ipv4_of(out.result());
             assert!(!n2_holds.contains(&got), "n1 handed out {got}, which n2 holds");
+        } else {
+            let (code, msg) = failure(&out);
+            assert!(
+                matches!(code, 100 | 11),
+                "n1's ADD {i} after the restore failed with {code}, not 100 or 11: {msg}"
+            );
         }
     }
     // n2 notices that etcd went back, and publishes what it holds in the

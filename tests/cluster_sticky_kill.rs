@@ -28,9 +28,9 @@ use cluster_harness::*;
 use ipam_ds_cluster::etcd::testing::TestEtcdCluster;
 use serde_json::{json, Value};
 use stack::ipv4_of;
-use support::{bin_dir, processes_with_env, run_killable, Outcome, Rng};
+use support::sticky::pod;
+use support::{bin_dir, leftovers, run_killable, Outcome, Rng, CLUSTER_STICKY_STACK};
 
-const STICKY: [&str; 5] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 const IDENTITY_KEYS: &str = "/ipam-delegated/v1/cnet/_sticky/";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 
@@ -42,14 +42,9 @@ const HOLD: u64 = 600;
 
 fn sticky_config<E: Etcd>(c: &Cluster<E>, node: &str, hold: u64) -> Value {
     let mut config = c.config(node);
-    config["ipam"]["delegates"] = json!(STICKY);
+    config["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
     config["ipam"]["sticky"] = json!({"hold": hold});
     config
-}
-
-/// CNI_ARGS of pod `name` of namespace prod, as kubelet passes them.
-fn pod_args(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 /// `command` of pod `name` (`None`: a pod without identity, no CNI_ARGS) in
@@ -63,16 +58,10 @@ fn call<E: Etcd>(
     hold: u64,
     extra: &[(&str, &str)],
 ) -> Outcome {
-    let args = name.map(pod_args);
+    let args = name.map(pod);
     let mut env: Vec<(&str, &str)> = args.iter().map(|a| ("CNI_ARGS", a.as_str())).collect();
     env.extend_from_slice(extra);
     c.run(command, container, &sticky_config(c, node, hold), &env)
-}
-
-/// A successful ADD's address.
-fn added(out: &Outcome, what: &str) -> IpAddr {
-    assert_eq!(out.status, 0, "{what}: {}", brief(out));
-    ipv4_of(out.result())
 }
 
 fn assert_code(out: &Outcome, code: u64, what: &str) -> String {
@@ -100,7 +89,7 @@ fn killable<E: Etcd>(
     kill_after: Option<Duration>,
 ) -> Fate {
     let bin = bin_dir().display().to_string();
-    let args = pod_args(name);
+    let args = pod(name);
     let env = [
         ("CNI_COMMAND", command),
         ("CNI_CONTAINERID", container),
@@ -173,10 +162,6 @@ fn now_unix() -> i64 {
 }
 
 /// Processes still running with a container id starting with `tag`.
-fn leftovers(tag: &str) -> Vec<String> {
-    processes_with_env(&format!("CNI_CONTAINERID={tag}"))
-}
-
 fn assert_no_leftovers(tag: &str) {
     let waited = Instant::now();
     while !leftovers(tag).is_empty() {

@@ -195,7 +195,7 @@ fn a_thousand_adds_from_64_processes_then_all_dels_then_a_thousand_more() {
     // Every DEL at once, each with its ADD's result, as a runtime does it.
     let started = Instant::now();
     let dels = parallel(TOTAL, WORKERS, |i| {
-        cni(&sb, &retries, "DEL", &stack::with_prev(&config, first[i].result()), &format!("bulk-a{i}"), "eth0")
+        cni(&sb, &retries, "DEL", &support::with_prev(&config, first[i].result()), &format!("bulk-a{i}"), "eth0")
     });
     let del = started.elapsed();
     eprintln!("bulk: {TOTAL} DELs done in {del:.2?}; {}", retries.summary());
@@ -417,14 +417,14 @@ fn churn_of_add_del_check_by_16_workers_then_gc() {
                         }
                         "CHECK" => {
                             let prev = state.live.as_ref().unwrap();
-                            let out = cni(sb, retries, "CHECK", &stack::with_prev(config, prev), &id, ifname);
+                            let out = cni(sb, retries, "CHECK", &support::with_prev(config, prev), &id, ifname);
                             if out.status != 0 || !out.stdout.is_empty() {
                                 failure = Some(format!("CHECK {id}/{ifname} with {prev}: {out:#?}"));
                             }
                         }
                         "DEL" => {
                             let prev = state.live.take().unwrap();
-                            let out = cni(sb, retries, "DEL", &stack::with_prev(config, &prev), &id, ifname);
+                            let out = cni(sb, retries, "DEL", &support::with_prev(config, &prev), &id, ifname);
                             if out.status != 0 || !out.stdout.is_empty() {
                                 failure = Some(format!("DEL {id}/{ifname}: {out:#?}"));
                             }
@@ -493,7 +493,7 @@ fn churn_of_add_del_check_by_16_workers_then_gc() {
     // Every live attachment passes CHECK with its last ADD result.
     let checks = parallel(live.len(), CHURN_WORKERS, |i| {
         let ((id, ifname), result) = &live[i];
-        cni(&sb, &retries, "CHECK", &stack::with_prev(&config, result), id, ifname)
+        cni(&sb, &retries, "CHECK", &support::with_prev(&config, result), id, ifname)
     });
     for (out, (owner, _)) in checks.iter().zip(&live) {
         assert!(out.status == 0 && out.stdout.is_empty(), "final CHECK of {owner:?} ({}): {out:#?}", retries.summary());

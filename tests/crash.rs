@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use stack::{address_range, leases, LeaseRow};
 use support::Rng;
-use support::{processes_with_env, run_killable, Outcome, Sandbox};
+use support::{leftovers, run_killable, Outcome, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 const ATTEMPTS: usize = 300;
@@ -57,11 +57,6 @@ fn attempt(sb: &Sandbox, config: &[u8], id: &str, delay: Option<Duration>) -> Fa
         (0, Some(result)) => Fate::Succeeded(stack::ipv4_of(result)),
         _ => Fate::Failed(format!("exit {}: stdout {:?}, stderr {:?}", out.status, out.stdout, out.stderr)),
     }
-}
-
-/// Processes still running with one of this test's container ids.
-fn leftovers() -> Vec<String> {
-    processes_with_env(&format!("CNI_CONTAINERID=crash-{}-", std::process::id()))
 }
 
 fn cni(sb: &Sandbox, command: &str, config: &Value, container: &str) -> Outcome {
@@ -153,7 +148,7 @@ fn killed_adds_leave_a_consistent_database_and_gc_recovers_their_leases() {
     let waited = Instant::now();
     let mut seen_after_kills = None;
     loop {
-        let left = leftovers();
+        let left = leftovers(&format!("crash-{}-", std::process::id()));
         seen_after_kills.get_or_insert(left.len());
         if left.is_empty() {
             break;

@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{assert_error, Outcome, Response, Rng, Sandbox, CONTAINER_ID, IFNAME, NETNS};
+use support::{assert_error, with_prev, Outcome, Response, Rng, Sandbox, CONTAINER_ID, IFNAME, NETNS};
 
 const DELEGATED: &str = "ipam-delegated";
 const ALL_VERSIONS: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -20,13 +20,6 @@ fn config(version: &str, delegates: &[&str]) -> Value {
         "type": "bridge",
         "ipam": {"type": "ipam-delegated", "delegates": delegates}
     })
-}
-
-/// `config` with `prevResult` set to `prev`.
-fn with_prev(config: &Value, prev: &Value) -> Value {
-    let mut c = config.clone();
-    c["prevResult"] = prev.clone();
-    c
 }
 
 /// A 1.0.0 result, told apart from others by `tag` (an address 10.0.0.<tag>).

@@ -135,7 +135,7 @@ fn lifecycle(main: Main, version: &str, dual: bool) {
     assert!(rows.iter().all(|r| r.container_id == "e2e-first" && r.ifname == "eth0" && ips.contains(&r.address)));
 
     // CHECK, which the spec has from 0.4.0 on.
-    let with_prev = stack::with_prev(&config, &result);
+    let with_prev = support::with_prev(&config, &result);
     if at_least_0_4_0(version) {
         let check = main_plugin(&sb, main.plugin, "CHECK", &with_prev, "e2e-first", &first, &[]);
         assert_eq!((check.status, check.stdout.as_str()), (0, ""), "{what}: CHECK: {check:#?}");
@@ -162,7 +162,7 @@ fn lifecycle(main: Main, version: &str, dual: bool) {
     assert_eq!(addresses(again.result()), ips, "{what}: static ADD of the freed addresses: {again:#?}");
     assert_configured(&second, &ips, &nets, &format!("{what}: after the static ADD"));
     let del =
-        main_plugin(&sb, main.plugin, "DEL", &stack::with_prev(&config, again.result()), "e2e-second", &second, &[]);
+        main_plugin(&sb, main.plugin, "DEL", &support::with_prev(&config, again.result()), "e2e-second", &second, &[]);
     assert_eq!(del.status, 0, "{what}: DEL of the second container: {del:#?}");
     assert_eq!(stack::leases(&sb.db()), Vec::new(), "{what}: a lease is left after the second DEL");
 }

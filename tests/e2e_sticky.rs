@@ -33,10 +33,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use netns::{leaving_the_host_as_found, prerequisites, subnet_tag, unique, Netns, PLUGINS};
 use serde_json::{json, Value};
-use support::{bin_dir, run_args, Outcome, Sandbox};
-
-/// The sticky stack (see docs/contract.md and ipam-da-sticky).
-const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+use support::sticky::pod;
+use support::{bin_dir, run_args, Outcome, Sandbox, STICKY_STACK};
 
 /// One test at a time: each checks the machine's own namespace before and
 /// after, and another one's namespaces meanwhile would be changes to it.
@@ -59,18 +57,12 @@ fn bridge_network(name: &str, bridge: &str, db: &Path, subnet: &str, range: (&st
         "ipMasq": false,
         "ipam": {
             "type": "ipam-delegated",
-            "delegates": STACK,
+            "delegates": STICKY_STACK,
             "database": db,
             "pools": [{"name": "sticky", "ranges": [{"subnet": subnet, "rangeStart": range.0, "rangeEnd": range.1}]}],
             "sticky": sticky
         }
     })
-}
-
-/// What a Kubernetes runtime (containerd, CRI-O) passes in CNI_ARGS for the
-/// pod `name` of the namespace `prod`, less the ids that change with each pod.
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 /// The suite's executables first, so that the build under test runs even
@@ -209,7 +201,7 @@ impl Bridged<'_> {
     /// DEL of the attachment, with `cni_args` as CNI_ARGS when given; eth0 is
     /// gone, then the namespace is removed.
     fn del(&self, attached: Attached, cni_args: Option<&str>) {
-        let with_prev = stack::with_prev(&self.config, &attached.result);
+        let with_prev = support::with_prev(&self.config, &attached.result);
         let out = self.run("DEL", &with_prev, &attached.container, &attached.netns, cni_args);
         assert_eq!((out.status, out.stdout.as_str()), (0, ""), "DEL of {}: {out:#?}", attached.container);
         assert!(!attached.netns.has_link("eth0"), "eth0 is still in {} after DEL", attached.netns.name);

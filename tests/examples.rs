@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use ipam_ds_cluster::etcd::testing::TestEtcd;
 use netns::{leaving_the_host_as_found, prerequisites, unique, veth_master_in, Netns, PLUGINS};
 use serde_json::{json, Value};
-use support::{addresses, assert_error, bin_dir, list_leases as leases, Outcome, Sandbox};
+use support::sticky::pod;
+use support::{addresses, assert_error, bin_dir, list_leases as leases, Sandbox};
 
 const DELEGATED: &str = "ipam-delegated";
 
@@ -90,16 +91,6 @@ impl Example {
     }
 }
 
-/// ADD through ipam-delegated for the attachment `container`/eth0, with
-/// CNI_ARGS `args` if given.
-fn add(sb: &Sandbox, config: &Value, container: &str, args: Option<&str>) -> Outcome {
-    let mut env = vec![("CNI_CONTAINERID", container)];
-    if let Some(args) = args {
-        env.push(("CNI_ARGS", args));
-    }
-    sb.cni(DELEGATED, "ADD", config, &env)
-}
-
 /// The operator's lease listing of `db` as JSON.
 #[test]
 fn every_example_has_a_case() {
@@ -117,7 +108,7 @@ fn every_example_has_a_case() {
 fn bridge() {
     let sb = Sandbox::new();
     let config = Example::load("bridge").config(&sb.db(), None);
-    let first = add(&sb, &config, "ex-0", None);
+    let first = sb.add(&config, "ex-0");
     assert_eq!(
         first.result(),
         &json!({
@@ -128,13 +119,13 @@ fn bridge() {
         })
     );
     for i in 1..128 {
-        let out = add(&sb, &config, &format!("ex-{i}"), None);
+        let out = sb.add(&config, &format!("ex-{i}"));
         assert_eq!(addresses(&out), [format!("10.22.1.{i}/16")], "ADD number {i}");
     }
     // 10.22.1.128/28 is excluded: after 10.22.1.127 comes 10.22.1.144.
-    let past = add(&sb, &config, "ex-128", None);
+    let past = sb.add(&config, "ex-128");
     assert_eq!(addresses(&past), ["10.22.1.144/16"]);
-    let again = add(&sb, &config, "ex-129", None);
+    let again = sb.add(&config, "ex-129");
     assert_eq!(addresses(&again), ["10.22.1.145/16"]);
 }
 
@@ -159,7 +150,7 @@ fn cluster() {
     let mut seen: Vec<String> = Vec::new();
     for (i, (sb, config)) in nodes.iter().enumerate() {
         for c in 0..3 {
-            let got = addresses(&add(sb, config, &format!("ex-{i}-{c}"), None));
+            let got = addresses(&sb.add(config, &format!("ex-{i}-{c}")));
             assert_eq!(got.len(), 2, "one IPv4 and one IPv6 address: {got:?}");
             assert!(got[0].starts_with("10.80.") && got[0].ends_with("/16"), "{got:?}");
             assert!(got[1].starts_with("fd00:80:") && got[1].ends_with("/64"), "{got:?}");
@@ -191,7 +182,7 @@ fn macvlan() {
     let sb = Sandbox::new();
     let config = Example::load("macvlan").config(&sb.db(), None);
     assert_eq!(
-        add(&sb, &config, "ex-0", None).result(),
+        sb.add(&config, "ex-0").result(),
         &json!({
             "cniVersion": "1.0.0",
             "ips": [{"address": "10.30.0.100/24", "gateway": "10.30.0.1"}],
@@ -199,7 +190,7 @@ fn macvlan() {
             "dns": {}
         })
     );
-    assert_eq!(addresses(&add(&sb, &config, "ex-1", None)), ["10.30.0.101/24"]);
+    assert_eq!(addresses(&sb.add(&config, "ex-1")), ["10.30.0.101/24"]);
 }
 
 /// One IPv4 and one IPv6 address per attachment, each after its pool's gateway.
@@ -208,7 +199,7 @@ fn dual_stack() {
     let sb = Sandbox::new();
     let config = Example::load("dual-stack").config(&sb.db(), None);
     assert_eq!(
-        add(&sb, &config, "ex-0", None).result(),
+        sb.add(&config, "ex-0").result(),
         &json!({
             "cniVersion": "1.0.0",
             "ips": [
@@ -219,7 +210,7 @@ fn dual_stack() {
             "dns": {}
         })
     );
-    assert_eq!(addresses(&add(&sb, &config, "ex-1", None)), ["10.50.0.3/24", "fd00:50::3/64"]);
+    assert_eq!(addresses(&sb.add(&config, "ex-1")), ["10.50.0.3/24", "fd00:50::3/64"]);
 }
 
 /// The /29 has five addresses to hand out (.2-.6; .1 is the gateway); the
@@ -230,10 +221,10 @@ fn spillover() {
     let sb = Sandbox::new();
     let config = Example::load("spillover").config(&sb.db(), None);
     for i in 2..=6 {
-        assert_eq!(addresses(&add(&sb, &config, &format!("ex-{i}"), None)), [format!("10.40.0.{i}/29")]);
+        assert_eq!(addresses(&sb.add(&config, &format!("ex-{i}"))), [format!("10.40.0.{i}/29")]);
     }
     assert_eq!(
-        add(&sb, &config, "ex-7", None).result(),
+        sb.add(&config, "ex-7").result(),
         &json!({
             "cniVersion": "1.0.0",
             "ips": [{"address": "10.41.0.2/24", "gateway": "10.41.0.1"}],
@@ -241,9 +232,9 @@ fn spillover() {
             "dns": {}
         })
     );
-    assert_eq!(addresses(&add(&sb, &config, "ex-8", None)), ["10.41.0.3/24"]);
+    assert_eq!(addresses(&sb.add(&config, "ex-8")), ["10.41.0.3/24"]);
     sb.cni(DELEGATED, "DEL", &config, &[("CNI_CONTAINERID", "ex-4")]).assert_quiet_success();
-    assert_eq!(addresses(&add(&sb, &config, "ex-9", None)), ["10.40.0.4/29"]);
+    assert_eq!(addresses(&sb.add(&config, "ex-9")), ["10.40.0.4/29"]);
 }
 
 /// The pod's namespace (CNI_ARGS K8S_POD_NAMESPACE) picks the pool; any
@@ -253,11 +244,11 @@ fn per_namespace() {
     let sb = Sandbox::new();
     let config = Example::load("per-namespace").config(&sb.db(), None);
     let ns = |name: &str| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={name};K8S_POD_NAME=web");
-    assert_eq!(addresses(&add(&sb, &config, "ex-0", Some(&ns("prod")))), ["10.24.0.2/24"]);
-    assert_eq!(addresses(&add(&sb, &config, "ex-1", Some(&ns("prod")))), ["10.24.0.3/24"]);
-    assert_eq!(addresses(&add(&sb, &config, "ex-2", Some(&ns("staging")))), ["10.25.0.2/24"]);
-    assert_eq!(addresses(&add(&sb, &config, "ex-3", Some(&ns("dev")))), ["10.26.0.2/24"]);
-    assert_eq!(addresses(&add(&sb, &config, "ex-4", None)), ["10.26.0.3/24"]);
+    assert_eq!(addresses(&sb.delegated("ADD", &config, "ex-0", &[("CNI_ARGS", &ns("prod"))])), ["10.24.0.2/24"]);
+    assert_eq!(addresses(&sb.delegated("ADD", &config, "ex-1", &[("CNI_ARGS", &ns("prod"))])), ["10.24.0.3/24"]);
+    assert_eq!(addresses(&sb.delegated("ADD", &config, "ex-2", &[("CNI_ARGS", &ns("staging"))])), ["10.25.0.2/24"]);
+    assert_eq!(addresses(&sb.delegated("ADD", &config, "ex-3", &[("CNI_ARGS", &ns("dev"))])), ["10.26.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&config, "ex-4")), ["10.26.0.3/24"]);
 }
 
 /// Each request source yields exactly the address asked for (outside the
@@ -275,7 +266,7 @@ fn static_addresses() {
         config
     };
 
-    let from_capability = add(&sb, &with_ips(&["10.60.0.7/24"]), "ex-0", None);
+    let from_capability = sb.add(&with_ips(&["10.60.0.7/24"]), "ex-0");
     assert_eq!(
         from_capability.result(),
         &json!({
@@ -288,21 +279,26 @@ fn static_addresses() {
             "dns": {}
         })
     );
-    let from_args = add(&sb, &with_args(&plain, &["10.60.0.8"]), "ex-1", None);
+    let from_args = sb.add(&with_args(&plain, &["10.60.0.8"]), "ex-1");
     assert_eq!(addresses(&from_args), ["10.60.0.8/24", "fd00:60::3/64"]);
-    let from_cni_args = add(&sb, &plain, "ex-2", Some("IgnoreUnknown=1;IP=10.60.0.9"));
+    let from_cni_args = sb.delegated("ADD", &plain, "ex-2", &[("CNI_ARGS", "IgnoreUnknown=1;IP=10.60.0.9")]);
     assert_eq!(addresses(&from_cni_args), ["10.60.0.9/24", "fd00:60::4/64"]);
 
     // Precedence: runtimeConfig.ips, then args.cni.ips, then CNI_ARGS IP.
-    let all_three = add(&sb, &with_args(&with_ips(&["10.60.0.10"]), &["10.60.0.11"]), "ex-3", Some("IP=10.60.0.12"));
+    let all_three = sb.delegated(
+        "ADD",
+        &with_args(&with_ips(&["10.60.0.10"]), &["10.60.0.11"]),
+        "ex-3",
+        &[("CNI_ARGS", "IP=10.60.0.12")],
+    );
     assert_eq!(addresses(&all_three), ["10.60.0.10/24", "fd00:60::5/64"]);
-    let two = add(&sb, &with_args(&plain, &["10.60.0.11"]), "ex-4", Some("IP=10.60.0.12"));
+    let two = sb.delegated("ADD", &with_args(&plain, &["10.60.0.11"]), "ex-4", &[("CNI_ARGS", "IP=10.60.0.12")]);
     assert_eq!(addresses(&two), ["10.60.0.11/24", "fd00:60::6/64"]);
 
     // Without a request, both families are sequential.
-    assert_eq!(addresses(&add(&sb, &plain, "ex-5", None)), ["10.60.0.100/24", "fd00:60::7/64"]);
+    assert_eq!(addresses(&sb.add(&plain, "ex-5")), ["10.60.0.100/24", "fd00:60::7/64"]);
     // An address already held is error 101, and nothing of the ADD stays.
-    let taken = add(&sb, &plain, "ex-6", Some("IP=10.60.0.7"));
+    let taken = sb.delegated("ADD", &plain, "ex-6", &[("CNI_ARGS", "IP=10.60.0.7")]);
     assert_eq!(taken.code(), 101);
     let listed = leases(&sb.db());
     let mut holders: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|l| l["container_id"].as_str()).collect();
@@ -310,12 +306,6 @@ fn static_addresses() {
     holders.dedup();
     assert_eq!(holders, ["ex-0", "ex-1", "ex-2", "ex-3", "ex-4", "ex-5"], "the failed ADD must leave no lease");
     assert_eq!(listed.as_array().unwrap().len(), 12);
-}
-
-/// What a kubelet's runtime passes for the pod `name` of namespace `prod`
-/// (less the ids that change with each pod), with `IgnoreUnknown=1` for bridge.
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 /// The pod prod/db-0 deleted and created again under a new container id
@@ -327,7 +317,7 @@ fn sticky() {
     let sb = Sandbox::new();
     let config = Example::load("sticky").config(&sb.db(), None);
     assert_eq!(
-        add(&sb, &config, "ex-0", Some(&pod("db-0"))).result(),
+        sb.delegated("ADD", &config, "ex-0", &[("CNI_ARGS", &pod("db-0"))]).result(),
         &json!({
             "cniVersion": "1.0.0",
             "ips": [{"address": "10.45.0.10/24", "gateway": "10.45.0.1"}],
@@ -342,11 +332,15 @@ fn sticky() {
         (&json!("10.45.0.10"), &json!("held"), &json!("prod/db-0")),
         "{listed}"
     );
-    assert_eq!(addresses(&add(&sb, &config, "ex-1", Some(&pod("db-1")))), ["10.45.0.11/24"]);
+    assert_eq!(addresses(&sb.delegated("ADD", &config, "ex-1", &[("CNI_ARGS", &pod("db-1"))])), ["10.45.0.11/24"]);
     let asked = format!("{};IP=10.45.0.10", pod("web-0"));
-    assert_error(&add(&sb, &config, "ex-2", Some(&asked)), 101, &["prod/db-0"]);
-    assert_eq!(addresses(&add(&sb, &config, "ex-3", Some(&pod("db-0")))), ["10.45.0.10/24"], "db-0 re-created");
-    assert_eq!(addresses(&add(&sb, &config, "ex-4", None)), ["10.45.0.12/24"], "no identity");
+    assert_error(&sb.delegated("ADD", &config, "ex-2", &[("CNI_ARGS", &asked)]), 101, &["prod/db-0"]);
+    assert_eq!(
+        addresses(&sb.delegated("ADD", &config, "ex-3", &[("CNI_ARGS", &pod("db-0"))])),
+        ["10.45.0.10/24"],
+        "db-0 re-created"
+    );
+    assert_eq!(addresses(&sb.add(&config, "ex-4")), ["10.45.0.12/24"], "no identity");
 }
 
 /// The runtime hands out the range (`ipRanges` capability) and it becomes
@@ -357,7 +351,7 @@ fn ip_ranges() {
     let example = Example::load("ip-ranges");
     let ranges =
         json!({"ipRanges": [[{"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.50", "rangeEnd": "10.70.0.60"}]]});
-    let given = add(&sb, &example.config(&sb.db(), Some(ranges)), "ex-0", None);
+    let given = sb.add(&example.config(&sb.db(), Some(ranges)), "ex-0");
     assert_eq!(
         given.result(),
         &json!({
@@ -370,7 +364,7 @@ fn ip_ranges() {
     let listed = leases(&sb.db());
     assert_eq!((&listed[0]["pool"], &listed[0]["address"]), (&json!("ipRanges-0"), &json!("10.70.0.50")));
 
-    let (code, msg, _) = add(&sb, &example.config(&sb.db(), None), "ex-1", None).error();
+    let (code, msg, _) = sb.add(&example.config(&sb.db(), None), "ex-1").error();
     assert_eq!(code, 7);
     assert!(msg.contains("ipam.pools"), "{msg}");
 }

@@ -29,10 +29,6 @@ fn with_ipam(config: &Value, key: &str, value: Value) -> Value {
     c
 }
 
-fn add(sb: &Sandbox, config: &Value, ctr: &str) -> Outcome {
-    sb.delegated("ADD", config, ctr, &[])
-}
-
 /// A lease of the pool `p` of the network `hard` (see [`network`]), as [`stack::leases`] lists it.
 fn lease(address: &str, ctr: &str, ifname: &str) -> stack::LeaseRow {
     stack::LeaseRow {
@@ -48,14 +44,14 @@ fn lease(address: &str, ctr: &str, ifname: &str) -> stack::LeaseRow {
 fn an_add_with_a_chains_prev_result_allocates_for_its_own_attachment() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.79.0.0/24")]));
-    let c1 = add(&sb, &config, "c1");
+    let c1 = sb.add(&config, "c1");
     assert_eq!(addresses(&c1), ["10.79.0.2/24"]);
 
     // A plugin later in a chain passes its prevResult to IPAM unchanged.
-    let c2 = add(&sb, &stack::with_prev(&config, c1.result()), "c2");
+    let c2 = sb.add(&support::with_prev(&config, c1.result()), "c2");
     assert_eq!(addresses(&c2), ["10.79.0.3/24"], "c2 was answered with c1's address");
     let foreign = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.200.0.5/24"}]});
-    let c3 = add(&sb, &stack::with_prev(&config, &foreign), "c3");
+    let c3 = sb.add(&support::with_prev(&config, &foreign), "c3");
     assert_eq!(addresses(&c3), ["10.79.0.4/24"], "c3 was answered with a foreign address");
     assert_eq!(
         stack::leases(&sb.db()),
@@ -67,7 +63,7 @@ fn an_add_with_a_chains_prev_result_allocates_for_its_own_attachment() {
 fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.83.0.0/24")]));
-    let eth0 = add(&sb, &config, "c1");
+    let eth0 = sb.add(&config, "c1");
     let eth1 = sb.delegated("ADD", &config, "c1", &[("CNI_IFNAME", "eth1")]);
     // As the results have them, with the prefix length.
     let cidr = |out: &Outcome| out.result()["ips"][0]["address"].clone();
@@ -80,16 +76,16 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
     let bare = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": a1}]});
     for prev in [&chain, &bare] {
         for ifname in ["eth0", "eth1"] {
-            let out = sb.delegated("CHECK", &stack::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
+            let out = sb.delegated("CHECK", &support::with_prev(&config, prev), "c1", &[("CNI_IFNAME", ifname)]);
             out.assert_quiet_success();
         }
     }
     // Another container's address is still a failure.
-    let other = add(&sb, &config, "c2");
+    let other = sb.add(&config, "c2");
     let theirs = json!({"cniVersion": "1.0.0", "ips": [{"address": a0}, {"address": cidr(&other)}]});
-    assert_error(&sb.delegated("CHECK", &stack::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
+    assert_error(&sb.delegated("CHECK", &support::with_prev(&config, &theirs), "c1", &[]), 104, &["c2"]);
 
-    sb.delegated("DEL", &stack::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
+    sb.delegated("DEL", &support::with_prev(&config, &chain), "c1", &[("CNI_IFNAME", "eth1")]).assert_quiet_success();
     assert_eq!(
         stack::leases(&sb.db()).iter().filter(|l| l.container_id == "c1").cloned().collect::<Vec<_>>(),
         [lease(&stack::ipv4_of(eth0.result()).to_string(), "c1", "eth0")]
@@ -100,17 +96,17 @@ fn check_and_del_ignore_the_addresses_of_the_containers_other_interfaces() {
 fn a_held_address_outside_its_changed_pool_is_not_handed_back() {
     let sb = Sandbox::new();
     let before = network(&sb, json!([pool("p", "10.77.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &before, "c1")), ["10.77.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&before, "c1")), ["10.77.0.2/24"]);
 
     let moved = network(&sb, json!([pool("p", "10.78.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &moved, "c1")), ["10.78.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&moved, "c1")), ["10.78.0.2/24"]);
     // 0.2.0, whose result has one ip4 object that libcni requires.
     let mut legacy = moved.clone();
     legacy["cniVersion"] = json!("0.2.0");
-    assert_eq!(add(&sb, &legacy, "c1").result()["ip4"]["ip"], "10.78.0.2/24");
+    assert_eq!(sb.add(&legacy, "c1").result()["ip4"]["ip"], "10.78.0.2/24");
 
     let six = network(&sb, json!([pool("p", "fd00:78::/64")]));
-    assert_eq!(addresses(&add(&sb, &six, "c1")), ["fd00:78::2/64"]);
+    assert_eq!(addresses(&sb.add(&six, "c1")), ["fd00:78::2/64"]);
     // The old addresses stay held until DEL: the container may still use them.
     let held: Vec<String> = stack::leases(&sb.db()).into_iter().map(|l| l.address.to_string()).collect();
     assert_eq!(held, ["10.77.0.2", "10.78.0.2", "fd00:78::2"]);
@@ -122,25 +118,25 @@ fn a_held_address_outside_its_changed_pool_is_not_handed_back() {
 fn a_held_address_that_became_the_gateway_or_excluded_is_not_handed_back() {
     let sb = Sandbox::new();
     let base = network(&sb, json!([pool("p", "10.80.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &base, "c1")), ["10.80.0.2/24"]);
-    assert_eq!(addresses(&add(&sb, &base, "c2")), ["10.80.0.3/24"]);
+    assert_eq!(addresses(&sb.add(&base, "c1")), ["10.80.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&base, "c2")), ["10.80.0.3/24"]);
 
     let gateway = network(&sb, json!([{"name": "p", "ranges": [{"subnet": "10.80.0.0/24", "gateway": "10.80.0.2"}]}]));
-    let out = add(&sb, &gateway, "c1");
+    let out = sb.add(&gateway, "c1");
     assert_eq!(addresses(&out), ["10.80.0.4/24"]);
     assert_eq!(out.result()["ips"][0]["gateway"], "10.80.0.2");
 
     let excluded =
         network(&sb, json!([{"name": "p", "ranges": [{"subnet": "10.80.0.0/24"}], "exclude": ["10.80.0.3"]}]));
-    assert_eq!(addresses(&add(&sb, &excluded, "c2")), ["10.80.0.5/24"]);
+    assert_eq!(addresses(&sb.add(&excluded, "c2")), ["10.80.0.5/24"]);
 }
 
 #[test]
 fn a_failed_repeat_add_keeps_the_attachments_lease() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.82.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.82.0.2/24"]);
-    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.82.0.3/24"]);
+    assert_eq!(addresses(&sb.add(&config, "c1")), ["10.82.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&config, "c2")), ["10.82.0.3/24"]);
 
     let taken = sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.82.0.3")]);
     assert_error(&taken, 101, &["10.82.0.3"]);
@@ -149,7 +145,7 @@ fn a_failed_repeat_add_keeps_the_attachments_lease() {
     // What the failed ADD itself took is rolled back, and only that.
     let dual = network(&sb, json!([pool("p", "10.82.0.0/24"), pool("p6", "fd00:82::/64")]));
     let with_static = stack::with_static(&dual, &["10.82.0.3".parse().unwrap()]);
-    let out = add(&sb, &with_static, "c1");
+    let out = sb.add(&with_static, "c1");
     assert_error(&out, 101, &["10.82.0.3"]);
     assert_eq!(stack::leases(&sb.db()), [lease("10.82.0.2", "c1", "eth0"), lease("10.82.0.3", "c2", "eth0")]);
 
@@ -179,14 +175,14 @@ fn a_stack_that_runs_itself_is_error_7_at_once() {
     let sb = Sandbox::new();
     let direct = with_ipam(&network(&sb, json!([pool("p", "10.84.0.0/24")])), "delegates", json!(["ipam-delegated"]));
     let started = Instant::now();
-    assert_error(&add(&sb, &direct, "c1"), 7, &["ipam.delegates[0]", "ipam-delegated"]);
+    assert_error(&sb.add(&direct, "c1"), 7, &["ipam.delegates[0]", "ipam-delegated"]);
 
     // Through a wrapper: the depth carried in the environment ends it.
     let wrapper = sb.fakes_dir().join("wrapper");
     fs::write(&wrapper, format!("#!/bin/sh\nexec {} \"$@\"\n", suite_bin("ipam-delegated").display())).unwrap();
     fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let indirect = with_ipam(&direct, "delegates", json!(["wrapper"]));
-    let out = add(&sb, &indirect, "c1");
+    let out = sb.add(&indirect, "c1");
     assert_error(&out, 7, &["ipam.delegates", "nested"]);
     assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
 }
@@ -195,9 +191,9 @@ fn a_stack_that_runs_itself_is_error_7_at_once() {
 fn a_renamed_pool_takes_over_its_subnet_once_the_old_one_holds_nothing() {
     let sb = Sandbox::new();
     let p = network(&sb, json!([pool("p", "10.85.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &p, "c1")), ["10.85.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&p, "c1")), ["10.85.0.2/24"]);
     let q = network(&sb, json!([pool("q", "10.85.0.0/24")]));
-    let out = add(&sb, &q, "c2");
+    let out = sb.add(&q, "c2");
     assert_error(&out, 7, &["pool q", "pool p", "holds 1 lease", "forget-pool --network hard --pool p"]);
 
     let db = sb.db();
@@ -205,12 +201,12 @@ fn a_renamed_pool_takes_over_its_subnet_once_the_old_one_holds_nothing() {
     let forgot = run_args(&suite_bin("ipam-delegated"), &args, &[], b"", None);
     assert_eq!(forgot.status, 0, "{forgot:#?}");
     assert!(forgot.stdout.contains("released 10.85.0.2") && forgot.stdout.contains("1 lease released"), "{forgot:#?}");
-    assert_eq!(addresses(&add(&sb, &q, "c2")), ["10.85.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&q, "c2")), ["10.85.0.2/24"]);
 
     // Without leases the old registration gives way by itself.
     sb.delegated("DEL", &q, "c2", &[]).assert_quiet_success();
     let r = network(&sb, json!([pool("r", "10.85.0.0/23")]));
-    assert_eq!(addresses(&add(&sb, &r, "c3")), ["10.85.0.2/23"]);
+    assert_eq!(addresses(&sb.add(&r, "c3")), ["10.85.0.2/23"]);
 }
 
 #[test]
@@ -220,11 +216,11 @@ fn ten_thousand_pools_register_in_one_add() {
         (0..10_000).map(|i| pool(&format!("p{i}"), &format!("10.{}.{}.0/24", 100 + i / 256, i % 256))).collect();
     let config = network(&sb, Value::Array(pools));
     let started = Instant::now();
-    let out = add(&sb, &config, "c1");
+    let out = sb.add(&config, "c1");
     let first = started.elapsed();
     assert_eq!(addresses(&out), ["10.100.0.2/24"]);
     let started = Instant::now();
-    assert_eq!(addresses(&add(&sb, &config, "c2")), ["10.100.0.3/24"]);
+    assert_eq!(addresses(&sb.add(&config, "c2")), ["10.100.0.3/24"]);
     println!("first ADD registering 10,000 pools: {first:?}; the next ADD: {:?}", started.elapsed());
 }
 
@@ -232,14 +228,14 @@ fn ten_thousand_pools_register_in_one_add() {
 fn a_stuck_lock_costs_the_call_one_deadline() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.86.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.86.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&config, "c1")), ["10.86.0.2/24"]);
     let holder = File::open(lock_file(&sb.db())).expect("lock file");
     fs2::FileExt::lock_exclusive(&holder).expect("flock");
 
     // ipam.timeout first: 105, saying the delegate was waiting for the lock.
     let short = with_ipam(&config, "timeout", json!(1.5));
     let started = Instant::now();
-    let out = add(&sb, &short, "c2");
+    let out = sb.add(&short, "c2");
     let took = started.elapsed();
     assert_error(&out, 105, &["waiting for the lock"]);
     assert!(took < Duration::from_secs(4), "took {took:?}");
@@ -247,7 +243,7 @@ fn a_stuck_lock_costs_the_call_one_deadline() {
     // lockTimeout first: 11 once, not once per delegate and rollback DEL.
     let locked = with_ipam(&config, "lockTimeout", json!(2));
     let started = Instant::now();
-    let out = add(&sb, &locked, "c2");
+    let out = sb.add(&locked, "c2");
     let took = started.elapsed();
     assert_error(&out, 11, &["locked"]);
     assert!(took < Duration::from_millis(4500), "a stuck lock cost {took:?}, more than one lock timeout");
@@ -282,7 +278,7 @@ fn a_del_reaches_every_delegate_even_after_one_hangs() {
         assert_eq!(stack::leases(&sb.db()), [lease("10.87.0.2", "c1", "eth0")]);
 
         let started = Instant::now();
-        let out = sb.delegated("DEL", &stack::with_prev(&config, added.result()), "c1", &env);
+        let out = sb.delegated("DEL", &support::with_prev(&config, added.result()), "c1", &env);
         let took = started.elapsed();
         assert_error(&out, 105, &["2 delegates failed DEL", "\"ipam-x-hang\"", "\"ipam-x-hang2\"", "killed"]);
         let (_, _, details) = out.error();
@@ -306,7 +302,7 @@ fn someone_elses_sqlite_file_is_error_103_and_left_as_it_was() {
     drop(other);
     let before = fs::read(&foreign).unwrap();
     let config = with_ipam(&network(&sb, json!([pool("p", "10.87.0.0/24")])), "database", json!(foreign));
-    assert_error(&add(&sb, &config, "c1"), 103, &["another application"]);
+    assert_error(&sb.add(&config, "c1"), 103, &["another application"]);
     assert_eq!(fs::read(&foreign).unwrap(), before);
     assert!(!sb.path().join("other.sqlite-wal").exists());
 }
@@ -315,7 +311,7 @@ fn someone_elses_sqlite_file_is_error_103_and_left_as_it_was() {
 fn a_lock_file_that_cannot_be_opened_is_named() {
     let sb = Sandbox::new();
     fs::create_dir_all(lock_file(&sb.db())).unwrap();
-    let out = add(&sb, &network(&sb, json!([pool("p", "10.88.0.0/24")])), "c1");
+    let out = sb.add(&network(&sb, json!([pool("p", "10.88.0.0/24")])), "c1");
     assert_error(&out, 103, &[&format!("lock file {}", lock_file(&sb.db()).display())]);
 }
 
@@ -323,15 +319,15 @@ fn a_lock_file_that_cannot_be_opened_is_named() {
 fn del_with_an_odd_prev_result_still_releases_and_succeeds() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p", "10.89.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.89.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&config, "c1")), ["10.89.0.2/24"]);
     for odd in [
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2/24", "gateway": ""}]}),
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.89.0.2"}]}),
         json!("not a result"),
     ] {
-        sb.delegated("DEL", &stack::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
+        sb.delegated("DEL", &support::with_prev(&config, &odd), "c1", &[]).assert_quiet_success();
         assert!(stack::leases(&sb.db()).is_empty(), "{odd}");
-        add(&sb, &config, "c1");
+        sb.add(&config, "c1");
     }
 }
 
@@ -342,7 +338,7 @@ fn octets_with_leading_zeros_are_refused_in_requests_too() {
     assert_error(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=10.90.0.050")]), 7, &["CNI_ARGS IP", "050"]);
     assert_error(&sb.delegated("ADD", &config, "c1", &[("CNI_ARGS", "IP=010.90.0.5/24")]), 7, &["CNI_ARGS IP"]);
     let zero = network(&sb, json!([pool("p", "010.90.0.0/24")]));
-    assert_error(&add(&sb, &zero, "c1"), 7, &["010.90.0.0/24"]);
+    assert_error(&sb.add(&zero, "c1"), 7, &["010.90.0.0/24"]);
     assert!(stack::leases(&sb.db()).is_empty());
 }
 
@@ -359,7 +355,7 @@ fn names_of_any_length_never_crash_the_operator_listing() {
     let sb = Sandbox::new();
     let long = "n".repeat(70_000);
     let config = stack::config("1.0.0", &long, "bridge", &sb.db(), json!([pool("p", "10.91.0.0/24")]));
-    assert_eq!(addresses(&add(&sb, &config, "c1")), ["10.91.0.2/24"]);
+    assert_eq!(addresses(&sb.add(&config, "c1")), ["10.91.0.2/24"]);
     for args in [&["list"][..], &["pools"], &["list", "--json"], &["pools", "--json"], &["check"]] {
         let out = operator(&sb, args);
         assert_eq!(out.status, 0, "{args:?}: {}", out.stderr);
@@ -373,7 +369,7 @@ fn names_of_any_length_never_crash_the_operator_listing() {
 fn pool_sizes_beyond_2_to_the_53_are_exact_strings_in_json() {
     let sb = Sandbox::new();
     let config = network(&sb, json!([pool("p4", "10.92.0.0/24"), pool("p6", "fd00:92::/64")]));
-    add(&sb, &config, "c1");
+    sb.add(&config, "c1");
     let pools = operator(&sb, &["pools", "--json"]).json.expect("JSON");
     let by_name = |name: &str| pools.as_array().and_then(|a| a.iter().find(|p| p["name"] == name)).cloned();
     let (p4, p6) = (by_name("p4").expect("p4"), by_name("p6").expect("p6"));

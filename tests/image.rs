@@ -10,15 +10,14 @@
 //! it fails saying so. buildah's storage is a temporary directory of its own
 //! (vfs), so the machine's images are left alone.
 
+mod support;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use support::repo;
 
 fn success(what: &str, output: Output) -> String {
     assert!(

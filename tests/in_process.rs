@@ -24,8 +24,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use support::{
-    addresses, assert_error, bin_dir, copies_dir, result_addresses, run_args, Outcome, Response, Sandbox, IFNAME,
-    NETNS, SUITE_EXECUTABLES,
+    addresses, assert_error, bin_dir, copies_dir, result_addresses, run_args, with, with_prev, Outcome, Response,
+    Sandbox, IFNAME, NETNS, SUITE_EXECUTABLES,
 };
 
 const DELEGATED: &str = "ipam-delegated";
@@ -357,18 +357,6 @@ fn net(lab: &Lab, version: &str, name: &str, delegates: &[&str], pools: Value) -
     })
 }
 
-/// `config` with the top-level `key` set to `value`.
-fn with(config: &Value, key: &str, value: Value) -> Value {
-    let mut c = config.clone();
-    c[key] = value;
-    c
-}
-
-/// `config` with `prevResult` set to what `add` printed (null when nothing).
-fn with_prev(config: &Value, add: &Outcome) -> Value {
-    with(config, "prevResult", add.json.clone().unwrap_or(Value::Null))
-}
-
 fn pool(name: &str, subnet: &str) -> Value {
     json!({"name": name, "ranges": [{"subnet": subnet}]})
 }
@@ -422,7 +410,7 @@ fn example_flow_is_identical_in_process_and_exec_for_every_command_and_version()
         let add = r.cni("ADD", "ADD", &config, "c1", &[]);
         r.cni("ADD again", "ADD", &config, "c1", &[]);
         r.database("database after ADD");
-        let checked = with_prev(&config, &add);
+        let checked = with_prev(&config, add.json.as_ref().unwrap_or(&Value::Null));
         r.cni("CHECK", "CHECK", &checked, "c1", &[]);
         r.cni("CHECK of another attachment", "CHECK", &checked, "c2", &[]);
         let valid = json!([{"containerID": "c1", "ifname": IFNAME}]);

@@ -12,11 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::{suite_delegates, SUITE_EXECUTABLES as EXES};
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+use support::{repo, suite_delegates, SUITE_EXECUTABLES as EXES};
 
 /// The command of the README's "By hand" block that runs scripts/install,
 /// without its comment.

@@ -12,7 +12,7 @@ use tempfile::TempDir;
 
 mod support;
 
-use support::{bin_dir, run_args, Outcome as Run};
+use support::{bin_dir, run_args, Outcome as Run, FULL_STACK};
 
 /// Runs ipam-delegated with `args` and `env` (and no CNI_* variable of ours).
 fn run(args: &[&str], env: &[(&str, &str)], stdin: Option<&[u8]>, cwd: Option<&Path>) -> Run {
@@ -74,7 +74,7 @@ impl Sandbox {
             "type": "bridge",
             "ipam": {
                 "type": "ipam-delegated",
-                "delegates": ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"],
+                "delegates": FULL_STACK,
                 "database": self.db(),
                 "pools": pools
             }

@@ -11,16 +11,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use shared::utc::iso8601;
-use support::{addresses, assert_error, bin_dir, run_args, Outcome, Sandbox};
-
-const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+use support::sticky::{add, del, ok_addresses, pod};
+use support::{assert_error, bin_dir, run_args, Outcome, Sandbox, STICKY_STACK};
 
 fn network(sb: &Sandbox, name: &str, pools: Value, sticky: Value) -> Value {
     json!({
         "cniVersion": "1.0.0",
         "name": name,
         "type": "bridge",
-        "ipam": {"type": "ipam-delegated", "delegates": STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
+        "ipam": {"type": "ipam-delegated", "delegates": STICKY_STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
     })
 }
 
@@ -32,25 +31,6 @@ fn blue() -> Value {
 /// One address, 10.45.1.20.
 fn tiny() -> Value {
     json!([{"name": "tiny", "ranges": [{"subnet": "10.45.1.0/24", "rangeStart": "10.45.1.20", "rangeEnd": "10.45.1.20"}]}])
-}
-
-fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
-}
-
-/// ADD of (`ctr`, eth0) with `cni_args`; its addresses, or the failure.
-fn add(sb: &Sandbox, config: &Value, ctr: &str, cni_args: &str) -> Outcome {
-    sb.delegated("ADD", config, ctr, &[("CNI_ARGS", cni_args)])
-}
-
-fn add_ok(sb: &Sandbox, config: &Value, ctr: &str, cni_args: &str) -> Vec<String> {
-    let out = add(sb, config, ctr, cni_args);
-    out.result();
-    addresses(&out)
-}
-
-fn del(sb: &Sandbox, config: &Value, ctr: &str, cni_args: &str) {
-    sb.delegated("DEL", config, ctr, &[("CNI_ARGS", cni_args)]).assert_quiet_success();
 }
 
 /// The operator's tool on the sandbox's database.
@@ -121,14 +101,18 @@ fn lines_with<'a>(text: &'a str, part: &str) -> Vec<&'a str> {
 fn list_shows_identities_holds_with_their_end_and_sharers() {
     let sb = Sandbox::new();
     let config = network(&sb, "sticky-net", blue(), json!({"hold": 600, "shareLive": true}));
-    assert_eq!(add_ok(&sb, &config, "c-db", &pod("db-0")), ["10.45.0.10/24"]);
-    assert_eq!(add_ok(&sb, &config, "c-web", &pod("web-0")), ["10.45.0.11/24"]);
-    assert_eq!(add_ok(&sb, &config, "c-src", &pod("vm-1")), ["10.45.0.12/24"]);
-    assert_eq!(add_ok(&sb, &config, "c-dst", &pod("vm-1")), ["10.45.0.12/24"], "shareLive: the same address");
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-db", &pod("db-0"))), ["10.45.0.10/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-web", &pod("web-0"))), ["10.45.0.11/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-src", &pod("vm-1"))), ["10.45.0.12/24"]);
+    assert_eq!(
+        ok_addresses(&add(&sb, &config, "c-dst", &pod("vm-1"))),
+        ["10.45.0.12/24"],
+        "shareLive: the same address"
+    );
     // No K8S_POD_NAME: no identity.
-    assert_eq!(add_ok(&sb, &config, "c-plain", "K8S_POD_NAMESPACE=prod"), ["10.45.0.13/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-plain", "K8S_POD_NAMESPACE=prod")), ["10.45.0.13/24"]);
     let before = now();
-    del(&sb, &config, "c-db", &pod("db-0"));
+    del(&sb, &config, "c-db", &pod("db-0")).assert_quiet_success();
     let after = now();
 
     let rows = table_rows(&stdout(&sb, &["list"]));
@@ -182,8 +166,8 @@ fn list_shows_identities_holds_with_their_end_and_sharers() {
 fn release_identity_drops_only_its_holds_and_another_pod_gets_the_address() {
     let sb = Sandbox::new();
     let config = network(&sb, "tiny-net", tiny(), json!({"hold": 600}));
-    assert_eq!(add_ok(&sb, &config, "c1", &pod("db-0")), ["10.45.1.20/24"]);
-    del(&sb, &config, "c1", &pod("db-0"));
+    assert_eq!(ok_addresses(&add(&sb, &config, "c1", &pod("db-0"))), ["10.45.1.20/24"]);
+    del(&sb, &config, "c1", &pod("db-0")).assert_quiet_success();
     assert_error(&add(&sb, &config, "c2", &pod("web-0")), 100, &["no free"]);
 
     // Another network's holds only: nothing.
@@ -203,7 +187,7 @@ fn release_identity_drops_only_its_holds_and_another_pod_gets_the_address() {
         )
     );
     assert_eq!(stdout(&sb, &["list"]), "no leases\n");
-    assert_eq!(add_ok(&sb, &config, "c2", &pod("web-0")), ["10.45.1.20/24"], "free for another pod");
+    assert_eq!(ok_addresses(&add(&sb, &config, "c2", &pod("web-0"))), ["10.45.1.20/24"], "free for another pod");
     assert_eq!(
         stdout(&sb, &["release", "--identity", "prod/db-0"]),
         "nothing released: identity \"prod/db-0\" holds no address\n"
@@ -229,7 +213,7 @@ fn release_identity_drops_only_its_holds_and_another_pod_gets_the_address() {
         "released 10.45.1.20 (pool tiny) held by container c2 interface eth0 of network \"tiny-net\"\n"
     );
     assert_eq!(stdout(&sb, &["list"]), "no leases\n");
-    assert_eq!(add_ok(&sb, &config, "c3", &pod("other-0")), ["10.45.1.20/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c3", &pod("other-0"))), ["10.45.1.20/24"]);
     assert_eq!(stdout(&sb, &["check"]), "ok\n");
 }
 
@@ -237,9 +221,9 @@ fn release_identity_drops_only_its_holds_and_another_pod_gets_the_address() {
 fn pools_and_metrics_count_a_hold_as_neither_lease_nor_free() {
     let sb = Sandbox::new();
     let config = network(&sb, "sticky-net", blue(), json!({"hold": 600}));
-    assert_eq!(add_ok(&sb, &config, "c1", &pod("db-0")), ["10.45.0.10/24"]);
-    assert_eq!(add_ok(&sb, &config, "c2", &pod("web-0")), ["10.45.0.11/24"]);
-    del(&sb, &config, "c1", &pod("db-0"));
+    assert_eq!(ok_addresses(&add(&sb, &config, "c1", &pod("db-0"))), ["10.45.0.10/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c2", &pod("web-0"))), ["10.45.0.11/24"]);
+    del(&sb, &config, "c1", &pod("db-0")).assert_quiet_success();
 
     let metrics = stdout(&sb, &["metrics"]);
     let pool = "{network=\"sticky-net\",pool=\"blue\"}";
@@ -269,7 +253,7 @@ fn pools_and_metrics_count_a_hold_as_neither_lease_nor_free() {
     );
 
     // The identity back: its hold is its lease again.
-    assert_eq!(add_ok(&sb, &config, "c3", &pod("db-0")), ["10.45.0.10/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c3", &pod("db-0"))), ["10.45.0.10/24"]);
     let metrics = stdout(&sb, &["metrics"]);
     assert_eq!(
         lines_with(&metrics, pool)[1..],
@@ -286,8 +270,8 @@ fn pools_and_metrics_count_a_hold_as_neither_lease_nor_free() {
 fn an_ended_hold_is_listed_as_expired_and_counted_free_until_the_next_add_takes_it() {
     let sb = Sandbox::new();
     let config = network(&sb, "tiny-net", tiny(), json!({"hold": 1}));
-    assert_eq!(add_ok(&sb, &config, "c1", &pod("db-0")), ["10.45.1.20/24"]);
-    del(&sb, &config, "c1", &pod("db-0"));
+    assert_eq!(ok_addresses(&add(&sb, &config, "c1", &pod("db-0"))), ["10.45.1.20/24"]);
+    del(&sb, &config, "c1", &pod("db-0")).assert_quiet_success();
     let pool = "{network=\"tiny-net\",pool=\"tiny\"}";
     let figures = |sb: &Sandbox| -> (Vec<String>, Value) {
         let metrics = stdout(sb, &["metrics"]);
@@ -324,7 +308,7 @@ fn an_ended_hold_is_listed_as_expired_and_counted_free_until_the_next_add_takes_
     );
     assert_eq!(pools, json!([0, 1, 0, "10.45.1.20"]), "next is the ended hold's address");
 
-    assert_eq!(add_ok(&sb, &config, "c2", &pod("web-0")), ["10.45.1.20/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c2", &pod("web-0"))), ["10.45.1.20/24"]);
     let rows = table_rows(&stdout(&sb, &["list"]));
     assert_eq!(rows[1], ["tiny", "10.45.1.20", "tiny-net", "c2", "eth0", "leased", "-", "prod/web-0"]);
 }
@@ -333,10 +317,10 @@ fn an_ended_hold_is_listed_as_expired_and_counted_free_until_the_next_add_takes_
 fn check_names_a_hold_without_identity_and_a_sharer_without_a_live_lease() {
     let sb = Sandbox::new();
     let config = network(&sb, "sticky-net", blue(), json!({"shareLive": true}));
-    assert_eq!(add_ok(&sb, &config, "c-src", &pod("vm-1")), ["10.45.0.10/24"]);
-    assert_eq!(add_ok(&sb, &config, "c-dst", &pod("vm-1")), ["10.45.0.10/24"]);
-    assert_eq!(add_ok(&sb, &config, "c-db", &pod("db-0")), ["10.45.0.11/24"]);
-    del(&sb, &config, "c-db", &pod("db-0"));
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-src", &pod("vm-1"))), ["10.45.0.10/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-dst", &pod("vm-1"))), ["10.45.0.10/24"]);
+    assert_eq!(ok_addresses(&add(&sb, &config, "c-db", &pod("db-0"))), ["10.45.0.11/24"]);
+    del(&sb, &config, "c-db", &pod("db-0")).assert_quiet_success();
     assert_eq!(stdout(&sb, &["check"]), "ok\n", "a hold and a sharer are sound");
 
     // What no plugin writes: the hold loses its identity, and the shared

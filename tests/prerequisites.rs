@@ -3,20 +3,16 @@
 //! command that installs it, and every package a script or test asks for
 //! (`apt-get install NAME` in its message) is on it.
 
+mod support;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read(path: &str) -> String {
-    fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use support::{read_repo_file, repo};
 
 /// The packages of scripts/test-packages: one a line, `#` starts a comment.
 fn listed() -> Vec<String> {
-    read("scripts/test-packages")
+    read_repo_file("scripts/test-packages")
         .lines()
         .map(|l| l.split('#').next().unwrap().trim())
         .filter(|l| !l.is_empty())
@@ -34,11 +30,11 @@ fn ci_and_the_readme_install_the_one_list() {
     {
         assert!(packages.iter().any(|p| p == needed), "scripts/test-packages lacks {needed}");
     }
-    let ci = read(".ci/run");
+    let ci = read_repo_file(".ci/run");
     assert!(ci.contains("sed 's/#.*//' scripts/test-packages"), ".ci/run does not install scripts/test-packages");
     assert!(!ci.contains("apt-get install -y containernetworking"), ".ci/run has a list of its own");
     assert_eq!(ci.trim_end().lines().last(), Some("bash scripts/test"), ".ci/run ends with the README's test command");
-    let readme = read("README.md");
+    let readme = read_repo_file("README.md");
     assert!(
         readme.contains("apt-get install -y $(sed 's/#.*//' scripts/test-packages)"),
         "README.md does not give the command that installs scripts/test-packages"

@@ -25,9 +25,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use stack::LeaseRow;
-use support::{parallel, processes_with_env, run_args, run_killable, suite_bin, Outcome, Rng, Sandbox};
+use support::{leftovers, parallel, run_args, run_killable, suite_bin, Outcome, Rng, Sandbox, STICKY_STACK};
 
-const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 const NETWORK: &str = "churn-net";
 const POOL: &str = "churn";
 const PODS: usize = 200;
@@ -238,7 +237,7 @@ fn sixty_four_workers_re_create_200_pods_with_kill_9_and_each_keeps_its_address(
         "type": "bridge",
         "ipam": {
             "type": "ipam-delegated",
-            "delegates": STACK,
+            "delegates": STICKY_STACK,
             "database": sb.db(),
             "pools": [{"name": POOL, "ranges": [{
                 "subnet": "10.66.0.0/24", "rangeStart": first, "rangeEnd": last, "gateway": "10.66.0.1"
@@ -319,7 +318,7 @@ fn sixty_four_workers_re_create_200_pods_with_kill_9_and_each_keeps_its_address(
     // No process of a killed call outlives it for long.
     let waited = Instant::now();
     loop {
-        let left = processes_with_env(&format!("CNI_CONTAINERID={}", prefix()));
+        let left = leftovers(&prefix());
         if left.is_empty() {
             break;
         }

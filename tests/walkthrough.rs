@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use netns::{ip, ip_ok, netns_names, prerequisites, unique, Netns};
 use serde_json::Value;
-use support::{bin_dir, list_leases, Sandbox};
+use support::{bin_dir, list_leases, read_repo_file, repo, Sandbox};
 
 const README_SECTION: &str = "## A bridge network, step by step";
 const STICKY_SECTION: &str = "## Sticky addresses";
@@ -64,14 +64,6 @@ const EXAMPLES_SECTION: &str = "## Run them with scripts/cni";
 const BUILD: &str = "bash scripts/build";
 const INSTALL: &str = "PREFIX=$PWD/target/cni LINKDIR= bash scripts/install";
 const STEP_LIMIT: Duration = Duration::from_secs(600);
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read(path: &str) -> String {
-    fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
 
 // ---------------------------------------------------------------------------
 // The commands, as the READMEs show them
@@ -150,11 +142,11 @@ fn steps(body: &[&str]) -> Vec<Step> {
 }
 
 fn readme_steps() -> Vec<Step> {
-    sh_blocks(&read("README.md"), README_SECTION).into_iter().flat_map(|(_, s)| s).collect()
+    sh_blocks(&read_repo_file("README.md"), README_SECTION).into_iter().flat_map(|(_, s)| s).collect()
 }
 
 fn sticky_steps() -> Vec<Step> {
-    sh_blocks(&read("README.md"), STICKY_SECTION).into_iter().flat_map(|(_, s)| s).collect()
+    sh_blocks(&read_repo_file("README.md"), STICKY_SECTION).into_iter().flat_map(|(_, s)| s).collect()
 }
 
 /// examples/README.md's blocks: the set-up (before the first example), one per
@@ -167,7 +159,7 @@ struct ExampleBlocks {
 
 fn example_blocks() -> ExampleBlocks {
     let mut blocks = ExampleBlocks { setup: Vec::new(), examples: Vec::new(), done: Vec::new() };
-    for (heading, steps) in sh_blocks(&read("examples/README.md"), EXAMPLES_SECTION) {
+    for (heading, steps) in sh_blocks(&read_repo_file("examples/README.md"), EXAMPLES_SECTION) {
         if heading.is_empty() {
             blocks.setup.extend(steps);
         } else if heading == "When done" {
@@ -194,7 +186,7 @@ fn example_stems() -> Vec<String> {
 }
 
 fn conflist(stem: &str) -> Value {
-    serde_json::from_str(&read(&format!("examples/{stem}.conflist"))).expect("an example is JSON")
+    serde_json::from_str(&read_repo_file(&format!("examples/{stem}.conflist"))).expect("an example is JSON")
 }
 
 /// The name `ip netns add NAME` makes in `steps`.
@@ -261,7 +253,7 @@ fn the_readme_walk_through_has_every_step() {
     assert!(plugin.get("isGateway").is_none() && plugin.get("ipMasq").is_none(), "{plugin}");
     assert_eq!(plugin["ipam"]["database"], "/w/allocations.sqlite");
     assert_eq!(plugin["ipam"]["pools"], conflist("bridge")["plugins"][0]["ipam"]["pools"], "the example's pool");
-    assert!(read("README.md").contains("`/var/lib/cni/results/blue-net-c1-eth0`"));
+    assert!(read_repo_file("README.md").contains("`/var/lib/cni/results/blue-net-c1-eth0`"));
 }
 
 /// The README's "Sticky addresses": examples/sticky.conflist's network on a

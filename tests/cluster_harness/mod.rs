@@ -20,7 +20,7 @@ use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 
 use crate::stack::{self, LeaseRow};
-use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome};
+use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
 
 pub const NETWORK: &str = "cnet";
 /// The etcd keys of pool `blue` of network `cnet` (the default prefix).
@@ -121,7 +121,7 @@ impl<E: Etcd> Cluster<E> {
                 "type": "ipam-delegated",
                 "database": self.db(node),
                 "timeout": self.call_timeout,
-                "delegates": ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
+                "delegates": CLUSTER_STACK,
                 "pools": self.pools,
                 "cluster": {
                     "etcd": {"endpoints": self.endpoints_of(node), "timeout": 1},
@@ -192,22 +192,41 @@ impl<E: Etcd> Cluster<E> {
         self.run("GC", "gc", &config, &[])
     }
 
-    /// The leases of `node`'s database; none when it was never created.
+    /// `node`'s database, which its first call creates. A missing one fails
+    /// the test, naming it: read as empty, it would make every check that
+    /// nothing is there pass without having read anything.
+    pub fn existing_db(&self, node: &str) -> PathBuf {
+        let db = self.db(node);
+        assert!(
+            db.exists(),
+            "{node}'s database {} does not exist: the test reads a node that never ran (where that is expected, \
+             say so with Cluster::leases_if_created)",
+            db.display()
+        );
+        db
+    }
+
+    /// The leases of `node`'s database (which must exist).
     pub fn leases(&self, node: &str) -> Vec<LeaseRow> {
+        stack::leases(&self.existing_db(node))
+    }
+
+    /// The leases of `node`'s database, none when it was never created: for
+    /// a node that may not have made its first call yet, or whose calls may
+    /// all have been refused before any database was made (an invalid
+    /// configuration).
+    pub fn leases_if_created(&self, node: &str) -> Vec<LeaseRow> {
         if self.db(node).exists() {
-            stack::leases(&self.db(node))
+            self.leases(node)
         } else {
             Vec::new()
         }
     }
 
-    /// The leases of `node`'s database that attachments hold (live leases
-    /// and shares), not the holds of workload identities.
+    /// The leases of `node`'s database (which must exist) that attachments
+    /// hold (live leases and shares), not the holds of workload identities.
     pub fn attached(&self, node: &str) -> Vec<LeaseRow> {
-        if !self.db(node).exists() {
-            return Vec::new();
-        }
-        let listed = list_leases(&self.db(node));
+        let listed = list_leases(&self.existing_db(node));
         let rows = listed.as_array().expect("an array of leases");
         let text =
             |v: &Value, k: &str| v[k].as_str().unwrap_or_else(|| panic!("lease row without {k}: {v}")).to_string();
@@ -268,13 +287,11 @@ impl<E: Etcd> Cluster<E> {
             .collect()
     }
 
-    /// Rows of `node`'s cluster table `table` (`cluster_blocks`,
-    /// `cluster_records`), each as text columns, read with rusqlite.
+    /// Rows of the query `sql` of `node`'s database (which must exist; its
+    /// cluster tables `cluster_blocks`, `cluster_records`, …), each as text
+    /// columns, read with rusqlite.
     pub fn table(&self, node: &str, sql: &str) -> Vec<Vec<String>> {
-        if !self.db(node).exists() {
-            return Vec::new();
-        }
-        let conn = rusqlite::Connection::open(self.db(node)).expect("open a node database");
+        let conn = rusqlite::Connection::open(self.existing_db(node)).expect("open a node database");
         conn.busy_timeout(Duration::from_secs(10)).unwrap();
         let mut stmt = conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
         let n = stmt.column_count();
@@ -392,6 +409,12 @@ impl Drop for Took {
 pub fn failure(out: &Outcome) -> (u64, String) {
     let (code, msg, _) = out.error();
     (code, msg)
+}
+
+/// The IPv4 address of a successful ADD (`what` names it if it failed).
+pub fn added(out: &Outcome, what: &str) -> IpAddr {
+    assert_eq!(out.status, 0, "{what}: {}", brief(out));
+    stack::ipv4_of(out.result())
 }
 
 /// A short account of a run, for assertion messages.

@@ -7,23 +7,15 @@ use std::net::IpAddr;
 use serde_json::{json, Value};
 
 use super::{brief, Cluster};
-use crate::support::{addresses, Outcome};
-
-/// The stack the contract gives for sticky addresses in cluster mode.
-pub const STICKY: [&str; 5] =
-    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+pub use crate::support::sticky::pod;
+use crate::support::{addresses, Outcome, CLUSTER_STICKY_STACK};
 
 /// `node`'s configuration with the sticky stack, `ipam.sticky` being `sticky`.
 pub fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
     let mut config = c.config(node);
-    config["ipam"]["delegates"] = json!(STICKY);
+    config["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
     config["ipam"]["sticky"] = sticky.clone();
     config
-}
-
-/// The CNI_ARGS Kubernetes passes for pod `prod/<name>`.
-pub fn pod(name: &str) -> String {
-    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name}")
 }
 
 pub fn add(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {

@@ -12,10 +12,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::support::list_leases;
-
-/// Selection, then the static and the sequential allocator.
-pub const FULL_STACK: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+use crate::support::{list_leases, FULL_STACK};
 
 /// A network configuration for the main plugin `main_type` whose IPAM is
 /// ipam-delegated running [`FULL_STACK`] on the database `db` with `pools`.
@@ -31,13 +28,6 @@ pub fn config(version: &str, network: &str, main_type: &str, db: &Path, pools: V
             "pools": pools
         }
     })
-}
-
-/// `config` with `prevResult` set to `prev` (for CHECK and DEL).
-pub fn with_prev(config: &Value, prev: &Value) -> Value {
-    let mut c = config.clone();
-    c["prevResult"] = prev.clone();
-    c
 }
 
 /// `config` asking for `ips` by name (`args.cni.ips`).

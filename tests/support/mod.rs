@@ -39,6 +39,37 @@ pub fn suite_delegates() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
 }
 
+/// The stacks of delegates the contract gives, as the tests configure them:
+/// node-local allocation, the same with sticky addresses, and cluster mode's
+/// of each.
+pub const FULL_STACK: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+pub const STICKY_STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+pub const CLUSTER_STACK: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+pub const CLUSTER_STICKY_STACK: [&str; 5] =
+    ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+
+/// The repository's root (the workspace's manifest directory).
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The text of the repository's file `path` (relative to its root).
+pub fn read_repo_file(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// `config` with the top-level `key` set to `value`.
+pub fn with(config: &Value, key: &str, value: Value) -> Value {
+    let mut c = config.clone();
+    c[key] = value;
+    c
+}
+
+/// `config` with `prevResult` set to `prev` (for CHECK and DEL).
+pub fn with_prev(config: &Value, prev: &Value) -> Value {
+    with(config, "prevResult", prev.clone())
+}
+
 /// The environment variable that points the tests at installed executables
 /// (e.g. `/usr/lib/cni` after `dpkg -i` of the package) instead of a build.
 pub const BIN_DIR_VAR: &str = "IPAM_TEST_BIN_DIR";
@@ -327,6 +358,12 @@ pub fn processes_with_env(var_prefix: &str) -> Vec<String> {
     found
 }
 
+/// Processes still running of calls whose container ID starts with
+/// `container_prefix`: what a killed call must not leave behind.
+pub fn leftovers(container_prefix: &str) -> Vec<String> {
+    processes_with_env(&format!("CNI_CONTAINERID={container_prefix}"))
+}
+
 /// Like [`run_env`], with command-line arguments (the operator's tool).
 pub fn run_args(exe: &Path, args: &[&str], env: &[(&str, &str)], stdin: &[u8], cwd: Option<&Path>) -> Outcome {
     let mut cmd = Command::new(exe);
@@ -592,6 +629,16 @@ exit 0
         let mut env = vec![("CNI_CONTAINERID", ctr)];
         env.extend_from_slice(extra);
         self.cni("ipam-delegated", command, config, &env)
+    }
+
+    /// ADD of the attachment (`ctr`, eth0) through ipam-delegated.
+    pub fn add(&self, config: &Value, ctr: &str) -> Outcome {
+        self.delegated("ADD", config, ctr, &[])
+    }
+
+    /// DEL of the attachment (`ctr`, eth0) through ipam-delegated.
+    pub fn del(&self, config: &Value, ctr: &str) -> Outcome {
+        self.delegated("DEL", config, ctr, &[])
     }
 
     /// Runs a suite executable (by name) or any executable (by path) with

@@ -4,10 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{addresses, Outcome, Sandbox};
-
-/// The stack the contract gives for sticky addresses on one node.
-pub const STACK: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+use super::{addresses, Outcome, Sandbox, STICKY_STACK};
 
 /// Network `sticky-net` of `pools`, its `ipam.sticky` being `sticky`.
 pub fn network(sb: &Sandbox, pools: Value, sticky: Value) -> Value {
@@ -15,7 +12,7 @@ pub fn network(sb: &Sandbox, pools: Value, sticky: Value) -> Value {
         "cniVersion": "1.0.0",
         "name": "sticky-net",
         "type": "bridge",
-        "ipam": {"type": "ipam-delegated", "delegates": STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
+        "ipam": {"type": "ipam-delegated", "delegates": STICKY_STACK, "database": sb.db(), "pools": pools, "sticky": sticky}
     })
 }
 
