@@ -223,7 +223,7 @@ impl Tx<'_> {
             return Ok(Vec::new());
         }
         self.rebase_holds_made_ahead(now)?;
-        let expired = self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now])?;
+        let expired = self.ended_holds(now)?;
         self.delete_leases(&expired)?;
         for hold in &expired {
             tracing::info!(
@@ -242,6 +242,11 @@ impl Tx<'_> {
         if !self.holds_to_settle(now)? {
             return Ok(Vec::new());
         }
+        self.ended_holds(now)
+    }
+
+    /// The holds whose end `now` has reached.
+    fn ended_holds(&self, now: i64) -> Result<Vec<Lease>> {
         self.leases_where("held_until IS NOT NULL AND held_until <= ?1", [now])
     }
 
