@@ -70,8 +70,9 @@ use shared::addr::to_u128;
 use shared::pool;
 use shared::CniArgs;
 
-use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, PodWaves, StepCount, TightPool, Wave};
+use crate::figures::cluster::{ClusterFigures, ClusterFill, PodWaves, StepCount, TightPool, Wave};
+use crate::figures::Figures;
+use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -85,21 +86,21 @@ pub const WORKERS_PER_NODE: usize = 16;
 /// Requests of each kind the floor is measured with.
 const FLOOR_REQUESTS: usize = 200;
 /// The blockSize of the tight pool and of the waves' pool.
-pub const BLOCK_SIZE: u8 = 26;
+const BLOCK_SIZE: u8 = 26;
 /// The tight pool: few blocks (4), one node; a key prefix of its own.
-pub const TIGHT_SUBNET: &str = "10.31.0.0/24";
+const TIGHT_SUBNET: &str = "10.31.0.0/24";
 const TIGHT_PREFIX: &str = "/ipam-bench-tight";
 /// The waves' pool: [`WAVE_RANGE`] of this subnet, exactly [`WAVE_PODS`]
 /// addresses (the gateway, 10.32.0.1, and the network address outside it).
-pub const WAVE_SUBNET: &str = "10.32.0.0/22";
-pub const WAVE_RANGE: (&str, &str) = ("10.32.0.2", "10.32.3.233");
+const WAVE_SUBNET: &str = "10.32.0.0/22";
+const WAVE_RANGE: (&str, &str) = ("10.32.0.2", "10.32.3.233");
 /// Pods placed by the waves, as many as the pool's addresses.
 pub const WAVE_PODS: usize = 1000;
 pub const WAVE_NODES: usize = 10;
 /// ADDs in flight per node in the waves.
 pub const WAVE_THREADS: usize = 2;
 /// How long a failed ADD of the waves waits before it is tried again.
-pub const RETRY: Duration = Duration::from_millis(500);
+const RETRY: Duration = Duration::from_millis(500);
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if find_in_path("etcd").is_none() {
@@ -145,7 +146,6 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
             del[v].push(variants[v].run("DEL", &container).expect_ok("cluster-mode latency DEL").wall);
         }
     }
-    let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
 
     phase(&format!("cluster mode: etcd requests per call, {steady} steady-state ADDs and DELs (logged at debug)"));
     let [steady_add, steady_del] = count_steady(ctx, &etcd, dir, "steady", steady, &|log| {
@@ -167,6 +167,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let [tight_add, tight_del] = count_steady(ctx, &etcd, dir, "tight", tight_n, &tight_config);
     let tight = TightPool {
         subnet: TIGHT_SUBNET,
+        block_size: BLOCK_SIZE,
         usable: tight_usable,
         blocks: tight_blocks,
         claimed: claimed_blocks(&etcd, TIGHT_PREFIX),
@@ -180,12 +181,12 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let two_waves = pods_in_waves(ctx, &etcd, dir, "two waves", "/ipam-bench-two-waves", &[half, WAVE_NODES - half]);
     fig.cluster = Some(ClusterFigures {
         etcd: etcd_version(),
-        add_cluster: latency(&add[0]),
-        add_local: latency(&add[1]),
-        del_cluster: latency(&del[0]),
-        del_local: latency(&del[1]),
-        add_local_static: latency(&add[2]),
-        del_local_static: latency(&del[2]),
+        add_cluster: Latency::of(&add[0]),
+        add_local: Latency::of(&add[1]),
+        del_cluster: Latency::of(&del[0]),
+        del_local: Latency::of(&del[1]),
+        add_local_static: Latency::of(&add[2]),
+        del_local_static: Latency::of(&del[2]),
         steady_add,
         steady_del,
         tight,
@@ -448,6 +449,8 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
         }
     }
     ClusterFill {
+        nodes: NODES,
+        workers_per_node: WORKERS_PER_NODE,
         adds: total,
         cluster_ok: ok(0),
         cluster_failures: failures(0),
@@ -579,8 +582,14 @@ fn pods_in_waves(
     }
     PodWaves {
         name,
+        nodes: WAVE_NODES,
+        threads_per_node: WAVE_THREADS,
+        subnet: WAVE_SUBNET,
+        range: WAVE_RANGE,
+        block_size: BLOCK_SIZE,
         usable,
         blocks,
+        retry: RETRY,
         deadline,
         waves: done,
         failures,

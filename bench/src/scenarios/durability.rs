@@ -10,8 +10,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::figures::durability::{FsyncProbe, SyncCount};
+use crate::figures::Figures;
 use crate::harness::{call_env, phase, stats, Env, Plugin};
-use crate::report::{Figures, FsyncProbe, SyncCount};
 use crate::setup::Ctx;
 
 pub const STRACE: &str = "/usr/bin/strace";

@@ -38,8 +38,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::figures::lock_wait::LockWait;
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats, Plugin};
-use crate::report::{Figures, LockWait};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.24.0.0/16";

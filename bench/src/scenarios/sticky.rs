@@ -48,9 +48,14 @@ use std::time::Duration;
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
 use serde_json::{json, Value};
 
-use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::sticky::{CallProbe, StickyClusterFigures, StickyFigures, VariantTimes};
-use crate::report::{Figures, FsyncProbe, Latency, StepCount};
+use crate::figures::cluster::StepCount;
+use crate::figures::durability::FsyncProbe;
+use crate::figures::sticky::{
+    CallProbe, StickyClusterFigures, StickyFigures, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
+    RETURNING_ELSEWHERE, WITHOUT,
+};
+use crate::figures::Figures;
+use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
 use crate::scenarios::cluster::{client_counts, cluster_config, difference, etcd_version, in_pool, plugin};
 use crate::scenarios::durability::{strace, STRACE};
 use crate::scenarios::lock_wait::lock_lines;
@@ -62,21 +67,14 @@ const CLUSTER_PREFIX: &str = "/ipam-bench-sticky";
 /// The pods' namespace in CNI_ARGS: identities are `bench/<pod>`.
 const NAMESPACE: &str = "bench";
 /// The stack without stickiness: the sticky stack less ipam-da-sticky.
-pub const PLAIN: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
-pub const STICKY: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-pub const CLUSTER_PLAIN: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
-pub const CLUSTER_STICKY: [&str; 5] =
+const PLAIN: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+const STICKY: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+const CLUSTER_PLAIN: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+const CLUSTER_STICKY: [&str; 5] =
     ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 
-/// The variants' names, as the report shows them.
-pub const HOST_LOCAL: &str = "host-local";
-pub const WITHOUT: &str = "suite, no stickiness";
-pub const NEW_IDENTITY: &str = "suite, sticky: a new identity";
-pub const RETURNING: &str = "suite, sticky: the identity returns (hold taken back)";
-pub const RETURNING_ELSEWHERE: &str = "suite, sticky: the identity returns on another node";
-
 /// CNI_ARGS as a kubelet passes them for pod `pod` in container `container`.
-pub fn kubelet_args(pod: &str, container: &str) -> String {
+fn kubelet_args(pod: &str, container: &str) -> String {
     format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={container}")
 }
 
@@ -170,14 +168,13 @@ fn rounds(variants: &[Variant], n: usize) -> Vec<VariantTimes> {
             }
         }
     }
-    let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
     variants
         .iter()
         .zip(add.iter().zip(&del))
         .map(|(v, (a, d))| VariantTimes {
             name: v.name,
-            add: latency(&a.0),
-            del: latency(&d.0),
+            add: Latency::of(&a.0),
+            del: Latency::of(&d.0),
             add_cpu: stats(&a.1),
             del_cpu: stats(&d.1),
         })
@@ -269,7 +266,16 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if fsync_note.is_some() {
         probes.iter_mut().for_each(|p| p.syncs = None);
     }
-    fig.sticky = Some(StickyFigures { subnet: SUBNET, rounds: n, variants: times, probes, fsync_note });
+    fig.sticky = Some(StickyFigures {
+        plain_delegates: &PLAIN,
+        sticky_delegates: &STICKY,
+        cni_args: kubelet_args("<pod>", "<container id>"),
+        subnet: SUBNET,
+        rounds: n,
+        variants: times,
+        probes,
+        fsync_note,
+    });
     eprintln!("    took {:.1?}", started.elapsed());
     fig.loads.push(("sticky".into(), loadavg()));
 }
@@ -378,6 +384,8 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
     }
     fig.sticky_cluster = Some(StickyClusterFigures {
         etcd: etcd_version(),
+        plain_delegates: &CLUSTER_PLAIN,
+        sticky_delegates: &CLUSTER_STICKY,
         subnet: CLUSTER_SUBNET,
         rounds: n,
         variants: times,
