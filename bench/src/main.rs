@@ -18,17 +18,21 @@
 //!
 //! The modules: [`setup`] (counts, plugins and their configurations, temp
 //! dirs, pool fills), [`harness`] (running a plugin process, timing it,
-//! statistics), one module per scenario in [`scenarios`], what they measure
+//! statistics), what several scenarios share ([`strace`], [`debug_log`],
+//! [`cluster_mode`]), one module per scenario in [`scenarios`], what they measure
 //! in [`figures`], and for what is written [`report`] (one module per section
 //! of BENCHMARKS.md) and [`chart`].
 
 mod chart;
 mod cli;
+mod cluster_mode;
+mod debug_log;
 mod figures;
 mod harness;
 mod report;
 mod scenarios;
 mod setup;
+mod strace;
 
 use std::fs;
 use std::path::Path;

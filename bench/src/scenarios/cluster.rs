@@ -55,7 +55,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
@@ -63,13 +62,15 @@ use std::time::{Duration, Instant};
 
 use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
-use ipam_ds_cluster::etcd::{Op, RangeRequest, RequestCount, Txn};
+use ipam_ds_cluster::etcd::{Op, RangeRequest, Txn};
 use ipam_ds_cluster::layout::PoolKeys;
 use serde_json::{json, Value};
 use shared::addr::to_u128;
 use shared::pool;
 use shared::CniArgs;
 
+use crate::cluster_mode::{difference, etcd_version, in_cluster, in_pool};
+use crate::debug_log::{client_counts, logging};
 use crate::figures::cluster::{ClusterFigures, ClusterFill, PodWaves, StepCount, TightPool, Wave};
 use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
@@ -124,7 +125,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     // (ipam-da-static too), so that the cluster delegate's own cost shows.
     let mut static_conf = ctx.stack_config(&dir.join("local-static.sqlite"), SUBNET);
     static_conf["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"]);
-    let variants = [plugin(ctx, &cluster_conf), plugin(ctx, &local_conf), plugin(ctx, &static_conf)];
+    let variants = [ctx.stack_with(&cluster_conf), ctx.stack_with(&local_conf), ctx.stack_with(&static_conf)];
     // Warm-up, not counted: the node claims its first block, the local
     // databases are created; all keep these leases.
     for p in &variants {
@@ -201,29 +202,14 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     fig.loads.push(("cluster".into(), loadavg()));
 }
 
-/// The stack's configuration in cluster mode, for `node` on its own database;
-/// `log`: every delegate logs at debug level to that file.
-pub(crate) fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
-    let mut config = ctx.stack_config(db, SUBNET);
-    config["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"]);
-    config["ipam"]["cluster"] = json!({ "etcd": { "endpoints": [endpoint] }, "node": node });
-    if let Some(log) = log {
-        config["ipam"]["logFile"] = json!(log);
-        config["ipam"]["logLevel"] = json!("debug");
+/// The stack's configuration in cluster mode, for `node` on its own database
+/// in pool [`SUBNET`]; `log`: every delegate logs at debug level to that file.
+fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
+    let config = in_cluster(ctx.stack_config(db, SUBNET), endpoint, node);
+    match log {
+        Some(log) => logging(&config, log),
+        None => config,
     }
-    config
-}
-
-pub(crate) fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
-    Plugin { exe: ctx.exe("ipam-delegated"), cni_path: ctx.bins.clone(), config: bytes(config) }
-}
-
-/// A configuration made for another pool: `pool` (an `ipam.pools` entry, as
-/// the suite reads it) under the key prefix `prefix` in etcd, so that it
-/// shares no key with the other steps' pool of the same name.
-pub(crate) fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
-    config["ipam"]["pools"] = json!([pool]);
-    config["ipam"]["cluster"]["etcd"]["prefix"] = json!(prefix);
 }
 
 /// The tight pool: [`TIGHT_SUBNET`] cut into /[`BLOCK_SIZE`] blocks (4).
@@ -273,7 +259,7 @@ fn count_steady(
     n: usize,
     config: &dyn Fn(Option<&Path>) -> Value,
 ) -> [StepCount; 2] {
-    let unlogged = plugin(ctx, &config(None));
+    let unlogged = ctx.stack_with(&config(None));
     for i in 0..n {
         unlogged.run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
     }
@@ -282,7 +268,7 @@ fn count_steady(
     }
     ["ADD", "DEL"].map(|command| {
         let log = dir.join(format!("{tag}-{command}.log"));
-        let p = plugin(ctx, &config(Some(&log)));
+        let p = ctx.stack_with(&config(Some(&log)));
         let before = etcd.handled();
         for i in 0..n {
             p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
@@ -291,38 +277,6 @@ fn count_steady(
         let (client, logged) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
         StepCount { calls: n, etcd: difference(&before, &after), client, logged }
     })
-}
-
-/// The requests of some calls, as etcd counted them per method.
-pub(crate) fn difference(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .map(|(method, n)| (method.clone(), n.saturating_sub(before.get(method).copied().unwrap_or(0))))
-        .collect()
-}
-
-/// The sum of the "etcd requests: N range, N txn (N writing), N other" lines
-/// of a log, and how many there were (one per call of ipam-ds-cluster).
-pub fn client_counts(log: &str) -> (RequestCount, usize) {
-    let mut sum = RequestCount::default();
-    let mut lines = 0;
-    for line in log.lines() {
-        let Some(rest) = line.split("etcd requests: ").nth(1) else { continue };
-        let numbers: Vec<u64> = rest
-            .split(|c: char| !c.is_ascii_digit())
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| s.parse().ok())
-            .take(4)
-            .collect();
-        if let [ranges, txns, writing_txns, other] = numbers[..] {
-            sum.ranges += ranges;
-            sum.txns += txns;
-            sum.writing_txns += writing_txns;
-            sum.other += other;
-            lines += 1;
-        }
-    }
-    (sum, lines)
 }
 
 /// One etcd request from the plugins' client, in-process: a range on a
@@ -389,7 +343,7 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
             let mut cluster = cluster_config(ctx, &cluster_dir.join(format!("{name}.sqlite")), &endpoint, &name, None);
             cluster["ipam"]["cluster"]["etcd"]["prefix"] = json!(FILL_PREFIX);
             let local = ctx.stack_config(&local_dir.join(format!("{name}.sqlite")), SUBNET);
-            [plugin(ctx, &cluster), plugin(ctx, &local)]
+            [ctx.stack_with(&cluster), ctx.stack_with(&local)]
         })
         .collect();
     let mut spent = [Duration::ZERO; 2];
@@ -493,7 +447,7 @@ fn pods_in_waves(
             config
         })
         .collect();
-    let nodes: Vec<Plugin> = configs.iter().map(|config| plugin(ctx, config)).collect();
+    let nodes: Vec<Plugin> = configs.iter().map(|config| ctx.stack_with(config)).collect();
     let (usable, blocks) = configs.first().map_or((0, 0), pool_size);
     assert_eq!(usable, WAVE_PODS as u128, "the waves' pool must hand out exactly {WAVE_PODS} addresses");
     let per_node = WAVE_PODS / WAVE_NODES;
@@ -610,28 +564,4 @@ fn failure_message(answer: &Value) -> String {
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
-}
-
-pub(crate) fn etcd_version() -> String {
-    Command::new("etcd")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(|l| l.trim().to_string()))
-        .unwrap_or_else(|| "etcd (version unknown)".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_clients_counts_are_read_from_the_log() {
-        let log = "2025-01-01T00:00:00Z DEBUG ipam-ds-cluster ADD c1: etcd requests: 0 range, 1 txn (0 writing), 0 other\n\
-                   2025-01-01T00:00:00Z DEBUG ipam-da-sequential ADD c1: allocated 10.30.0.2\n\
-                   2025-01-01T00:00:01Z DEBUG ipam-ds-cluster ADD c2: etcd requests: 1 range, 3 txn (1 writing), 2 other\n";
-        let (count, lines) = client_counts(log);
-        assert_eq!(lines, 2);
-        assert_eq!(count, RequestCount { ranges: 1, txns: 4, writing_txns: 1, other: 2 });
-    }
 }

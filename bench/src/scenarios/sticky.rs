@@ -46,8 +46,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
-use serde_json::{json, Value};
+use serde_json::json;
 
+use crate::cluster_mode::{self, difference, etcd_version, in_cluster, in_pool};
+use crate::debug_log::{client_counts, lock_lines, logging};
 use crate::figures::cluster::StepCount;
 use crate::figures::durability::FsyncProbe;
 use crate::figures::sticky::{
@@ -56,10 +58,8 @@ use crate::figures::sticky::{
 };
 use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
-use crate::scenarios::cluster::{client_counts, cluster_config, difference, etcd_version, in_pool, plugin};
-use crate::scenarios::durability::{strace, STRACE};
-use crate::scenarios::lock_wait::lock_lines;
-use crate::setup::{bytes, Ctx};
+use crate::setup::Ctx;
+use crate::strace::{strace, STRACE};
 
 const SUBNET: &str = "10.27.0.0/16";
 const CLUSTER_SUBNET: &str = "10.33.0.0/16";
@@ -69,7 +69,7 @@ const NAMESPACE: &str = "bench";
 /// The stack without stickiness: the sticky stack less ipam-da-sticky.
 const PLAIN: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
 const STICKY: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-const CLUSTER_PLAIN: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
+const CLUSTER_PLAIN: [&str; 4] = cluster_mode::DELEGATES;
 const CLUSTER_STICKY: [&str; 5] =
     ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 
@@ -181,24 +181,11 @@ fn rounds(variants: &[Variant], n: usize) -> Vec<VariantTimes> {
         .collect()
 }
 
-/// `config` logging at debug level to `log`.
-fn logging(config: &Value, log: &Path) -> Value {
-    let mut config = config.clone();
-    config["ipam"]["logFile"] = json!(log);
-    config["ipam"]["logLevel"] = json!("debug");
-    config
-}
-
 /// The write transactions of the calls whose plugins logged to `log`: how
 /// many, and how long they held the lock (transaction + commit).
 fn write_transactions(log: &Path) -> (usize, Duration) {
     let lines = lock_lines(log);
     (lines.len(), lines.iter().map(|a| a.hold).sum())
-}
-
-/// A plugin like `p` with the configuration `config`.
-fn with_config(p: &Plugin, config: &Value) -> Plugin {
-    Plugin { config: bytes(config), ..p.clone() }
 }
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
@@ -215,7 +202,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         config
     };
     let configs = [config("plain.sqlite", &PLAIN), config("new.sqlite", &STICKY), config("returning.sqlite", &STICKY)];
-    let [plain, new, returning] = configs.clone().map(|c| plugin(ctx, &c));
+    let [plain, new, returning] = configs.clone().map(|c| ctx.stack_with(&c));
     let variants = [
         Variant::new(HOST_LOCAL, "hl", ctx.host_local(&dir.join("host-local"), SUBNET)),
         Variant::new(WITHOUT, "plain", plain),
@@ -245,7 +232,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         let mut logged = Vec::new();
         for command in ["ADD", "DEL"] {
             let log = dir.join(format!("{}-{command}.log", v.short));
-            let p = with_config(&v.plugin, &logging(config, &log));
+            let p = ctx.stack_with(&logging(config, &log));
             for i in 0..m {
                 v.call(&p, command, "log", i, &held);
             }
@@ -324,7 +311,8 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
     let etcd = TestEtcd::start();
     let endpoint = etcd.endpoint();
     let node = |name: &str, delegates: &[&str]| {
-        let mut config = cluster_config(ctx, &dir.join(format!("{name}.sqlite")), &endpoint, name, None);
+        let mut config =
+            in_cluster(ctx.stack_config(&dir.join(format!("{name}.sqlite")), CLUSTER_SUBNET), &endpoint, name);
         in_pool(&mut config, json!({ "name": "bench", "ranges": [{ "subnet": CLUSTER_SUBNET }] }), CLUSTER_PREFIX);
         config["ipam"]["delegates"] = json!(delegates);
         config
@@ -335,8 +323,8 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
         node("node-c", &CLUSTER_STICKY),
         node("node-d", &CLUSTER_STICKY),
     ];
-    let [a, b, c, d] = configs.clone().map(|config| plugin(ctx, &config));
-    let e = plugin(ctx, &node("node-e", &CLUSTER_STICKY));
+    let [a, b, c, d] = configs.clone().map(|config| ctx.stack_with(&config));
+    let e = ctx.stack_with(&node("node-e", &CLUSTER_STICKY));
     let variants = [
         Variant::new(WITHOUT, "plain", a),
         Variant::new(NEW_IDENTITY, "new", b),
@@ -366,7 +354,7 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
         let held = v.prepare("count", m);
         let steps = ["ADD", "DEL"].map(|command| {
             let log = dir.join(format!("{}-{command}.log", v.short));
-            let p = with_config(&v.plugin, &logging(config, &log));
+            let p = ctx.stack_with(&logging(config, &log));
             let before = etcd.handled();
             for i in 0..m {
                 v.call(&p, command, "count", i, &held);
