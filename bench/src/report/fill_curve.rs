@@ -28,3 +28,32 @@ pub fn section(fig: &Figures) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::Stats;
+
+    #[test]
+    fn a_row_per_level_measured_with_each_variants_median_and_their_ratio() {
+        let at = |points: &[(f64, f64)]| {
+            points.iter().map(|&(level, median_ms)| (level, Stats { median_ms, ..Default::default() })).collect()
+        };
+        let fig = Figures {
+            fill_curve: vec![
+                ("suite: ipam-delegated".into(), at(&[(0.0, 1.5), (0.9999, 2.0)])),
+                ("host-local".into(), at(&[(0.0, 3.0), (0.9999, 400.0)])),
+            ],
+            ..Default::default()
+        };
+        let s = section(&fig);
+        assert!(
+            s.contains("| fill | suite: ipam-delegated (ms) | host-local (ms) | ratio |\n|---:|---:|---:|---:|\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| 0% | 1.50 | 3.00 | 0.50× |\n| 99.99% | 2.00 | 400.00 | 0.0050× (200× faster) |\n"),
+            "{s}"
+        );
+    }
+}
