@@ -27,7 +27,8 @@ use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Failure, Report, NAME};
+use super::failure::{ConflistProblem, Failure, FileAction};
+use super::report::{self, Report, NAME};
 use crate::builtin;
 
 pub const MANIFEST: &str = ".ipam-delegated-installed";
@@ -69,12 +70,12 @@ pub fn main(options: &Options) -> ExitCode {
     let outcome = if options.uninstall { uninstall(options) } else { install(options) };
     let report = match outcome {
         Ok(report) => report,
-        Err(failure) => return super::finish(Err(failure)),
+        Err(failure) => return report::finish(Err(failure)),
     };
-    let code = super::print(&report.stdout);
+    let code = report::print(&report.stdout);
     match signals {
         None => code,
-        Some(Err(e)) => super::finish(Err(Failure(format!("cannot block SIGTERM and SIGINT to wait for them: {e}")))),
+        Some(Err(e)) => report::finish(Err(Failure::BlockSignals(e))),
         Some(Ok(set)) => {
             println!("{NAME} install-cni: done; waiting for SIGTERM or SIGINT");
             match wait_for(&set) {
@@ -82,7 +83,7 @@ pub fn main(options: &Options) -> ExitCode {
                     println!("{NAME} install-cni: signal {signal}, exiting");
                     ExitCode::SUCCESS
                 }
-                Err(e) => super::finish(Err(Failure(format!("cannot wait for a signal: {e}")))),
+                Err(e) => report::finish(Err(Failure::WaitForSignal(e))),
             }
         }
     }
@@ -152,11 +153,11 @@ fn manifest_path(options: &Options) -> PathBuf {
 
 fn read_manifest(path: &Path) -> Result<Option<Manifest>, Failure> {
     match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            Failure(format!("{}: not a manifest of install-cni ({e}); move it away to install afresh", path.display()))
-        }),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|error| Failure::Manifest { path: path.to_path_buf(), error }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Failure(format!("cannot read {}: {e}", path.display()))),
+        Err(error) => Err(Failure::File { action: FileAction::Read, path: path.to_path_buf(), error }),
     }
 }
 
@@ -212,16 +213,12 @@ fn install(options: &Options) -> Result<Report, Failure> {
     for source in &options.conflists {
         let (name, contents) = network_configuration(source)?;
         if let Some(other) = names.insert(name.clone(), source) {
-            return Err(Failure(format!(
-                "--conflist {} and {}: one file name, {name}, in --conf-dir",
-                other.display(),
-                source.display()
-            )));
+            return Err(Failure::ConflistClash { first: other.to_path_buf(), second: source.clone(), name });
         }
         plan_file(&mut plan, &recorded, &options.conf_dir.join(name), contents, 0o644, options.force)?;
     }
     if !plan.refusals.is_empty() {
-        return Err(Failure(format!("nothing installed: {}", plan.refusals.join("; "))));
+        return Err(Failure::NothingInstalled(plan.refusals));
     }
 
     // Directories first (recorded when created), then the manifest, naming
@@ -268,7 +265,7 @@ fn install(options: &Options) -> Result<Report, Failure> {
         entries: entries.into_values().collect(),
     };
     let text = serde_json::to_string_pretty(&manifest)
-        .map_err(|e| Failure(format!("bug: cannot render the manifest: {e}")))?;
+        .map_err(|e| Failure::Bug(format!("cannot render the manifest: {e}")))?;
     let text = format!("{text}\n");
     if fs::read(&manifest_file).ok().as_deref() != Some(text.as_bytes()) {
         write_file(&manifest_file, text.as_bytes(), 0o644)?;
@@ -303,26 +300,18 @@ fn install(options: &Options) -> Result<Report, Failure> {
 }
 
 fn node_name() -> Result<String, Failure> {
-    let name = std::env::var_os("NODE_NAME").ok_or_else(|| {
-        Failure(
-            "NODE_NAME is not set: the installer writes it to --node-file (in a DaemonSet, from the downward API: \
-             env NODE_NAME, valueFrom fieldRef spec.nodeName)"
-                .to_string(),
-        )
-    })?;
+    let name = std::env::var_os("NODE_NAME").ok_or(Failure::NoNodeName)?;
     match name.to_str() {
         Some(name) if ipam_ds_cluster::settings::is_node_name(name) => Ok(name.to_string()),
-        _ => Err(Failure(format!(
-            "NODE_NAME {name:?} is not a node name: letters, digits, '.', '_' and '-', at most 253 characters"
-        ))),
+        _ => Err(Failure::BadNodeName(name)),
     }
 }
 
 /// This program's bytes, as the kernel runs them.
 fn own_program() -> Result<Vec<u8>, Failure> {
-    let bytes = fs::read(SELF_EXE).map_err(|e| Failure(format!("cannot read this program ({SELF_EXE}): {e}")))?;
+    let bytes = fs::read(SELF_EXE).map_err(|error| Failure::OwnProgram { path: PathBuf::from(SELF_EXE), error })?;
     if !contains(&bytes, std::hint::black_box(MARKER)) {
-        return Err(Failure(format!("bug: this program ({SELF_EXE}) does not hold its own build marker")));
+        return Err(Failure::Bug(format!("this program ({SELF_EXE}) does not hold its own build marker")));
     }
     Ok(bytes)
 }
@@ -356,12 +345,12 @@ fn lstat(path: &Path) -> Result<Option<fs::Metadata>, Failure> {
     match fs::symlink_metadata(path) {
         Ok(meta) => Ok(Some(meta)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Failure(format!("cannot read {}: {e}", path.display()))),
+        Err(error) => Err(Failure::File { action: FileAction::Read, path: path.to_path_buf(), error }),
     }
 }
 
 fn io_failure(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
-    move |e| Failure(format!("cannot read {}: {e}", path.display()))
+    move |error| Failure::File { action: FileAction::Read, path: path.to_path_buf(), error }
 }
 
 fn foreign(path: &Path, what: &str) -> String {
@@ -469,13 +458,12 @@ fn plan_file(
 /// which is followed; the `..`-names themselves and anything not a file are
 /// skipped. In name order.
 fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, Failure> {
-    let entries =
-        fs::read_dir(dir).map_err(|e| Failure(format!("cannot read --etcd-secret {}: {e}", dir.display())))?;
+    let unreadable = |error| Failure::File { action: FileAction::ReadEtcdSecret, path: dir.to_path_buf(), error };
     let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Failure(format!("cannot read --etcd-secret {}: {e}", dir.display())))?;
+    for entry in fs::read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-            return Err(Failure(format!("{}: a file name that is not UTF-8", entry.path().display())));
+            return Err(Failure::NotUtf8Name(entry.path()));
         };
         if name.starts_with('.') {
             continue;
@@ -488,7 +476,7 @@ fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, Failure> {
         files.push((name, read_small(&path)?));
     }
     if files.is_empty() {
-        return Err(Failure(format!("--etcd-secret {} holds no file", dir.display())));
+        return Err(Failure::EmptyEtcdSecret(dir.to_path_buf()));
     }
     files.sort();
     Ok(files)
@@ -499,7 +487,7 @@ fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
     let mut bytes = Vec::new();
     file.take(MAX_DATA_FILE + 1).read_to_end(&mut bytes).map_err(io_failure(path))?;
     if bytes.len() as u64 > MAX_DATA_FILE {
-        return Err(Failure(format!("{}: larger than {MAX_DATA_FILE} bytes", path.display())));
+        return Err(Failure::TooLarge { path: path.to_path_buf(), limit: MAX_DATA_FILE });
     }
     Ok(bytes)
 }
@@ -507,35 +495,29 @@ fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
 /// A network configuration to copy: a name libcni loads (.conf, .conflist,
 /// .json), and JSON with a name, which a runtime or Multus can use.
 fn network_configuration(source: &Path) -> Result<(String, Vec<u8>), Failure> {
-    let name =
-        source.file_name().and_then(OsStr::to_str).map(str::to_string).ok_or_else(|| {
-            Failure(format!("--conflist {}: names no file (or its name is not UTF-8)", source.display()))
-        })?;
+    let not_copied = |problem| Failure::Conflist { source: source.to_path_buf(), problem };
+    let name = source
+        .file_name()
+        .and_then(OsStr::to_str)
+        .map(str::to_string)
+        .ok_or_else(|| not_copied(ConflistProblem::NoFileName))?;
     let extension = Path::new(&name).extension().and_then(OsStr::to_str).unwrap_or("");
     if !matches!(extension, "conf" | "conflist" | "json") || name.starts_with('.') {
-        return Err(Failure(format!(
-            "--conflist {}: libcni loads only files named *.conf, *.conflist or *.json",
-            source.display()
-        )));
+        return Err(not_copied(ConflistProblem::NotLoaded));
     }
     let contents = read_small(source)?;
-    let value: serde_json::Value = serde_json::from_slice(&contents)
-        .map_err(|e| Failure(format!("--conflist {}: not JSON: {e}", source.display())))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&contents).map_err(|e| not_copied(ConflistProblem::NotJson(e)))?;
     let named = value.get("name").and_then(serde_json::Value::as_str).is_some_and(|n| !n.is_empty());
     let plugins = value.get("plugins").is_some() || value.get("type").is_some();
     if !named || !plugins {
-        return Err(Failure(format!(
-            "--conflist {}: not a network configuration (a JSON object with a name, and plugins or a type)",
-            source.display()
-        )));
+        return Err(not_copied(ConflistProblem::NotANetwork));
     }
     Ok((name, contents))
 }
 
 fn parent(path: &Path) -> Result<&Path, Failure> {
-    path.parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .ok_or_else(|| Failure(format!("{}: names no file in a directory", path.display())))
+    path.parent().filter(|p| !p.as_os_str().is_empty()).ok_or_else(|| Failure::NoDirectory(path.to_path_buf()))
 }
 
 /// Creates `dir` and its missing parents with `mode`, returning those it
@@ -556,7 +538,7 @@ fn create_dirs(dir: &Path, mode: u32) -> Result<Vec<PathBuf>, Failure> {
             .mode(mode)
             .create(path)
             .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(mode)))
-            .map_err(|e| Failure(format!("cannot create the directory {}: {e}", path.display())))?;
+            .map_err(|error| Failure::File { action: FileAction::CreateDirectory, path: path.clone(), error })?;
     }
     Ok(missing)
 }
@@ -564,7 +546,7 @@ fn create_dirs(dir: &Path, mode: u32) -> Result<Vec<PathBuf>, Failure> {
 /// `.NAME.install-cni-<pid>` beside `path`: a name no runtime loads (libcni
 /// takes *.conf*, plugins are found by their own names).
 fn temporary(path: &Path) -> Result<PathBuf, Failure> {
-    let name = path.file_name().ok_or_else(|| Failure(format!("{}: names no file", path.display())))?;
+    let name = path.file_name().ok_or_else(|| Failure::NoFileName(path.to_path_buf()))?;
     let mut tmp = std::ffi::OsString::from(".");
     tmp.push(name);
     tmp.push(format!(".install-cni-{}", std::process::id()));
@@ -584,9 +566,9 @@ fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), Failure> {
         drop(file);
         fs::rename(&tmp, path)
     })();
-    if let Err(e) = result {
+    if let Err(error) = result {
         let _ = fs::remove_file(&tmp);
-        return Err(Failure(format!("cannot write {}: {e}", path.display())));
+        return Err(Failure::File { action: FileAction::Write, path: path.to_path_buf(), error });
     }
     sync_dir(path)
 }
@@ -595,18 +577,20 @@ fn replace_with_link(path: &Path) -> Result<(), Failure> {
     let tmp = temporary(path)?;
     let _ = fs::remove_file(&tmp);
     let result = symlink(NAME, &tmp).and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = result {
+    if let Err(error) = result {
         let _ = fs::remove_file(&tmp);
-        return Err(Failure(format!("cannot link {} -> {NAME}: {e}", path.display())));
+        return Err(Failure::Link { path: path.to_path_buf(), target: NAME, error });
     }
     sync_dir(path)
 }
 
 fn sync_dir(path: &Path) -> Result<(), Failure> {
     let dir = parent(path)?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Failure(format!("cannot fsync the directory {}: {e}", dir.display())))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|error| Failure::File {
+        action: FileAction::SyncDirectory,
+        path: dir.to_path_buf(),
+        error,
+    })
 }
 
 // ---------------------------------------------------------------- uninstall
@@ -628,16 +612,16 @@ fn uninstall(options: &Options) -> Result<Report, Failure> {
             Ok(None) => out += &format!("gone already {}\n", path.display()),
             Ok(Some(true)) => match fs::remove_file(path) {
                 Ok(()) => out += &format!("removed {}\n", path.display()),
-                Err(e) => return Err(Failure(format!("cannot remove {}: {e}", path.display()))),
+                Err(error) => return Err(Failure::File { action: FileAction::Remove, path: path.clone(), error }),
             },
             Ok(Some(false)) => out += &format!("kept {}: changed since install-cni wrote it\n", path.display()),
-            Err(e) => return Err(Failure(format!("cannot read {}: {e}", path.display()))),
+            Err(error) => return Err(Failure::File { action: FileAction::Read, path: path.clone(), error }),
         }
     }
     match fs::remove_file(&manifest_file) {
         Ok(()) => out += &format!("removed {}\n", manifest_file.display()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Failure(format!("cannot remove {}: {e}", manifest_file.display()))),
+        Err(error) => return Err(Failure::File { action: FileAction::Remove, path: manifest_file, error }),
     }
     // Innermost first; one that holds anything else stays.
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().filter(|c| matches!(c, Component::Normal(_))).count()));
@@ -648,7 +632,7 @@ fn uninstall(options: &Options) -> Result<Report, Failure> {
             Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
                 out += &format!("kept {}: not empty\n", dir.display())
             }
-            Err(e) => return Err(Failure(format!("cannot remove the directory {}: {e}", dir.display()))),
+            Err(error) => return Err(Failure::File { action: FileAction::RemoveDirectory, path: dir, error }),
         }
     }
     Ok(Report::fine(out))

@@ -9,8 +9,11 @@ use ipam_ds_cluster::node::lent_network;
 use ipam_ds_cluster::rows::{BlockState, ClusterRows, RecordKind};
 use shared::store::{AllocationStore, LeaseFilter};
 
+use super::atomic_file;
+use super::database::open_for_reading;
+use super::failure::{Failure, FileAction};
+use super::report::Report;
 use super::survey::{survey, PoolSurvey};
-use super::{atomic_file, open_for_reading, Failure, Report};
 
 /// One metric family: every sample of it is printed together, after its
 /// `# HELP` and `# TYPE` lines, as the format requires.
@@ -168,17 +171,20 @@ pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
     if let Ok((_, cluster)) = &surveyed {
         render_cluster(&mut text, cluster);
     }
-    let problem = surveyed.err().map(|Failure(problem)| problem);
+    let problem = surveyed.err();
     let Some(output) = output else {
         return Ok(Report { stdout: text, failure: problem });
     };
-    let written = atomic_file::write(output, text.as_bytes())
-        .map_err(|e| format!("cannot write the metrics to {}: {e}", output.display()));
+    let written = atomic_file::write(output, text.as_bytes()).map_err(|error| Failure::File {
+        action: FileAction::WriteMetrics,
+        path: output.to_path_buf(),
+        error,
+    });
     match (problem, written) {
         (None, Ok(())) => Ok(Report::fine(String::new())),
         (Some(problem), Ok(())) => Ok(Report { stdout: String::new(), failure: Some(problem) }),
-        (None, Err(unwritten)) => Err(Failure(unwritten)),
-        (Some(problem), Err(unwritten)) => Err(Failure(format!("{problem}; {unwritten}"))),
+        (None, Err(unwritten)) => Err(unwritten),
+        (Some(problem), Err(unwritten)) => Err(Failure::Several(vec![problem, unwritten])),
     }
 }
 
@@ -283,7 +289,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = AllocationStore::open(&dir.path().join("db.sqlite"), DEFAULT_LOCK_TIMEOUT).expect("store");
         // A node-local database has no cluster tables, and so no cluster rows.
-        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|failure| panic!("{failure}"));
         assert!(survey.blocks.is_empty() && survey.records.is_empty());
         store.make_cluster_tables().expect("cluster tables");
         let block = |text: &str, state| NodeBlock {
@@ -325,7 +331,7 @@ mod tests {
                 tx.insert_lease("10.40.0.7".parse().unwrap(), "blue", &lender)
             })
             .expect("cluster rows");
-        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|failure| panic!("{failure}"));
         let mut text = String::new();
         render_cluster(&mut text, &survey);
         let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
