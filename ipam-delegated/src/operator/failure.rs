@@ -6,10 +6,13 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use shared::CniError;
 
+use super::atomic_file;
+
+#[derive(Debug)]
 pub enum Failure {
     /// The store, or a configuration read with the plugins' own code, said no.
     Cni(CniError),
@@ -103,8 +106,6 @@ pub enum Failure {
         path: PathBuf,
         limit: u64,
     },
-    /// A path to write that names no file.
-    NoFileName(PathBuf),
     /// A path to write whose directory is not named.
     NoDirectory(PathBuf),
     /// The delegate's name could not be linked to the program.
@@ -138,6 +139,19 @@ pub enum ConflistProblem {
     NotLoaded,
     NotJson(serde_json::Error),
     NotANetwork,
+}
+
+impl Failure {
+    /// A file that [`atomic_file`] could not replace, or whose directory it
+    /// could not fsync after.
+    pub fn unwritten(action: FileAction, path: &Path, e: atomic_file::Error) -> Failure {
+        match e {
+            atomic_file::Error::Write(error) => Failure::File { action, path: path.to_path_buf(), error },
+            atomic_file::Error::SyncDirectory { dir, error } => {
+                Failure::File { action: FileAction::SyncDirectory, path: dir, error }
+            }
+        }
+    }
 }
 
 impl From<CniError> for Failure {
@@ -238,7 +252,6 @@ impl fmt::Display for Failure {
             Failure::EmptyEtcdSecret(dir) => write!(f, "--etcd-secret {} holds no file", dir.display()),
             Failure::NotUtf8Name(path) => write!(f, "{}: a file name that is not UTF-8", path.display()),
             Failure::TooLarge { path, limit } => write!(f, "{}: larger than {limit} bytes", path.display()),
-            Failure::NoFileName(path) => write!(f, "{}: names no file", path.display()),
             Failure::NoDirectory(path) => write!(f, "{}: names no file in a directory", path.display()),
             Failure::Link { path, target, error } => write!(f, "cannot link {} -> {target}: {error}", path.display()),
             Failure::BlockSignals(error) => write!(f, "cannot block SIGTERM and SIGINT to wait for them: {error}"),

@@ -2,6 +2,7 @@
 //! for node_exporter's textfile collector (or any scraper of a file).
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -9,7 +10,7 @@ use ipam_ds_cluster::node::lent_network;
 use ipam_ds_cluster::rows::{BlockState, ClusterRows, RecordKind};
 use shared::store::{AllocationStore, LeaseFilter};
 
-use super::atomic_file;
+use super::atomic_file::{self, Replacement};
 use super::database::open_for_reading;
 use super::failure::{Failure, FileAction};
 use super::report::Report;
@@ -153,6 +154,16 @@ fn render_cluster(out: &mut String, survey: &ClusterSurvey) {
     }
 }
 
+/// `--output`: written as `FILE.tmp-<pid>` and renamed over FILE; the
+/// textfile collector reads only `*.prom`, so it skips the temporary file.
+const FOR_THE_COLLECTOR: Replacement = Replacement { temporary: tmp_pid, mode: None, durable: false };
+
+fn tmp_pid(name: &OsStr) -> OsString {
+    let mut tmp = name.to_os_string();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    tmp
+}
+
 const DATABASE_OK: &str = "ipam_delegated_database_ok";
 const DATABASE_OK_HELP: &str =
     "1 if the allocation database could be read, 0 if not (no integrity check: see ipam-delegated check).";
@@ -175,11 +186,8 @@ pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
     let Some(output) = output else {
         return Ok(Report { stdout: text, failure: problem });
     };
-    let written = atomic_file::write(output, text.as_bytes()).map_err(|error| Failure::File {
-        action: FileAction::WriteMetrics,
-        path: output.to_path_buf(),
-        error,
-    });
+    let written = atomic_file::write(output, text.as_bytes(), &FOR_THE_COLLECTOR)
+        .map_err(|e| Failure::unwritten(FileAction::WriteMetrics, output, e));
     match (problem, written) {
         (None, Ok(())) => Ok(Report::fine(String::new())),
         (Some(problem), Ok(())) => Ok(Report { stdout: String::new(), failure: Some(problem) }),
