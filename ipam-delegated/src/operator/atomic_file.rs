@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{symlink, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// How a file is replaced: what its writer's directory readers need.
+/// How a file is replaced, as the readers of its directory need it.
 pub struct Replacement {
     /// The temporary name beside the file, made from the file's name: one
     /// that the directory's readers skip while it is written.
