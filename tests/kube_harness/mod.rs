@@ -120,7 +120,24 @@ impl KubeApi {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> (u16, String) {
-        let mut args = vec!["request".into(), "--kubeconfig".into(), path_arg(kubeconfig), method.into(), path.into()];
+        self.request_accepting(kubeconfig, method, path, body, None)
+    }
+
+    /// [`KubeApi::request`] asking for `accept` (an `Accept` header: a
+    /// server-side Table, say) rather than the server's default.
+    pub fn request_accepting(
+        &self,
+        kubeconfig: &Path,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        accept: Option<&str>,
+    ) -> (u16, String) {
+        let mut args = vec!["request".into(), "--kubeconfig".into(), path_arg(kubeconfig)];
+        if let Some(accept) = accept {
+            args.push(format!("--accept={accept}"));
+        }
+        args.extend([method.into(), path.into()]);
         let body_file = body.map(|b| {
             let file = tempfile::Builder::new().suffix(".json").tempfile_in(self.dir.path()).expect("temp file");
             fs::write(file.path(), b.to_string()).expect("writing a request body");
