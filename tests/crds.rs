@@ -7,14 +7,15 @@
 //! (kube_harness): established, an object of each kind accepted, invalid
 //! ones refused by the schema and its rules (a pool's cut never changes, a
 //! block's record count is its records'), and `kubectl get`'s columns, as
-//! the server's own Table of each kind.
+//! the server's own Table of each kind; and the single-object
+//! compare-and-swaps the protocol is made of, as that server does them.
 
 mod kube_harness;
 mod support;
 
 use std::path::{Path, PathBuf};
 
-use kube_harness::KubeApi;
+use kube_harness::{Headers, KubeApi};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -169,7 +170,9 @@ fn the_columns_show_blocks_with_their_nodes_and_identities_with_their_addresses(
     }
 }
 
-const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+/// kubectl get's request: the server's Table of the objects, with the CRD's columns.
+const AS_TABLE: Headers = Headers { accept: Some("application/json;as=Table;v=v1;g=meta.k8s.io"), content_type: None };
+const MERGE_PATCH: Headers = Headers { accept: None, content_type: Some("application/merge-patch+json") };
 
 fn path(plural: &str) -> String {
     format!("/apis/{GROUP}/v1alpha1/{plural}")
@@ -361,7 +364,7 @@ fn the_api_server_establishes_them_and_enforces_their_schemas_and_shows_their_co
         ),
     ];
     for (plural, columns, cells) in expected {
-        let (status, body) = api.request_accepting(&admin, "GET", &path(plural), None, Some(TABLE));
+        let (status, body) = api.request_with(&admin, "GET", &path(plural), None, AS_TABLE);
         assert_eq!(status, 200, "{plural}: {body}");
         let table: Value = serde_json::from_str(&body).expect("a Table");
         assert_eq!(table["kind"], "Table", "{body}");
@@ -374,8 +377,82 @@ fn the_api_server_establishes_them_and_enforces_their_schemas_and_shows_their_co
         assert!(shown.starts_with(cells), "{plural}: row {shown:?}");
     }
     // The pools and an identity's addresses are lists: shown whole.
-    let (_, body) = api.request_accepting(&admin, "GET", &path("ipdnetworks"), None, Some(TABLE));
+    let (_, body) = api.request_with(&admin, "GET", &path("ipdnetworks"), None, AS_TABLE);
     assert!(body.contains("cluster4") && body.contains("cluster6") && body.contains("cluster9"), "{body}");
-    let (_, body) = api.request_accepting(&admin, "GET", &path("ipdidentities"), None, Some(TABLE));
+    let (_, body) = api.request_with(&admin, "GET", &path("ipdidentities"), None, AS_TABLE);
     assert!(body.contains("fd00:80::5"), "{body}");
+}
+
+/// What the protocol's every write relies on (ipam-ds-cluster/docs/kubernetes.md,
+/// "What the API server gives"): an update or a merge patch carrying a
+/// resourceVersion that is no longer the object's is refused (409), a create
+/// of an existing name too, a delete with preconditions uid and
+/// resourceVersion likewise; each change of spec bumps metadata.generation
+/// (no status subresource), which a restored backup would show going back.
+#[test]
+fn the_api_server_compares_and_swaps_one_object_as_the_protocol_needs() {
+    let api = KubeApi::start();
+    let admin = api.admin_kubeconfig();
+    api.apply(&[&crds_file()]);
+    let [_, (_, block), ..] = valid_objects();
+    let blocks = path("ipdblocks");
+    let name = block["metadata"]["name"].as_str().expect("a name").to_string();
+    let at = format!("{blocks}/{name}");
+    let parse = |body: &str| -> Value { serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}")) };
+
+    let (status, body) = api.request(&admin, "POST", &blocks, Some(&block));
+    assert_eq!(status, 201, "{body}");
+    let created = parse(&body);
+    assert_eq!(created["metadata"]["generation"], 1, "{body}");
+    let (status, body) = api.request(&admin, "POST", &blocks, Some(&block));
+    assert_eq!(status, 409, "a second create of one name: {body}");
+    assert!(body.contains("AlreadyExists"), "{body}");
+
+    // A grant: one record added by a merge patch at the version read.
+    let first_rv = created["metadata"]["resourceVersion"].as_str().expect("resourceVersion").to_string();
+    let grant = |rv: &str, address: &str, count: u64| {
+        json!({"metadata": {"resourceVersion": rv}, "spec": {"recordCount": count,
+            "records": {address: {"kind": "allocated", "node": "node-c", "container": "c9", "ifname": "net1"}}}})
+    };
+    let (status, body) =
+        api.request_with(&admin, "PATCH", &at, Some(&grant(&first_rv, "10.80.212.201", 2)), MERGE_PATCH);
+    assert_eq!(status, 200, "a grant at the version read: {body}");
+    let granted = parse(&body);
+    assert_eq!(granted["spec"]["records"].as_object().map(|r| r.len()), Some(2), "{body}");
+    assert_eq!(granted["metadata"]["generation"], 2, "a change of spec bumps the generation: {body}");
+    // Another node's grant from the same read: refused, nothing written.
+    let (status, body) =
+        api.request_with(&admin, "PATCH", &at, Some(&grant(&first_rv, "10.80.212.202", 2)), MERGE_PATCH);
+    assert_eq!(status, 409, "a grant from a stale read: {body}");
+    let (_, body) = api.request(&admin, "GET", &at, None);
+    let now = parse(&body);
+    assert!(now["spec"]["records"].get("10.80.212.202").is_none(), "{body}");
+    assert_eq!(now["metadata"]["generation"], 2, "{body}");
+
+    // An update (PUT) at a stale version: refused.
+    let mut stale = now.clone();
+    stale["metadata"]["resourceVersion"] = json!(first_rv);
+    stale["spec"]["state"] = json!("Released");
+    stale["spec"]["released"] = json!({"until": "2026-11-23T19:35:23Z"});
+    assert_eq!(api.request(&admin, "PUT", &at, Some(&stale)).0, 409, "a tombstone from a stale read");
+
+    // A delete with preconditions: refused at a stale version or another uid; done at the current one.
+    let uid = now["metadata"]["uid"].as_str().expect("uid").to_string();
+    let current_rv = now["metadata"]["resourceVersion"].as_str().expect("resourceVersion").to_string();
+    let delete = |uid: &str, rv: &str| json!({"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid, "resourceVersion": rv}});
+    let (status, body) = api.request(&admin, "DELETE", &at, Some(&delete(&uid, &first_rv)));
+    assert_eq!(status, 409, "a delete from a stale read: {body}");
+    let (status, body) =
+        api.request(&admin, "DELETE", &at, Some(&delete("00000000-0000-0000-0000-000000000000", &current_rv)));
+    assert_eq!(status, 409, "a delete of another creation of the name: {body}");
+    let (status, body) = api.request(&admin, "DELETE", &at, Some(&delete(&uid, &current_rv)));
+    assert_eq!(status, 200, "the delete at the version read: {body}");
+    assert_eq!(api.request(&admin, "GET", &at, None).0, 404);
+
+    // Made again: another uid, the generation from 1 again.
+    let (status, body) = api.request(&admin, "POST", &blocks, Some(&block));
+    assert_eq!(status, 201, "{body}");
+    let again = parse(&body);
+    assert_ne!(again["metadata"]["uid"].as_str(), Some(uid.as_str()));
+    assert_eq!(again["metadata"]["generation"], 1, "{body}");
 }

@@ -228,6 +228,7 @@ func token(args []string) error {
 func request(args []string) error {
 	flags := newClientFlags("request")
 	accept := flags.String("accept", "", "the Accept header (e.g. a server-side Table's)")
+	contentType := flags.String("content-type", "application/json", "the body's Content-Type (e.g. application/merge-patch+json)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -236,7 +237,7 @@ func request(args []string) error {
 		return err
 	}
 	if flags.NArg() < 2 || flags.NArg() > 3 {
-		return errors.New("usage: request --kubeconfig FILE [--accept TYPE] METHOD PATH [BODY-FILE]")
+		return errors.New("usage: request --kubeconfig FILE [--accept TYPE] [--content-type TYPE] METHOD PATH [BODY-FILE]")
 	}
 	method, path := flags.Arg(0), flags.Arg(1)
 	var body []byte
@@ -257,6 +258,9 @@ func request(args []string) error {
 	}
 	if *accept != "" {
 		req.Header.Set("Accept", *accept)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", *contentType)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
