@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::wire::{self, Request, Response};
 use super::{
-    percent_encoded, Answer, Created, Deleted, Error, Kubeconfig, List, Object, Preconditions, Replaced, Resource,
-    Selectors, Settings,
+    percent_encoded, Answer, Counts, Created, Deleted, Error, Kubeconfig, List, Object, Preconditions, Replaced,
+    Resource, Selectors, Settings,
 };
 
 type Connection = BufReader<StreamOwned<ClientConnection, DeadlineStream>>;
@@ -26,7 +26,7 @@ pub struct Client {
     timeout: Duration,
     /// Kept for the next request; `None` until the first and after a failure.
     connection: Mutex<Option<Connection>>,
-    requests: Mutex<u64>,
+    counts: Mutex<Counts>,
 }
 
 impl Client {
@@ -53,13 +53,13 @@ impl Client {
             tls,
             timeout: settings.timeout,
             connection: Mutex::new(None),
-            requests: Mutex::new(0),
+            counts: Mutex::new(Counts::default()),
         })
     }
 
-    /// How many requests this client sent (answered or not).
-    pub fn requests(&self) -> u64 {
-        *self.requests.lock().unwrap_or_else(PoisonError::into_inner)
+    /// What this client cost the server so far.
+    pub fn counts(&self) -> Counts {
+        *self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn get(&self, resource: &Resource, name: &str) -> Result<Answer<Option<Object>>, Error> {
@@ -174,7 +174,7 @@ impl Client {
     /// the answer and the server's clock when it gave it.
     fn send(&self, method: &'static str, path: &str, body: Option<&[u8]>) -> Result<(Response, SystemTime), Error> {
         let deadline = Instant::now() + self.timeout;
-        *self.requests.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner).requests += 1;
         let mut kept = self.connection.lock().unwrap_or_else(PoisonError::into_inner);
         let path = format!("{}{path}", self.kubeconfig.server.base_path);
         let request = Request { method, path: &path, host: &self.host, token: self.kubeconfig.token.as_deref(), body };
@@ -184,7 +184,10 @@ impl Client {
                     connection.get_mut().sock.deadline = deadline;
                     connection
                 }
-                None => kept.insert(self.connect(deadline)?),
+                None => {
+                    self.counts.lock().unwrap_or_else(PoisonError::into_inner).connections += 1;
+                    kept.insert(self.connect(deadline)?)
+                }
             };
             request.write_to(connection.get_mut())?;
             wire::read_response(connection)

@@ -35,6 +35,16 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
+/// Counts kept so that logs and the benchmark can tell what one call cost
+/// the API server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Requests sent, answered or not.
+    pub requests: u64,
+    /// TCP connections (each with its TLS handshake) opened, or tried.
+    pub connections: u64,
+}
+
 /// A cluster-scoped resource: `/apis/{group}/{version}/{plural}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
