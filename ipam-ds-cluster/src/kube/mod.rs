@@ -8,7 +8,10 @@
 //! threads, one TLS handshake per process, the connection kept for the next
 //! requests. Every request is bounded by the configured timeout, connecting
 //! and the handshake included, so an API server that accepts connections but
-//! never answers costs at most `timeout`, never a hang.
+//! never answers costs at most `timeout`, never a hang. A request that gets
+//! no answer is not sent again: whether a write took effect is then
+//! unknown, as with etcd, and the caller reads before it writes again (a
+//! create then finds the object, a replace its new version).
 //!
 //! Where to connect and as whom comes from a kubeconfig (`kubeconfig.rs`),
 //! read once per client; its problems are settings errors naming the file.

@@ -123,7 +123,7 @@ fn read_chunked(input: &mut impl BufRead) -> io::Result<Vec<u8>> {
             while !line(input)?.is_empty() {}
             return Ok(body);
         }
-        if body.len() + size > MAX_BODY_BYTES {
+        if size > MAX_BODY_BYTES - body.len() {
             return Err(invalid(format!("a body of more than the {MAX_BODY_BYTES} bytes read")));
         }
         let start = body.len();
@@ -177,5 +177,7 @@ mod tests {
         assert!(read_response(&mut &raw[..]).is_err());
         assert!(read_response(&mut &b"HTTP/1.1 200 OK\r\nDate"[..]).is_err());
         assert!(read_response(&mut &b"SSH-2.0-OpenSSH\r\n\r\n"[..]).is_err());
+        let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n";
+        assert!(read_response(&mut &huge[..]).is_err(), "a chunk past the limit is refused, not allocated");
     }
 }
