@@ -9,6 +9,7 @@
 pub mod blocks;
 pub mod clock;
 pub mod etcd;
+pub mod kube;
 pub mod layout;
 pub mod node;
 pub mod rows;
