@@ -379,7 +379,7 @@ fn a_bad_conflist_or_an_unreachable_etcd_is_one_line_and_exit_1() {
         (r#"{"name": "n", "type": "bridge", "ipam": {"type": "ipam-delegated", "pools": []}}"#, "no \"cluster\""),
         (
             r#"{"name": "n", "type": "bridge", "ipam": {"type": "ipam-delegated", "cluster": {"node": "n1"}}}"#,
-            "ipam.cluster.etcd: is required",
+            "ipam.cluster.etcd or ipam.cluster.kubernetes: is required",
         ),
     ];
     for (text, part) in cases {
