@@ -8,9 +8,10 @@
 
 pub mod blocks;
 pub mod clock;
+pub mod datastore;
 pub mod etcd;
-pub mod layout;
 pub mod node;
+pub mod records;
 pub mod rows;
 pub mod settings;
 
@@ -118,17 +119,7 @@ impl Plugin for ClusterSelector {
             return Ok(Reply::Nothing);
         }
         let node = Node::new(&settings, &attachment.network, &mut store)?;
-        let checked = records.iter().try_for_each(|r| {
-            let found = node.etcd.range(&etcd::RangeRequest::key(r.key.clone())).map_err(node::etcd_error)?;
-            if found.kvs.first().map(|kv| kv.value.as_slice()) != Some(r.value.as_bytes()) {
-                return Err(CniError::new(
-                    Code::NotRecorded,
-                    format!("address {} is not recorded for this attachment in the cluster", r.address),
-                )
-                .with_details(format!("etcd key {}", r.key)));
-            }
-            Ok(())
-        });
+        let checked = node.check_records(&records);
         node.finish(&mut store);
         checked.map(|()| Reply::Nothing)
     }
@@ -145,8 +136,8 @@ impl Plugin for ClusterSelector {
         // setting to fix, which GC would otherwise only log (its releases
         // are kept for later, as when etcd is unreachable).
         match node.reachable() {
-            Ok(()) | Err(etcd::Error::Unavailable(_)) => {}
-            Err(e) => return Err(node::etcd_error(e)),
+            Ok(()) | Err(datastore::Error::Unavailable(_)) => {}
+            Err(e) => return Err(e.into()),
         }
         let gone = |owner: &shared::Attachment| !valid.contains(&(owner.container_id.clone(), owner.ifname.clone()));
         // Identities of attachments that are gone keep their addresses, held in etcd.
@@ -192,10 +183,10 @@ impl Plugin for ClusterSelector {
         node.finish(&mut store);
         let unreachable = match answer {
             Ok(()) => return Ok(Reply::Nothing),
-            Err(etcd::Error::Unavailable(why)) => why,
+            Err(datastore::Error::Unavailable(why)) => why,
             // Refused credentials, a certificate that does not verify: not
             // an outage that blocks confirmed within offlineGrace can bridge.
-            Err(e) => return Err(node::etcd_error(e)),
+            Err(e) => return Err(e.into()),
         };
         let pools = pool::all_pools(&req.config)?;
         let room = store.read(|tx| {

@@ -2,7 +2,7 @@
 //! operator's side. The etcd settings (`ipam.cluster`), the pools
 //! (`ipam.pools`) and this node's database (`ipam.database`) are those of
 //! the network configuration named, as the plugins read them; the etcd keys
-//! are ipam-ds-cluster's own layout ([`ipam_ds_cluster::layout`]).
+//! are ipam-ds-cluster's own layout ([`ipam_ds_cluster::datastore::etcd::layout`]).
 //!
 //! `blocks` only reads. `release-node` writes etcd, each change under a
 //! compare of the record's mod_revision, so that a record that changed since
@@ -21,8 +21,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
+use ipam_ds_cluster::datastore::etcd::EtcdStore;
 use ipam_ds_cluster::etcd::{self, Kv, RangeRequest};
-use ipam_ds_cluster::layout::{shown, AddressRecord, BlockRecord, PoolKeys};
+use ipam_ds_cluster::records::{shown, AddressRecord, BlockRecord};
 use shared::addr::to_u128;
 use shared::logging::{self, LogSettings};
 
@@ -37,9 +39,10 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, conf.netconf.ipam().ok()));
     conf.settings.warn_weak();
     let client = etcd::Client::new(conf.settings.etcd.clone()).map_err(|e| etcd_failure(&conf, e))?;
+    let datastore = EtcdStore::over(client, &conf.settings, &conf.network);
     match command {
-        ClusterCommand::Blocks { json } => blocks::run(&conf, &client, json),
-        ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &client, &node, json, gone),
+        ClusterCommand::Blocks { json } => blocks::run(&conf, datastore.client(), json),
+        ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &datastore, &node, json, gone),
     }
 }
 
@@ -126,7 +129,11 @@ fn read_pool(conf: &ClusterConf, client: &etcd::Client, keys: &PoolKeys, g: &Geo
 /// etcd's failure in the plugins' words (ipam-ds-cluster's one mapping:
 /// the same problem reads the same from both), on one line.
 fn etcd_failure(conf: &ClusterConf, e: etcd::Error) -> Failure {
-    let e = ipam_ds_cluster::node::etcd_error(e);
+    failure(conf, ipam_ds_cluster::datastore::etcd::etcd_error(e))
+}
+
+/// A failure of the plugins' protocol, as the plugins say it, on one line.
+fn failure(conf: &ClusterConf, e: shared::CniError) -> Failure {
     Failure(one_line(&format!("{}: {}", conf.path.display(), e.msg)))
 }
 
