@@ -1,4 +1,4 @@
-//! The README's install command, run as written — with `PREFIX` and
+//! docs/install.md's install command, run as written — with `PREFIX` and
 //! `DESTDIR` each set and unset — and then the installed files: the fast
 //! layout, one program and the delegates' names as symlinks to it. The
 //! program installed is this build's (staged where `scripts/install`
@@ -14,11 +14,11 @@ use std::process::Command;
 
 use support::{repo, suite_delegates, SUITE_EXECUTABLES as EXES};
 
-/// The command of the README's "By hand" block that runs scripts/install,
+/// The command of docs/install.md's "By hand" block that runs scripts/install,
 /// without its comment.
-fn readme_install_command() -> String {
-    let readme = fs::read_to_string(repo().join("README.md")).unwrap();
-    let section = readme.split("### By hand").nth(1).expect("README has a '### By hand' section");
+fn documented_install_command() -> String {
+    let doc = fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let section = doc.split("\n## By hand\n").nth(1).expect("docs/install.md has a '## By hand' section");
     let line = section.lines().find(|l| l.contains("scripts/install")).expect("an install line");
     line.split('#').next().unwrap().trim().to_string()
 }
@@ -56,7 +56,7 @@ fn sh(script: &str, env: &[(&str, &str)], isolated: bool) -> String {
     stdout.into_owned()
 }
 
-/// After the README's command with `prefix` / `destdir` (None: unset): the
+/// After docs/install.md's command with `prefix` / `destdir` (None: unset): the
 /// program and the delegates' links to it, the operator's tool found on
 /// PATH, each name answering VERSION and naming itself from where it was
 /// installed, then `--uninstall` removing them.
@@ -64,7 +64,7 @@ fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool)
     let tmp = tempfile::tempdir().unwrap();
     let target = staged_target(tmp.path());
     let target = target.to_str().unwrap();
-    let command = readme_install_command();
+    let command = documented_install_command();
     let mut env = vec![("CARGO_TARGET_DIR", target)];
     let destdir_text = destdir.map(|d| d.to_str().unwrap().to_string());
     if let Some(p) = prefix {
@@ -117,8 +117,8 @@ fn install_and_use(prefix: Option<&str>, destdir: Option<&Path>, isolated: bool)
 }
 
 #[test]
-fn the_readme_command_installs_into_destdir_with_and_without_prefix() {
-    assert_eq!(readme_install_command(), "bash scripts/install");
+fn the_documented_command_installs_into_destdir_with_and_without_prefix() {
+    assert_eq!(documented_install_command(), "bash scripts/install");
     for prefix in [None, Some("/usr/local")] {
         let root = tempfile::tempdir().unwrap();
         install_and_use(prefix, Some(root.path()), false);
@@ -128,7 +128,7 @@ fn the_readme_command_installs_into_destdir_with_and_without_prefix() {
 
 #[test]
 #[ignore = "needs root (a mount namespace over /opt and /usr/local); run by scripts/test"]
-fn the_readme_command_installs_without_destdir_with_and_without_prefix() {
+fn the_documented_command_installs_without_destdir_with_and_without_prefix() {
     for prefix in [None, Some("/usr/local")] {
         install_and_use(prefix, None, true);
     }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::json;
+use support::markdown::{is_local, link_targets, normalize};
 use support::{bin_dir, suite_bin, Sandbox, BIN_DIR_VAR, SUITE_EXECUTABLES};
 
 /// The directory of the build an installed run must match (see the module doc).
@@ -188,13 +189,15 @@ fn installed_package_docs_links_resolve_and_commands_are_installed_ones() {
     let installed = package_files();
     let docs: Vec<&PathBuf> =
         installed.iter().filter(|p| p.starts_with(DOC_DIR) && p.extension().is_some_and(|e| e == "md")).collect();
-    for expected in ["README.md", "docs/contract.md", "examples/README.md", "ipam-ds-cluster/README.md"] {
+    for expected in
+        ["README.md", "docs/install.md", "docs/walkthroughs.md", "examples/README.md", "ipam-ds-cluster/README.md"]
+    {
         assert!(docs.iter().any(|p| **p == Path::new(DOC_DIR).join(expected)), "{DOC_DIR}/{expected} is not installed");
     }
     let mut links = 0;
     for doc in &docs {
         let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
-        for target in relative_links(&text) {
+        for target in link_targets(&text).into_iter().filter(|t| is_local(t) && !t.starts_with('#')) {
             let file = target.split('#').next().unwrap();
             let resolved = normalize(&doc.parent().unwrap().join(file));
             assert!(
@@ -207,7 +210,10 @@ fn installed_package_docs_links_resolve_and_commands_are_installed_ones() {
             links += 1;
         }
         // The walk-throughs' commands are the installed package's, not the repository's.
-        if doc.ends_with("examples/README.md") || **doc == Path::new(DOC_DIR).join("README.md") {
+        if ["README.md", "docs/walkthroughs.md", "examples/README.md"]
+            .iter()
+            .any(|d| **doc == Path::new(DOC_DIR).join(d))
+        {
             for repository_only in ["scripts/cni", "target/cni"] {
                 assert!(!text.contains(repository_only), "{} still says {repository_only}", doc.display());
             }
@@ -218,37 +224,6 @@ fn installed_package_docs_links_resolve_and_commands_are_installed_ones() {
     let help = output_of(Command::new("/usr/bin/cni-run").arg("--help"));
     assert!(help.contains("ADD"), "cni-run --help: {help}");
     assert!(installed.contains(&PathBuf::from("/usr/bin/cni-run")));
-}
-
-/// The targets of the Markdown links `[text](target)` of `text` that point at
-/// a file beside it: not a URL, not an anchor of the same page.
-fn relative_links(text: &str) -> Vec<String> {
-    let mut links = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("](") {
-        rest = &rest[at + 2..];
-        let Some(end) = rest.find(')') else { break };
-        let target = &rest[..end];
-        if !target.is_empty() && !target.starts_with('#') && !target.contains("://") && !target.starts_with("mailto:") {
-            links.push(target.to_string());
-        }
-    }
-    links
-}
-
-/// The path with its `.` and `..` components resolved lexically.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 #[test]

@@ -1,10 +1,10 @@
-//! The README's walk-throughs ("A bridge network, step by step", "Sticky
-//! addresses") and the command block of every example in examples/README.md,
+//! The walk-throughs of docs/walkthroughs.md ("A bridge network, step by
+//! step", "Sticky addresses") and the command block of every example in examples/README.md,
 //! run as a user runs them: each command as written, through `scripts/cni` (the runtime of the
 //! workspace's `cni-run`), with Debian's real `bridge` and `macvlan`. A
-//! README that drifts from what works fails here.
+//! doc that drifts from what works fails here.
 //!
-//! The commands are read from the two READMEs and run one by one in one bash
+//! The commands are read from the two docs and run one by one in one bash
 //! process (so `export` and `walk=$(mktemp -d)` carry over), with these
 //! changes only:
 //!
@@ -12,7 +12,7 @@
 //!   the suite is the build under test ([`bin_dir`], the same layout), and
 //!   `scripts/cni` builds cni-run itself;
 //! - `$PWD/target/cni/bin` and `target/cni/bin/` name [`bin_dir`];
-//! - each namespace the README makes (`ip netns add NAME`) gets a name unique
+//! - each namespace the docs make (`ip netns add NAME`) gets a name unique
 //!   to the test, wherever NAME is a word of a command;
 //! - `scripts/cni`, `ip link` and the operator's `ipam-delegated` run in a
 //!   network namespace that plays the
@@ -56,19 +56,21 @@ use netns::{ip, ip_ok, netns_names, prerequisites, unique, Netns};
 use serde_json::Value;
 use support::{bin_dir, list_leases, read_repo_file, repo, Sandbox};
 
-const README_SECTION: &str = "## A bridge network, step by step";
+/// The doc of the walk-throughs, and its two sections.
+const WALKTHROUGHS: &str = "docs/walkthroughs.md";
+const BRIDGE_SECTION: &str = "## A bridge network, step by step";
 const STICKY_SECTION: &str = "## Sticky addresses";
 const EXAMPLES_SECTION: &str = "## Run them with scripts/cni";
 /// How long one command may take (the first `scripts/cni` builds cni-run).
-/// The READMEs' release build, and its install into target/cni (the fast layout).
+/// The docs' release build, and its install into target/cni (the fast layout).
 const BUILD: &str = "bash scripts/build";
 const INSTALL: &str = "PREFIX=$PWD/target/cni LINKDIR= bash scripts/install";
 const STEP_LIMIT: Duration = Duration::from_secs(600);
 
 // ---------------------------------------------------------------------------
-// The commands, as the READMEs show them
+// The commands, as the docs show them
 
-/// One command of a README: a line, or a line with its here-document.
+/// One command of a doc: a line, or a line with its here-document.
 #[derive(Debug, Clone)]
 struct Step {
     text: String,
@@ -141,12 +143,12 @@ fn steps(body: &[&str]) -> Vec<Step> {
     steps
 }
 
-fn readme_steps() -> Vec<Step> {
-    sh_blocks(&read_repo_file("README.md"), README_SECTION).into_iter().flat_map(|(_, s)| s).collect()
+fn bridge_steps() -> Vec<Step> {
+    sh_blocks(&read_repo_file(WALKTHROUGHS), BRIDGE_SECTION).into_iter().flat_map(|(_, s)| s).collect()
 }
 
 fn sticky_steps() -> Vec<Step> {
-    sh_blocks(&read_repo_file("README.md"), STICKY_SECTION).into_iter().flat_map(|(_, s)| s).collect()
+    sh_blocks(&read_repo_file(WALKTHROUGHS), STICKY_SECTION).into_iter().flat_map(|(_, s)| s).collect()
 }
 
 /// examples/README.md's blocks: the set-up (before the first example), one per
@@ -220,11 +222,11 @@ fn expected_addresses(stem: &str) -> &'static [&'static str] {
 }
 
 // ---------------------------------------------------------------------------
-// Without root: the READMEs hold the commands the end-to-end tests run
+// Without root: the docs hold the commands the end-to-end tests run
 
 #[test]
-fn the_readme_walk_through_has_every_step() {
-    let steps = readme_steps();
+fn the_bridge_walk_through_has_every_step() {
+    let steps = bridge_steps();
     let commands: Vec<&str> = steps.iter().map(Step::command).collect();
     for wanted in [
         BUILD,
@@ -240,7 +242,7 @@ fn the_readme_walk_through_has_every_step() {
         "ip link del cni-blue0",
         "rm -r $walk",
     ] {
-        assert!(commands.contains(&wanted), "the README's walk-through has no `{wanted}`: {commands:#?}");
+        assert!(commands.contains(&wanted), "the bridge walk-through has no `{wanted}`: {commands:#?}");
     }
     // The configuration: the example's network, without isGateway and ipMasq
     // (the host's forwarding and firewall stay as they are), on its own database.
@@ -253,10 +255,10 @@ fn the_readme_walk_through_has_every_step() {
     assert!(plugin.get("isGateway").is_none() && plugin.get("ipMasq").is_none(), "{plugin}");
     assert_eq!(plugin["ipam"]["database"], "/w/allocations.sqlite");
     assert_eq!(plugin["ipam"]["pools"], conflist("bridge")["plugins"][0]["ipam"]["pools"], "the example's pool");
-    assert!(read_repo_file("README.md").contains("`/var/lib/cni/results/blue-net-c1-eth0`"));
+    assert!(read_repo_file(WALKTHROUGHS).contains("`/var/lib/cni/results/blue-net-c1-eth0`"));
 }
 
-/// The README's "Sticky addresses": examples/sticky.conflist's network on a
+/// docs/walkthroughs.md's "Sticky addresses": examples/sticky.conflist's network on a
 /// database of its own; db-0 added, deleted and added again under a new
 /// container id in a new namespace, db-1 added, the hold listed and
 /// released, and everything it made removed.
@@ -466,10 +468,10 @@ impl Drop for Shell {
     }
 }
 
-/// How the test runs a README's commands (see the module's documentation).
+/// How the test runs a doc's commands (see the module's documentation).
 struct Rewrite {
     bin: String,
-    /// The README's namespace names, each with the test's.
+    /// The doc's namespace names, each with the test's.
     namespaces: Vec<(String, String)>,
 }
 
@@ -524,7 +526,7 @@ fn walk(steps: &[Step], expected: &[&str], db: &str, host: &Netns) {
     let varlib = sb.path().join("varlib");
     fs::create_dir(&varlib).expect("creating the test's /var/lib");
     let readme_ns = namespace_made(steps);
-    // Removed at the end, also when the README's `ip netns del` is not reached.
+    // Removed at the end, also when the doc's `ip netns del` is not reached.
     let container = Netns { name: format!("ipam-e2e-{}", unique("w")) };
     let rewrite =
         Rewrite { bin: bin_dir().display().to_string(), namespaces: vec![(readme_ns, container.name.clone())] };
@@ -624,7 +626,7 @@ fn added(ran: &Ran, what: &str, expected: &[&str], container: &Netns, cache_file
     assert_eq!(cached["result"], result, "{what}: the cached result is the one printed");
 }
 
-/// The README's "Sticky addresses", run as [`Rewrite`] says: each
+/// docs/walkthroughs.md's "Sticky addresses", run as [`Rewrite`] says: each
 /// `scripts/cni ADD` gives the address its comment names, on eth0 in its
 /// namespace; each DEL is silent; the listing shows db-0's address held for
 /// it and db-1's leased; `release --identity` frees the held one.
@@ -633,7 +635,7 @@ fn sticky_walk(steps: &[Step], host: &Netns) {
     let varlib = sb.path().join("varlib");
     fs::create_dir(&varlib).expect("creating the test's /var/lib");
     let made = namespaces_made(steps);
-    // Removed at the end, also when the README's `ip netns del` is not reached.
+    // Removed at the end, also when the doc's `ip netns del` is not reached.
     let ours: Vec<Netns> = made.iter().map(|_| Netns { name: format!("ipam-e2e-{}", unique("s")) }).collect();
     let namespaces: Vec<(String, String)> = made.iter().cloned().zip(ours.iter().map(|n| n.name.clone())).collect();
     let rewrite = Rewrite { bin: bin_dir().display().to_string(), namespaces: namespaces.clone() };
@@ -706,19 +708,19 @@ fn leaving_the_machine_as_found(scenario: impl FnOnce(&Netns)) {
 
 #[test]
 #[ignore = "needs root, network namespaces and Debian's containernetworking-plugins (bash scripts/test runs them)"]
-fn the_readme_walk_through_as_written() {
+fn the_bridge_walk_through_as_written() {
     leaving_the_machine_as_found(|host| {
-        walk(&readme_steps(), &["10.22.1.0/16"], "$walk/allocations.sqlite", host);
+        walk(&bridge_steps(), &["10.22.1.0/16"], "$walk/allocations.sqlite", host);
         assert_eq!(host.forwarding(), ["0", "0"], "the walk-through leaves the host's forwarding alone");
     });
 }
 
 #[test]
 #[ignore = "needs root, network namespaces and Debian's containernetworking-plugins (bash scripts/test runs them)"]
-fn the_readme_sticky_walk_through_as_written() {
+fn the_sticky_walk_through_as_written() {
     leaving_the_machine_as_found(|host| {
-        // As the README says: after the first walk-through's set-up (CNI_PATH).
-        let setup = readme_steps().into_iter().filter(|s| s.command().starts_with("export CNI_PATH="));
+        // As docs/walkthroughs.md says: after the first walk-through's set-up (CNI_PATH).
+        let setup = bridge_steps().into_iter().filter(|s| s.command().starts_with("export CNI_PATH="));
         let steps: Vec<Step> = setup.chain(sticky_steps()).collect();
         sticky_walk(&steps, host);
         assert_eq!(host.forwarding(), ["0", "0"], "the walk-through leaves the host's forwarding alone");

@@ -2,8 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::Figures;
-use crate::scenarios::fill_curve::FILL_LEVELS;
+use crate::figures::Figures;
 
 const W: f64 = 760.0;
 const H: f64 = 440.0;
@@ -21,7 +20,8 @@ pub fn render(fig: &Figures) -> String {
     let (dec_lo, dec_hi) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
     let plot_w = W - LEFT - RIGHT;
     let plot_h = H - TOP - BOTTOM;
-    let x = |i: usize| LEFT + plot_w * (i as f64 + 0.5) / FILL_LEVELS.len() as f64;
+    let levels = fig.fill_levels();
+    let x = |i: usize| LEFT + plot_w * (i as f64 + 0.5) / levels.len() as f64;
     let y = |ms: f64| TOP + plot_h * (1.0 - (ms.max(1e-3).log10() - dec_lo as f64) / (dec_hi - dec_lo) as f64);
 
     let mut s = String::new();
@@ -49,7 +49,7 @@ pub fn render(fig: &Figures) -> String {
         W - RIGHT,
         H - BOTTOM
     );
-    for (i, level) in FILL_LEVELS.iter().enumerate() {
+    for (i, level) in levels.iter().enumerate() {
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}%</text>"#,

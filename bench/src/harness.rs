@@ -202,6 +202,19 @@ pub struct Stats {
     pub n: usize,
 }
 
+/// Call latencies with their 90th percentile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Latency {
+    pub stats: Stats,
+    pub p90_ms: f64,
+}
+
+impl Latency {
+    pub fn of(samples: &[Duration]) -> Latency {
+        Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) }
+    }
+}
+
 pub fn stats(samples: &[Duration]) -> Stats {
     let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
     ms.sort_by(f64::total_cmp);

@@ -18,21 +18,28 @@
 //!
 //! The modules: [`setup`] (counts, plugins and their configurations, temp
 //! dirs, pool fills), [`harness`] (running a plugin process, timing it,
-//! statistics), one module per scenario in [`scenarios`], and [`report`] and
-//! [`chart`] for what is written.
+//! statistics), what several scenarios share ([`strace`], [`debug_log`],
+//! [`cluster_mode`]), one module per scenario in [`scenarios`], what they measure
+//! in [`figures`], and for what is written [`report`] (one module per section
+//! of BENCHMARKS.md) and [`chart`].
 
 mod chart;
 mod cli;
+mod cluster_mode;
+mod debug_log;
+mod figures;
 mod harness;
 mod report;
 mod scenarios;
 mod setup;
+mod strace;
 
 use std::fs;
 use std::path::Path;
 
+use figures::machine::{installed_version, Machine};
+use figures::Figures;
 use harness::{loadavg, phase};
-use report::Figures;
 use setup::{Ctx, Suite, FULL, HOST_LOCAL, QUICK};
 
 type Scenario = fn(&Ctx, &mut Figures);
@@ -120,9 +127,9 @@ fn main() {
     // Its temporary directory goes with it (also on a panic), unless BENCH_KEEP.
     let ctx = Ctx::new(suite, counts, floor);
     eprintln!("    measuring: {}", ctx.layout);
-    let mut machine = report::Machine::probe(ctx.root(), &workspace);
+    let mut machine = Machine::probe(ctx.root(), &workspace);
     if installed {
-        machine.suite = report::installed_version(&ctx.exe("ipam-delegated"), &machine.suite);
+        machine.suite = installed_version(&ctx.exe("ipam-delegated"), &machine.suite);
     }
     let mut fig = Figures { counts: Some(counts), layout: ctx.layout.clone(), ..Default::default() };
     fig.loads.push(("start".into(), loadavg()));
@@ -138,20 +145,20 @@ fn main() {
     drop(ctx); // removes the temporary databases, unless BENCH_KEEP
 
     let elapsed = total.elapsed();
-    let table = report::table(&fig);
+    let table = report::summary::table(&fig);
     println!("{table}");
     if wanted("cluster") {
-        println!("Cluster mode (ipam-ds-cluster on etcd):\n\n{}", report::cluster_table(&fig));
+        println!("Cluster mode (ipam-ds-cluster on etcd):\n\n{}", report::cluster::table(&fig));
     }
     let sticky = report::sticky::section(&fig);
     if !sticky.is_empty() {
         println!("{sticky}");
     }
     println!("measured: {}\n", fig.layout);
-    println!("{}", report::bounds(&fig));
-    println!("whole run: {elapsed:.1?}; load averages: {}", report::loads(&fig));
+    println!("{}", report::bounds::list(&fig));
+    println!("whole run: {elapsed:.1?}; load averages: {}", report::machine::loads(&fig));
     if only.is_some() {
-        println!("\n{}", report::machine_table(&machine, &fig));
+        println!("\n{}", report::machine::table(&machine, &fig));
     }
     if quick || only.is_some() {
         eprintln!("BENCH_QUICK / --only (BENCH_ONLY): BENCHMARKS.md and the chart are not written");

@@ -305,7 +305,13 @@ impl Ctx {
 
     /// The full stack: ipam-delegated with ipam-ds-pool and ipam-da-sequential.
     pub fn stack(&self, db: &Path, subnet: &str) -> Plugin {
-        Plugin { exe: self.exe(PROGRAM), cni_path: self.bins.clone(), config: bytes(&suite_config(db, subnet)) }
+        self.stack_with(&suite_config(db, subnet))
+    }
+
+    /// The suite's program with `config`: a configuration of
+    /// [`Ctx::stack_config`] that the scenario changed.
+    pub fn stack_with(&self, config: &Value) -> Plugin {
+        Plugin { exe: self.exe(PROGRAM), cni_path: self.bins.clone(), config: bytes(config) }
     }
 
     /// The full stack in the copies layout: every delegate a process.

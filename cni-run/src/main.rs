@@ -4,7 +4,7 @@
 //! `prevResult` (ADD: the previous plugin's result; CHECK and DEL: the cached
 //! ADD result), caches the ADD result where libcni does, hands each plugin the
 //! capability arguments it declares as `runtimeConfig`, and passes CNI_ARGS on.
-//! `scripts/cni` builds and runs it; the README's walk-through uses it.
+//! `scripts/cni` builds and runs it; the walk-throughs of docs/walkthroughs.md use it.
 
 mod cache;
 mod conf;

@@ -14,6 +14,7 @@ pub mod node;
 pub mod records;
 pub mod rows;
 pub mod settings;
+pub mod tables;
 
 use shared::pool::{self, Pool};
 use shared::store::StoreHandle;
@@ -177,7 +178,7 @@ impl Plugin for ClusterSelector {
         let settings = Settings::from_config(&req.config)?;
         let network = req.config.name()?;
         let mut store = suite_delegate::usable_store(req)?;
-        store.make_cluster_tables()?;
+        tables::make_missing(&mut store)?;
         let node = Node::new(&settings, network, &mut store)?;
         let answer = node.reachable();
         node.finish(&mut store);
@@ -230,7 +231,7 @@ fn sticky_release(req: &Request) -> Option<(std::time::Duration, Option<String>)
 /// call on the node makes (a node-local database has none).
 fn open_node_store(req: &Request) -> Result<StoreHandle> {
     let mut store = suite_delegate::open_store(req)?;
-    store.make_cluster_tables()?;
+    tables::make_missing(&mut store)?;
     Ok(store)
 }
 /// This plugin, as the multicall program runs it by name.

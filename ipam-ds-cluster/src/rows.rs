@@ -1,9 +1,9 @@
-//! Cluster mode's rows in the node database (its tables are in the suite's
-//! one schema: v3, `shared` v4): the blocks this node owns in etcd and the
-//! address records it wrote there, each written before the etcd write it
-//! names and dropped only after the etcd delete, and small notes. They are
-//! this crate's alone: the core every allocator links knows the tables, not
-//! what they mean ([`ClusterRows`] on the core's transaction).
+//! Cluster mode's rows in the node database: the blocks this node owns in
+//! etcd and the address records it wrote there, each written before the etcd
+//! write it names and dropped only after the etcd delete, and small notes.
+//! They are this crate's alone, as their tables are ([`crate::tables`]): the
+//! core every allocator links lends its transaction ([`ClusterRows`] on
+//! [`Tx::sql`]) and knows nothing of what they mean.
 
 use std::net::IpAddr;
 use std::path::Path;

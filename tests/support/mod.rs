@@ -7,6 +7,7 @@
 //! used by every one of them.
 #![allow(dead_code)]
 
+pub mod markdown;
 pub mod sticky;
 
 use std::collections::BTreeMap;

@@ -1,75 +1,17 @@
-//! The figures of the sticky-address scenarios ([`crate::scenarios::sticky`]):
-//! what they record, the tables, and their section of BENCHMARKS.md (also
-//! printed when they run).
+//! The sticky-address section: the tables of the sticky-address scenarios
+//! and what they say (also printed when they run).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::time::Duration;
 
-use super::{ratio, Figures, FsyncProbe, Latency, StepCount};
-use crate::harness::Stats;
-use crate::scenarios::sticky::{
-    kubelet_args, CLUSTER_PLAIN, CLUSTER_STICKY, HOST_LOCAL, NEW_IDENTITY, PLAIN, RETURNING, RETURNING_ELSEWHERE,
-    STICKY, WITHOUT,
+use super::format::ratio;
+use crate::figures::cluster::StepCount;
+use crate::figures::durability::FsyncProbe;
+use crate::figures::sticky::{
+    CallProbe, StickyClusterFigures, StickyFigures, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
+    RETURNING_ELSEWHERE, WITHOUT,
 };
-
-/// One variant's ADD and DEL times over the rounds.
-pub struct VariantTimes {
-    pub name: &'static str,
-    pub add: Latency,
-    pub del: Latency,
-    /// CPU time (user + system) of the calls.
-    pub add_cpu: Stats,
-    pub del_cpu: Stats,
-}
-
-/// Some calls of one command of one variant, logged at debug level (and,
-/// in local mode, under strace).
-pub struct CallProbe {
-    pub variant: &'static str,
-    pub command: &'static str,
-    pub calls: usize,
-    /// The "lock wait …, transaction …, durable commit …" lines: one per
-    /// write transaction.
-    pub write_txns: usize,
-    /// Their transaction + durable commit times, summed.
-    pub lock_held: Duration,
-    /// fsync-family calls per call (strace -f), when counted.
-    pub syncs: Option<FsyncProbe>,
-}
-
-impl CallProbe {
-    fn write_txns_per_call(&self) -> f64 {
-        self.write_txns as f64 / self.calls.max(1) as f64
-    }
-
-    fn lock_held_per_call_ms(&self) -> f64 {
-        self.lock_held.as_secs_f64() * 1e3 / self.calls.max(1) as f64
-    }
-}
-
-/// Local mode: host-local, the suite without and with stickiness.
-pub struct StickyFigures {
-    pub subnet: &'static str,
-    pub rounds: usize,
-    pub variants: Vec<VariantTimes>,
-    pub probes: Vec<CallProbe>,
-    /// Why the fsync-family calls were not counted.
-    pub fsync_note: Option<String>,
-}
-
-/// Cluster mode on a real etcd: the cluster stack without and with
-/// stickiness.
-pub struct StickyClusterFigures {
-    /// `etcd --version`'s first line.
-    pub etcd: String,
-    pub subnet: &'static str,
-    pub rounds: usize,
-    pub variants: Vec<VariantTimes>,
-    /// Per variant: the etcd requests of its counted ADDs and DELs.
-    pub counts: Vec<(&'static str, StepCount, StepCount)>,
-    pub probes: Vec<CallProbe>,
-}
+use crate::figures::Figures;
 
 fn times<'a>(variants: &'a [VariantTimes], name: &str) -> Option<&'a VariantTimes> {
     variants.iter().find(|v| v.name == name)
@@ -309,7 +251,7 @@ pub fn section(fig: &Figures) -> String {
     }
     let _ = writeln!(s, "## Sticky addresses: ADD and DEL with and without ipam-da-sticky\n");
     if let Some(f) = &fig.sticky {
-        let _ = writeln!(s, "The suite without stickiness is `ipam-delegated` with delegates `{}`; with stickiness `{}` (`ipam.sticky` left to its defaults: identity `K8S_POD_NAMESPACE`/`K8S_POD_NAME`, hold 600 s). Subnet {}, a database / dataDir of its own per variant. {} rounds: each round ADDs one container per variant, then DELs it, the variants' order rotating. Every call has CNI_ARGS as a kubelet passes them (`{}`); host-local and the stack without stickiness ignore them. *A new identity*: a pod never seen before (nothing to give back; the allocators bind the identity to the lease; its DEL holds the address). *The identity returns*: each round's pod was ADDed and DELeted once before the rounds, so that its address is held for it; its ADD under a new container id takes the hold back (the benchmark checks that it answers the held address), and its DEL holds it again.\n", list(&PLAIN), list(&STICKY), f.subnet, f.rounds, kubelet_args("<pod>", "<container id>"));
+        let _ = writeln!(s, "The suite without stickiness is `ipam-delegated` with delegates `{}`; with stickiness `{}` (`ipam.sticky` left to its defaults: identity `K8S_POD_NAMESPACE`/`K8S_POD_NAME`, hold 600 s). Subnet {}, a database / dataDir of its own per variant. {} rounds: each round ADDs one container per variant, then DELs it, the variants' order rotating. Every call has CNI_ARGS as a kubelet passes them (`{}`); host-local and the stack without stickiness ignore them. *A new identity*: a pod never seen before (nothing to give back; the allocators bind the identity to the lease; its DEL holds the address). *The identity returns*: each round's pod was ADDed and DELeted once before the rounds, so that its address is held for it; its ADD under a new container id takes the hold back (the benchmark checks that it answers the held address), and its DEL holds it again.\n", list(f.plain_delegates), list(f.sticky_delegates), f.subnet, f.rounds, f.cni_args);
         let _ = writeln!(s, "{}", latency_table(&f.variants));
         let n = f.probes.first().map_or(0, |p| p.calls);
         let _ = writeln!(s, "Then {n} ADDs and {n} DELs per variant logged at debug level: every write transaction logs \"lock wait W, transaction T, durable commit C\", so the lines count a call's write transactions and T + C is how long they held the database's lock; and as many under `strace -f`, counting the fsync-family calls as in Durability{}.\n", f.fsync_note.as_ref().map_or(String::new(), |note| format!(" (not counted: {note})")));
@@ -318,7 +260,7 @@ pub fn section(fig: &Figures) -> String {
     }
     match (&fig.sticky_cluster, &fig.sticky_cluster_note) {
         (Some(c), _) => {
-            let _ = writeln!(s, "### Cluster mode\n\nThe cluster stack without stickiness is `{}`, with it `{}`, on one real etcd ({}, a single member on loopback ports); pool `bench`, {}, default blockSize (/26 blocks), under a key prefix of its own; a node is a node name with a database of its own, one per variant: no stickiness (`node-a`), a new identity (`node-b`), the identity returning to the node that held it (`node-c`), and returning on another node (`node-d` takes over holds that `node-e` left: the address lies in `node-e`'s block). {} rounds as above, then per variant as many ADDs and DELs as the cluster scenario counts, each batch counted by etcd (`grpc_server_handled_total` per method, before and after) and logged at debug level (the client's count per call, the write transactions). The node of new identities was first given room for every identity it holds (ADDs without CNI_ARGS, not sticky, then their DELs: it keeps the blocks it claimed), so that no counted ADD claims a block.\n", list(&CLUSTER_PLAIN), list(&CLUSTER_STICKY), c.etcd, c.subnet, c.rounds);
+            let _ = writeln!(s, "### Cluster mode\n\nThe cluster stack without stickiness is `{}`, with it `{}`, on one real etcd ({}, a single member on loopback ports); pool `bench`, {}, default blockSize (/26 blocks), under a key prefix of its own; a node is a node name with a database of its own, one per variant: no stickiness (`node-a`), a new identity (`node-b`), the identity returning to the node that held it (`node-c`), and returning on another node (`node-d` takes over holds that `node-e` left: the address lies in `node-e`'s block). {} rounds as above, then per variant as many ADDs and DELs as the cluster scenario counts, each batch counted by etcd (`grpc_server_handled_total` per method, before and after) and logged at debug level (the client's count per call, the write transactions). The node of new identities was first given room for every identity it holds (ADDs without CNI_ARGS, not sticky, then their DELs: it keeps the blocks it claimed), so that no counted ADD claims a block.\n", list(c.plain_delegates), list(c.sticky_delegates), c.etcd, c.subnet, c.rounds);
             let _ = writeln!(s, "{}", latency_table(&c.variants));
             let _ = writeln!(s, "{}", count_table(&c.counts));
             let _ = writeln!(s, "{}", probe_table(&c.probes, false));
@@ -335,10 +277,12 @@ pub fn section(fig: &Figures) -> String {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::time::Duration;
 
     use ipam_ds_cluster::etcd::RequestCount;
 
     use super::*;
+    use crate::harness::{Latency, Stats};
 
     fn lat(median_ms: f64, n: usize) -> Latency {
         Latency {
@@ -361,6 +305,10 @@ mod tests {
     fn the_local_figures_compare_with_host_local_and_without_stickiness() {
         let fig = Figures {
             sticky: Some(StickyFigures {
+                plain_delegates: &["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"],
+                sticky_delegates: &["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"],
+                cni_args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=<pod>;K8S_POD_INFRA_CONTAINER_ID=<container id>"
+                    .into(),
                 subnet: "10.27.0.0/16",
                 rounds: 10,
                 variants: vec![
@@ -385,17 +333,12 @@ mod tests {
             "was 1.00 ms without stickiness, 1.25 ms for a new identity (+0.25 ms) and 1.20 ms for a returning one",
             "Per ADD the stack without stickiness made 1.00 write transactions, with it 2.00 (new identity)",
             "K8S_POD_NAME=<pod>",
+            "with stickiness `[\"ipam-ds-pool\", \"ipam-da-static\", \"ipam-da-sticky\", \"ipam-da-sequential\"]`",
         ] {
             assert!(s.contains(text), "{text} missing from\n{s}");
         }
         assert!(!s.contains("### Cluster mode"), "{s}");
         assert!(section(&Figures::default()).is_empty());
-        // A full run writes the section into BENCHMARKS.md, before the latency section.
-        let fig = Figures { counts: Some(crate::setup::QUICK), ..fig };
-        let machine = super::super::tests::machine();
-        let md = super::super::markdown(&fig, &machine, "", Duration::from_secs(1));
-        let (sticky, latency) = (md.find("## Sticky addresses"), md.find("## Latency ("));
-        assert!(sticky.is_some() && sticky < latency, "{md}");
     }
 
     #[test]
@@ -409,6 +352,14 @@ mod tests {
         let fig = Figures {
             sticky_cluster: Some(StickyClusterFigures {
                 etcd: "etcd Version: 3.4.23".into(),
+                plain_delegates: &["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
+                sticky_delegates: &[
+                    "ipam-ds-pool",
+                    "ipam-ds-cluster",
+                    "ipam-da-static",
+                    "ipam-da-sticky",
+                    "ipam-da-sequential",
+                ],
                 subnet: "10.33.0.0/16",
                 rounds: 10,
                 variants: vec![variant(WITHOUT, 2.0, 1.8), variant(NEW_IDENTITY, 3.0, 2.8)],

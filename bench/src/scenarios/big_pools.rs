@@ -4,8 +4,8 @@
 
 use shared::addr::from_u128;
 
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats};
-use crate::report::Figures;
 use crate::setup::{allocatable, selector_pool, suite_fill, Ctx};
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {

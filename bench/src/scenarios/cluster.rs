@@ -55,7 +55,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
@@ -64,14 +63,17 @@ use std::time::{Duration, Instant};
 use ipam_ds_cluster::blocks::Geometry;
 use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
-use ipam_ds_cluster::etcd::{Op, RangeRequest, RequestCount, Txn};
+use ipam_ds_cluster::etcd::{Op, RangeRequest, Txn};
 use serde_json::{json, Value};
 use shared::addr::to_u128;
 use shared::pool;
 use shared::CniArgs;
 
-use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::{ClusterFigures, ClusterFill, Figures, Latency, PodWaves, StepCount, TightPool, Wave};
+use crate::cluster_mode::{difference, etcd_version, in_cluster, in_pool};
+use crate::debug_log::{client_counts, logging};
+use crate::figures::cluster::{ClusterFigures, ClusterFill, PodWaves, StepCount, TightPool, Wave};
+use crate::figures::Figures;
+use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -85,21 +87,21 @@ pub const WORKERS_PER_NODE: usize = 16;
 /// Requests of each kind the floor is measured with.
 const FLOOR_REQUESTS: usize = 200;
 /// The blockSize of the tight pool and of the waves' pool.
-pub const BLOCK_SIZE: u8 = 26;
+const BLOCK_SIZE: u8 = 26;
 /// The tight pool: few blocks (4), one node; a key prefix of its own.
-pub const TIGHT_SUBNET: &str = "10.31.0.0/24";
+const TIGHT_SUBNET: &str = "10.31.0.0/24";
 const TIGHT_PREFIX: &str = "/ipam-bench-tight";
 /// The waves' pool: [`WAVE_RANGE`] of this subnet, exactly [`WAVE_PODS`]
 /// addresses (the gateway, 10.32.0.1, and the network address outside it).
-pub const WAVE_SUBNET: &str = "10.32.0.0/22";
-pub const WAVE_RANGE: (&str, &str) = ("10.32.0.2", "10.32.3.233");
+const WAVE_SUBNET: &str = "10.32.0.0/22";
+const WAVE_RANGE: (&str, &str) = ("10.32.0.2", "10.32.3.233");
 /// Pods placed by the waves, as many as the pool's addresses.
 pub const WAVE_PODS: usize = 1000;
 pub const WAVE_NODES: usize = 10;
 /// ADDs in flight per node in the waves.
 pub const WAVE_THREADS: usize = 2;
 /// How long a failed ADD of the waves waits before it is tried again.
-pub const RETRY: Duration = Duration::from_millis(500);
+const RETRY: Duration = Duration::from_millis(500);
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if find_in_path("etcd").is_none() {
@@ -123,7 +125,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     // (ipam-da-static too), so that the cluster delegate's own cost shows.
     let mut static_conf = ctx.stack_config(&dir.join("local-static.sqlite"), SUBNET);
     static_conf["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"]);
-    let variants = [plugin(ctx, &cluster_conf), plugin(ctx, &local_conf), plugin(ctx, &static_conf)];
+    let variants = [ctx.stack_with(&cluster_conf), ctx.stack_with(&local_conf), ctx.stack_with(&static_conf)];
     // Warm-up, not counted: the node claims its first block, the local
     // databases are created; all keep these leases.
     for p in &variants {
@@ -145,7 +147,6 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
             del[v].push(variants[v].run("DEL", &container).expect_ok("cluster-mode latency DEL").wall);
         }
     }
-    let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
 
     phase(&format!("cluster mode: etcd requests per call, {steady} steady-state ADDs and DELs (logged at debug)"));
     let [steady_add, steady_del] = count_steady(ctx, &etcd, dir, "steady", steady, &|log| {
@@ -167,6 +168,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let [tight_add, tight_del] = count_steady(ctx, &etcd, dir, "tight", tight_n, &tight_config);
     let tight = TightPool {
         subnet: TIGHT_SUBNET,
+        block_size: BLOCK_SIZE,
         usable: tight_usable,
         blocks: tight_blocks,
         claimed: claimed_blocks(&etcd, TIGHT_PREFIX),
@@ -180,12 +182,12 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let two_waves = pods_in_waves(ctx, &etcd, dir, "two waves", "/ipam-bench-two-waves", &[half, WAVE_NODES - half]);
     fig.cluster = Some(ClusterFigures {
         etcd: etcd_version(),
-        add_cluster: latency(&add[0]),
-        add_local: latency(&add[1]),
-        del_cluster: latency(&del[0]),
-        del_local: latency(&del[1]),
-        add_local_static: latency(&add[2]),
-        del_local_static: latency(&del[2]),
+        add_cluster: Latency::of(&add[0]),
+        add_local: Latency::of(&add[1]),
+        del_cluster: Latency::of(&del[0]),
+        del_local: Latency::of(&del[1]),
+        add_local_static: Latency::of(&add[2]),
+        del_local_static: Latency::of(&del[2]),
         steady_add,
         steady_del,
         tight,
@@ -200,29 +202,14 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     fig.loads.push(("cluster".into(), loadavg()));
 }
 
-/// The stack's configuration in cluster mode, for `node` on its own database;
-/// `log`: every delegate logs at debug level to that file.
-pub(crate) fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
-    let mut config = ctx.stack_config(db, SUBNET);
-    config["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"]);
-    config["ipam"]["cluster"] = json!({ "etcd": { "endpoints": [endpoint] }, "node": node });
-    if let Some(log) = log {
-        config["ipam"]["logFile"] = json!(log);
-        config["ipam"]["logLevel"] = json!("debug");
+/// The stack's configuration in cluster mode, for `node` on its own database
+/// in pool [`SUBNET`]; `log`: every delegate logs at debug level to that file.
+fn cluster_config(ctx: &Ctx, db: &Path, endpoint: &str, node: &str, log: Option<&Path>) -> Value {
+    let config = in_cluster(ctx.stack_config(db, SUBNET), endpoint, node);
+    match log {
+        Some(log) => logging(&config, log),
+        None => config,
     }
-    config
-}
-
-pub(crate) fn plugin(ctx: &Ctx, config: &Value) -> Plugin {
-    Plugin { exe: ctx.exe("ipam-delegated"), cni_path: ctx.bins.clone(), config: bytes(config) }
-}
-
-/// A configuration made for another pool: `pool` (an `ipam.pools` entry, as
-/// the suite reads it) under the key prefix `prefix` in etcd, so that it
-/// shares no key with the other steps' pool of the same name.
-pub(crate) fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
-    config["ipam"]["pools"] = json!([pool]);
-    config["ipam"]["cluster"]["etcd"]["prefix"] = json!(prefix);
 }
 
 /// The tight pool: [`TIGHT_SUBNET`] cut into /[`BLOCK_SIZE`] blocks (4).
@@ -272,7 +259,7 @@ fn count_steady(
     n: usize,
     config: &dyn Fn(Option<&Path>) -> Value,
 ) -> [StepCount; 2] {
-    let unlogged = plugin(ctx, &config(None));
+    let unlogged = ctx.stack_with(&config(None));
     for i in 0..n {
         unlogged.run("ADD", &format!("room-{i}")).expect_ok("cluster-mode ADD (making room)");
     }
@@ -281,7 +268,7 @@ fn count_steady(
     }
     ["ADD", "DEL"].map(|command| {
         let log = dir.join(format!("{tag}-{command}.log"));
-        let p = plugin(ctx, &config(Some(&log)));
+        let p = ctx.stack_with(&config(Some(&log)));
         let before = etcd.handled();
         for i in 0..n {
             p.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call");
@@ -290,38 +277,6 @@ fn count_steady(
         let (client, logged) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
         StepCount { calls: n, etcd: difference(&before, &after), client, logged }
     })
-}
-
-/// The requests of some calls, as etcd counted them per method.
-pub(crate) fn difference(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .map(|(method, n)| (method.clone(), n.saturating_sub(before.get(method).copied().unwrap_or(0))))
-        .collect()
-}
-
-/// The sum of the "etcd requests: N range, N txn (N writing), N other" lines
-/// of a log, and how many there were (one per call of ipam-ds-cluster).
-pub fn client_counts(log: &str) -> (RequestCount, usize) {
-    let mut sum = RequestCount::default();
-    let mut lines = 0;
-    for line in log.lines() {
-        let Some(rest) = line.split("etcd requests: ").nth(1) else { continue };
-        let numbers: Vec<u64> = rest
-            .split(|c: char| !c.is_ascii_digit())
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| s.parse().ok())
-            .take(4)
-            .collect();
-        if let [ranges, txns, writing_txns, other] = numbers[..] {
-            sum.ranges += ranges;
-            sum.txns += txns;
-            sum.writing_txns += writing_txns;
-            sum.other += other;
-            lines += 1;
-        }
-    }
-    (sum, lines)
 }
 
 /// One etcd request from the plugins' client, in-process: a range on a
@@ -388,7 +343,7 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
             let mut cluster = cluster_config(ctx, &cluster_dir.join(format!("{name}.sqlite")), &endpoint, &name, None);
             cluster["ipam"]["cluster"]["etcd"]["prefix"] = json!(FILL_PREFIX);
             let local = ctx.stack_config(&local_dir.join(format!("{name}.sqlite")), SUBNET);
-            [plugin(ctx, &cluster), plugin(ctx, &local)]
+            [ctx.stack_with(&cluster), ctx.stack_with(&local)]
         })
         .collect();
     let mut spent = [Duration::ZERO; 2];
@@ -448,6 +403,8 @@ fn from_empty(ctx: &Ctx, etcd: &TestEtcd, dir: &Path) -> ClusterFill {
         }
     }
     ClusterFill {
+        nodes: NODES,
+        workers_per_node: WORKERS_PER_NODE,
         adds: total,
         cluster_ok: ok(0),
         cluster_failures: failures(0),
@@ -490,7 +447,7 @@ fn pods_in_waves(
             config
         })
         .collect();
-    let nodes: Vec<Plugin> = configs.iter().map(|config| plugin(ctx, config)).collect();
+    let nodes: Vec<Plugin> = configs.iter().map(|config| ctx.stack_with(config)).collect();
     let (usable, blocks) = configs.first().map_or((0, 0), pool_size);
     assert_eq!(usable, WAVE_PODS as u128, "the waves' pool must hand out exactly {WAVE_PODS} addresses");
     let per_node = WAVE_PODS / WAVE_NODES;
@@ -579,8 +536,14 @@ fn pods_in_waves(
     }
     PodWaves {
         name,
+        nodes: WAVE_NODES,
+        threads_per_node: WAVE_THREADS,
+        subnet: WAVE_SUBNET,
+        range: WAVE_RANGE,
+        block_size: BLOCK_SIZE,
         usable,
         blocks,
+        retry: RETRY,
         deadline,
         waves: done,
         failures,
@@ -601,28 +564,4 @@ fn failure_message(answer: &Value) -> String {
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap_or_else(|e| panic!("{text}: {e}"))
-}
-
-pub(crate) fn etcd_version() -> String {
-    Command::new("etcd")
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(|l| l.trim().to_string()))
-        .unwrap_or_else(|| "etcd (version unknown)".into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_clients_counts_are_read_from_the_log() {
-        let log = "2025-01-01T00:00:00Z DEBUG ipam-ds-cluster ADD c1: etcd requests: 0 range, 1 txn (0 writing), 0 other\n\
-                   2025-01-01T00:00:00Z DEBUG ipam-da-sequential ADD c1: allocated 10.30.0.2\n\
-                   2025-01-01T00:00:01Z DEBUG ipam-ds-cluster ADD c2: etcd requests: 1 range, 3 txn (1 writing), 2 other\n";
-        let (count, lines) = client_counts(log);
-        assert_eq!(lines, 2);
-        assert_eq!(count, RequestCount { ranges: 1, txns: 4, writing_txns: 1, other: 2 });
-    }
 }

@@ -7,14 +7,14 @@
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::harness::{call_env, phase, stats, Env, Plugin};
-use crate::report::{Figures, FsyncProbe, SyncCount};
+use crate::figures::durability::FsyncProbe;
+use crate::figures::Figures;
+use crate::harness::{phase, stats, Plugin};
 use crate::setup::Ctx;
+use crate::strace::{strace, STRACE};
 
-pub const STRACE: &str = "/usr/bin/strace";
 const SUBNET: &str = "10.25.0.0/16";
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
@@ -84,46 +84,6 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         }
     }
     eprintln!("    took {:.1?}", started.elapsed());
-}
-
-/// One call of `plugin` under `strace -f`, as a runtime would start it: the
-/// fsync-family calls of its processes (with CNI_ARGS `cni_args`, if any).
-/// A call that fails is a bug in the benchmark (panics); strace that cannot
-/// trace is an error.
-pub fn strace(
-    plugin: &Plugin,
-    command: &str,
-    container: &str,
-    cni_args: Option<&str>,
-    log: &Path,
-) -> Result<SyncCount, String> {
-    let _ = fs::remove_file(log);
-    let mut strace = Command::new(STRACE);
-    strace.args(["-f", "-qq", "-e", "trace=fsync,fdatasync,sync_file_range", "-o"]).arg(log).arg(&plugin.exe);
-    let env = Env { command, container, cni_path: &plugin.cni_path, cni_args };
-    let mut child = call_env(&mut strace, env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start strace: {e}"))?;
-    if let Some(mut pipe) = child.stdin.take() {
-        let _ = pipe.write_all(&plugin.config);
-    }
-    let out = child.wait_with_output().map_err(|e| format!("strace: {e}"))?;
-    let text = fs::read_to_string(log).unwrap_or_default();
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if text.is_empty() && stderr.contains("strace") {
-            return Err(format!("strace cannot trace here: {}", stderr.lines().next().unwrap_or("").trim()));
-        }
-        panic!(
-            "{} {command} under strace failed: {}{stderr}",
-            plugin.exe.display(),
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    Ok(SyncCount::of_strace(&text))
 }
 
 /// The wall time of a 4 KiB append to a file followed by fdatasync, in the

@@ -2,14 +2,14 @@
 //! the start of the pool, the cursor on the last one, as sequential
 //! allocation leaves them), the full stack and host-local.
 
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats};
-use crate::report::Figures;
 use crate::setup::{
     allocatable, host_local_fill, host_local_set_last, selector_pool, suite_fill, suite_set_cursor, Ctx,
 };
 
 /// The fill levels measured, as fractions of the pool.
-pub const FILL_LEVELS: [f64; 7] = [0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 0.9999];
+const FILL_LEVELS: [f64; 7] = [0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 0.9999];
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let scratch = ctx.scenario_dir("fill-curve");

@@ -5,8 +5,8 @@
 
 use std::fs;
 
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats};
-use crate::report::Figures;
 use crate::setup::Ctx;
 
 const SUBNET: &str = "10.26.0.0/16";

@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
+use crate::figures::Figures;
 use crate::harness::{exec, loadavg, phase, stats};
-use crate::report::Figures;
 use crate::setup::{Ctx, HOST_LOCAL};
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {

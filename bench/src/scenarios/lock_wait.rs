@@ -36,10 +36,10 @@ use std::sync::{Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
+use crate::debug_log::{lock_lines, logging, Acquisition};
+use crate::figures::lock_wait::LockWait;
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats, Plugin};
-use crate::report::{Figures, LockWait};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.24.0.0/16";
@@ -55,30 +55,6 @@ struct Call {
     code: Option<u64>,
     /// Each write transaction the call's plugins logged.
     lines: Vec<Acquisition>,
-}
-
-/// One write transaction's turn at the lock, from its log line.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Acquisition {
-    /// When it logged, holding the lock, in seconds since midnight (UTC).
-    logged: f64,
-    /// Its queue ticket (None: the writer could not use the queue).
-    ticket: Option<u64>,
-    wait: Duration,
-    /// Transaction + durable commit.
-    pub(crate) hold: Duration,
-}
-
-impl Acquisition {
-    /// About when it asked for the lock.
-    fn asked(&self) -> f64 {
-        self.logged - (self.hold + self.wait).as_secs_f64()
-    }
-
-    /// About when it took the lock.
-    fn took(&self) -> f64 {
-        self.logged - self.hold.as_secs_f64()
-    }
 }
 
 /// For each acquisition: how many turns with a later ticket came before its
@@ -110,10 +86,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     fs::create_dir_all(&logs).expect("logs dir");
     let db = dir.join("logged.sqlite");
     let (logged, run_time) = contend(ctx, &db, total, workers, |i| {
-        let mut config = ctx.stack_config(&db, SUBNET);
-        config["ipam"]["logFile"] = json!(logs.join(format!("{i}.log")));
-        config["ipam"]["logLevel"] = json!("debug");
-        bytes(&config)
+        bytes(&logging(&ctx.stack_config(&db, SUBNET), &logs.join(format!("{i}.log"))))
     });
     let calls: Vec<Call> = logged
         .into_iter()
@@ -224,80 +197,9 @@ fn contend(
     (out.into_inner().unwrap().into_iter().map(|c| c.expect("every call ran")).collect(), elapsed)
 }
 
-/// Each "<timestamp> … lock wait W, transaction T, durable commit C, ticket
-/// N" line of a call's log, as the acquisition it times. A missing log is no
-/// lines.
-pub(crate) fn lock_lines(log: &Path) -> Vec<Acquisition> {
-    let text = fs::read_to_string(log).unwrap_or_default();
-    text.lines()
-        .filter_map(|line| {
-            let logged = time_of_day(line.split_whitespace().next()?)?;
-            let rest = &line[line.find("lock wait ")? + "lock wait ".len()..];
-            let mut parts = rest.split(", ");
-            let wait = duration(parts.next()?)?;
-            let tx = duration(parts.next()?.strip_prefix("transaction ")?)?;
-            let commit = duration(parts.next()?.strip_prefix("durable commit ")?)?;
-            let ticket = parts.next().and_then(|t| t.trim().strip_prefix("ticket ")?.parse().ok());
-            Some(Acquisition { logged, ticket, wait, hold: tx + commit })
-        })
-        .collect()
-}
-
-/// "2026-11-23T13:11:21.569919Z" as seconds since midnight. (A run that
-/// crosses midnight UTC would misorder its calls; the figures say so.)
-fn time_of_day(stamp: &str) -> Option<f64> {
-    let time = stamp.split_once('T')?.1.strip_suffix('Z')?;
-    let mut parts = time.split(':');
-    let (h, m, s) = (parts.next()?.parse::<f64>().ok()?, parts.next()?.parse::<f64>().ok()?, parts.next()?);
-    Some(h * 3600.0 + m * 60.0 + s.parse::<f64>().ok()?)
-}
-
-/// A `Duration` as its `Debug` prints it: "1.234567ms", "12.3µs", "0ns", "1.5s".
-fn duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    for (unit, scale) in [("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3), ("s", 1.0)] {
-        if let Some(number) = text.strip_suffix(unit) {
-            return number.parse::<f64>().ok().map(|n| Duration::from_secs_f64(n * scale));
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_as_debug_prints_them() {
-        for d in [Duration::ZERO, Duration::from_nanos(7), Duration::from_micros(1011), Duration::from_millis(1500)] {
-            let parsed = duration(&format!("{d:?}")).unwrap();
-            assert!(parsed.abs_diff(d) < Duration::from_nanos(2), "{d:?} read as {parsed:?}");
-        }
-        assert_eq!(duration("12.5µs"), Some(Duration::from_nanos(12_500)));
-        assert_eq!(duration("soon"), None);
-    }
-
-    #[test]
-    fn lock_lines_of_a_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("a.log");
-        fs::write(
-            &log,
-            "2026-11-23T13:11:21.569919Z DEBUG cni{plugin=\"ipam-ds-pool\"}: shared::store: lock wait 1.011µs, \
-             transaction 182.251µs, durable commit 275.199µs\n\
-             2026-11-23T13:11:21.576967Z  INFO cni{}: ipam_da_sequential: allocated 10.24.0.2\n\
-             2026-11-23T13:11:21.577603Z DEBUG cni{}: shared::store: lock wait 2.5ms, transaction 1ms, durable \
-             commit 1.5ms, ticket 41\n",
-        )
-        .unwrap();
-        let lines = lock_lines(&log);
-        assert_eq!(lines.len(), 2);
-        assert_eq!((lines[1].wait, lines[1].hold), (Duration::from_micros(2500), Duration::from_micros(2500)));
-        assert_eq!((lines[0].ticket, lines[1].ticket), (None, Some(41)));
-        let asked = 13.0 * 3600.0 + 11.0 * 60.0 + 21.577603 - 0.005;
-        assert!((lines[1].asked() - asked).abs() < 1e-9, "{lines:?}");
-        assert!(lock_lines(&dir.path().join("missing.log")).is_empty());
-    }
 
     #[test]
     fn passing_over_is_a_later_ticket_taking_its_turn_first() {

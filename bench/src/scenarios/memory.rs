@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde_json::json;
 
+use crate::figures::Figures;
 use crate::harness::{exec_rss, phase, Plugin, Run};
-use crate::report::Figures;
 use crate::setup::{bytes, Ctx};
 
 type RssCase = Box<dyn Fn(usize) -> Run>;

@@ -3,7 +3,7 @@
 //! directory with a fresh database / dataDir, removed when it returns.
 //!
 //! [`Ctx`]: crate::setup::Ctx
-//! [`Figures`]: crate::report::Figures
+//! [`Figures`]: crate::figures::Figures
 
 pub mod big_pools;
 pub mod cluster;

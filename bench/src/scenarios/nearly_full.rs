@@ -3,8 +3,8 @@
 
 use shared::addr::from_u128;
 
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase};
-use crate::report::Figures;
 use crate::setup::{
     allocatable, host_local_fill, host_local_set_last, selector_pool, suite_fill, suite_set_cursor, Ctx,
 };

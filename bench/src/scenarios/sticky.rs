@@ -46,15 +46,20 @@ use std::path::Path;
 use std::time::Duration;
 
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::harness::{loadavg, percentile, phase, stats, Plugin, Run};
-use crate::report::sticky::{CallProbe, StickyClusterFigures, StickyFigures, VariantTimes};
-use crate::report::{Figures, FsyncProbe, Latency, StepCount};
-use crate::scenarios::cluster::{client_counts, cluster_config, difference, etcd_version, in_pool, plugin};
-use crate::scenarios::durability::{strace, STRACE};
-use crate::scenarios::lock_wait::lock_lines;
-use crate::setup::{bytes, Ctx};
+use crate::cluster_mode::{self, difference, etcd_version, in_cluster, in_pool};
+use crate::debug_log::{client_counts, lock_lines, logging};
+use crate::figures::cluster::StepCount;
+use crate::figures::durability::FsyncProbe;
+use crate::figures::sticky::{
+    CallProbe, StickyClusterFigures, StickyFigures, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
+    RETURNING_ELSEWHERE, WITHOUT,
+};
+use crate::figures::Figures;
+use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
+use crate::setup::Ctx;
+use crate::strace::{strace, STRACE};
 
 const SUBNET: &str = "10.27.0.0/16";
 const CLUSTER_SUBNET: &str = "10.33.0.0/16";
@@ -62,21 +67,14 @@ const CLUSTER_PREFIX: &str = "/ipam-bench-sticky";
 /// The pods' namespace in CNI_ARGS: identities are `bench/<pod>`.
 const NAMESPACE: &str = "bench";
 /// The stack without stickiness: the sticky stack less ipam-da-sticky.
-pub const PLAIN: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
-pub const STICKY: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
-pub const CLUSTER_PLAIN: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
-pub const CLUSTER_STICKY: [&str; 5] =
+const PLAIN: [&str; 3] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sequential"];
+const STICKY: [&str; 4] = ["ipam-ds-pool", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
+const CLUSTER_PLAIN: [&str; 4] = cluster_mode::DELEGATES;
+const CLUSTER_STICKY: [&str; 5] =
     ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sticky", "ipam-da-sequential"];
 
-/// The variants' names, as the report shows them.
-pub const HOST_LOCAL: &str = "host-local";
-pub const WITHOUT: &str = "suite, no stickiness";
-pub const NEW_IDENTITY: &str = "suite, sticky: a new identity";
-pub const RETURNING: &str = "suite, sticky: the identity returns (hold taken back)";
-pub const RETURNING_ELSEWHERE: &str = "suite, sticky: the identity returns on another node";
-
 /// CNI_ARGS as a kubelet passes them for pod `pod` in container `container`.
-pub fn kubelet_args(pod: &str, container: &str) -> String {
+fn kubelet_args(pod: &str, container: &str) -> String {
     format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={NAMESPACE};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={container}")
 }
 
@@ -170,26 +168,17 @@ fn rounds(variants: &[Variant], n: usize) -> Vec<VariantTimes> {
             }
         }
     }
-    let latency = |samples: &[Duration]| Latency { stats: stats(samples), p90_ms: percentile(samples, 0.90) };
     variants
         .iter()
         .zip(add.iter().zip(&del))
         .map(|(v, (a, d))| VariantTimes {
             name: v.name,
-            add: latency(&a.0),
-            del: latency(&d.0),
+            add: Latency::of(&a.0),
+            del: Latency::of(&d.0),
             add_cpu: stats(&a.1),
             del_cpu: stats(&d.1),
         })
         .collect()
-}
-
-/// `config` logging at debug level to `log`.
-fn logging(config: &Value, log: &Path) -> Value {
-    let mut config = config.clone();
-    config["ipam"]["logFile"] = json!(log);
-    config["ipam"]["logLevel"] = json!("debug");
-    config
 }
 
 /// The write transactions of the calls whose plugins logged to `log`: how
@@ -197,11 +186,6 @@ fn logging(config: &Value, log: &Path) -> Value {
 fn write_transactions(log: &Path) -> (usize, Duration) {
     let lines = lock_lines(log);
     (lines.len(), lines.iter().map(|a| a.hold).sum())
-}
-
-/// A plugin like `p` with the configuration `config`.
-fn with_config(p: &Plugin, config: &Value) -> Plugin {
-    Plugin { config: bytes(config), ..p.clone() }
 }
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {
@@ -218,7 +202,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         config
     };
     let configs = [config("plain.sqlite", &PLAIN), config("new.sqlite", &STICKY), config("returning.sqlite", &STICKY)];
-    let [plain, new, returning] = configs.clone().map(|c| plugin(ctx, &c));
+    let [plain, new, returning] = configs.clone().map(|c| ctx.stack_with(&c));
     let variants = [
         Variant::new(HOST_LOCAL, "hl", ctx.host_local(&dir.join("host-local"), SUBNET)),
         Variant::new(WITHOUT, "plain", plain),
@@ -248,7 +232,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
         let mut logged = Vec::new();
         for command in ["ADD", "DEL"] {
             let log = dir.join(format!("{}-{command}.log", v.short));
-            let p = with_config(&v.plugin, &logging(config, &log));
+            let p = ctx.stack_with(&logging(config, &log));
             for i in 0..m {
                 v.call(&p, command, "log", i, &held);
             }
@@ -269,7 +253,16 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     if fsync_note.is_some() {
         probes.iter_mut().for_each(|p| p.syncs = None);
     }
-    fig.sticky = Some(StickyFigures { subnet: SUBNET, rounds: n, variants: times, probes, fsync_note });
+    fig.sticky = Some(StickyFigures {
+        plain_delegates: &PLAIN,
+        sticky_delegates: &STICKY,
+        cni_args: kubelet_args("<pod>", "<container id>"),
+        subnet: SUBNET,
+        rounds: n,
+        variants: times,
+        probes,
+        fsync_note,
+    });
     eprintln!("    took {:.1?}", started.elapsed());
     fig.loads.push(("sticky".into(), loadavg()));
 }
@@ -318,7 +311,8 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
     let etcd = TestEtcd::start();
     let endpoint = etcd.endpoint();
     let node = |name: &str, delegates: &[&str]| {
-        let mut config = cluster_config(ctx, &dir.join(format!("{name}.sqlite")), &endpoint, name, None);
+        let mut config =
+            in_cluster(ctx.stack_config(&dir.join(format!("{name}.sqlite")), CLUSTER_SUBNET), &endpoint, name);
         in_pool(&mut config, json!({ "name": "bench", "ranges": [{ "subnet": CLUSTER_SUBNET }] }), CLUSTER_PREFIX);
         config["ipam"]["delegates"] = json!(delegates);
         config
@@ -329,8 +323,8 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
         node("node-c", &CLUSTER_STICKY),
         node("node-d", &CLUSTER_STICKY),
     ];
-    let [a, b, c, d] = configs.clone().map(|config| plugin(ctx, &config));
-    let e = plugin(ctx, &node("node-e", &CLUSTER_STICKY));
+    let [a, b, c, d] = configs.clone().map(|config| ctx.stack_with(&config));
+    let e = ctx.stack_with(&node("node-e", &CLUSTER_STICKY));
     let variants = [
         Variant::new(WITHOUT, "plain", a),
         Variant::new(NEW_IDENTITY, "new", b),
@@ -360,7 +354,7 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
         let held = v.prepare("count", m);
         let steps = ["ADD", "DEL"].map(|command| {
             let log = dir.join(format!("{}-{command}.log", v.short));
-            let p = with_config(&v.plugin, &logging(config, &log));
+            let p = ctx.stack_with(&logging(config, &log));
             let before = etcd.handled();
             for i in 0..m {
                 v.call(&p, command, "count", i, &held);
@@ -378,6 +372,8 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
     }
     fig.sticky_cluster = Some(StickyClusterFigures {
         etcd: etcd_version(),
+        plain_delegates: &CLUSTER_PLAIN,
+        sticky_delegates: &CLUSTER_STICKY,
         subnet: CLUSTER_SUBNET,
         rounds: n,
         variants: times,

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::figures::Figures;
 use crate::harness::{loadavg, phase};
-use crate::report::Figures;
 use crate::setup::Ctx;
 
 pub fn run(ctx: &Ctx, fig: &mut Figures) {

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use ipam_ds_cluster::node::lent_network;
 use ipam_ds_cluster::rows::{BlockState, ClusterRows, RecordKind};
+use ipam_ds_cluster::tables;
 use shared::store::{AllocationStore, LeaseFilter};
 
 use super::survey::{survey, PoolSurvey};
@@ -84,7 +85,7 @@ const CLUSTER_RECORDS_HELP: &str = "Address records this node holds in etcd (its
 /// out are leases this node holds under the network's lent network.
 fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<ClusterSurvey, Failure> {
     // A database that cluster mode never used has no cluster tables.
-    if !store.has_cluster_tables()? {
+    if !store.read(tables::exist)? {
         return Ok(ClusterSurvey::default());
     }
     Ok(store.read(|tx| {
@@ -285,7 +286,7 @@ mod tests {
         // A node-local database has no cluster tables, and so no cluster rows.
         let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
         assert!(survey.blocks.is_empty() && survey.records.is_empty());
-        store.make_cluster_tables().expect("cluster tables");
+        store.write(tables::make).expect("cluster tables");
         let block = |text: &str, state| NodeBlock {
             network: "blue-net".into(),
             pool: "blue".into(),

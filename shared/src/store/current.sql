@@ -2,8 +2,9 @@
 -- is made (build.rs builds one with it, which the plugins write as it is):
 -- the tables, columns, keys and indexes the migrations V1 to V6 of
 -- schema.rs make, which say what the columns are, but for cluster mode's
--- tables (cluster.sql), which its first call on the node makes (the test
--- a_new_database_has_the_migrated_schema compares the two). No comments
+-- tables, which ipam-ds-cluster makes at its first call on a node (its
+-- tables.sql; the tests a_new_database_has_the_migrated_schema and
+-- made_tables_are_the_migrated_ones compare the two). No comments
 -- inside the statements: SQLite keeps a statement's text and parses it at
 -- every open.
 PRAGMA application_id = 1229999428; -- 0x49504D44, "IPMD": APPLICATION_ID

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::params;
 
-use super::leases::{now_unix, LEASED};
+use super::columns::{address_column, now_unix, LEASED};
 use super::{InDatabase, Lease, Tx};
 use crate::addr::to_key;
 use crate::args::Attachment;
@@ -367,7 +367,7 @@ impl Tx<'_> {
             .in_db(self.path)?;
         stmt.query_map([], |row| {
             Ok(Share {
-                address: super::leases::address_column(row, 0)?,
+                address: address_column(row, 0)?,
                 sharer: Attachment { network: row.get(1)?, container_id: row.get(2)?, ifname: row.get(3)? },
                 since: row.get(4)?,
             })

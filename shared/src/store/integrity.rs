@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use rusqlite::Row;
 
+use super::columns::address_column;
 use super::{runs, InDatabase, Tx};
 use crate::addr::{from_u128, to_key, to_u128};
 use crate::error::Result;
@@ -150,7 +151,7 @@ impl Tx<'_> {
         let mut rows = stmt.query([]).in_db(self.path)?;
         let mut anonymous = 0;
         while let Some(row) = rows.next().in_db(self.path)? {
-            let address = super::leases::address_column(row, 0).in_db(self.path)?;
+            let address = address_column(row, 0).in_db(self.path)?;
             let (pool, network): (String, String) = (row.get(1).in_db(self.path)?, row.get(2).in_db(self.path)?);
             problems.add(&mut anonymous, || {
                 format!("hold on {address} (pool {pool} of network {network:?}) names no identity")
@@ -170,7 +171,7 @@ impl Tx<'_> {
         let mut rows = stmt.query([]).in_db(self.path)?;
         let mut orphaned = 0;
         while let Some(row) = rows.next().in_db(self.path)? {
-            let address = super::leases::address_column(row, 0).in_db(self.path)?;
+            let address = address_column(row, 0).in_db(self.path)?;
             let sharer = crate::args::Attachment {
                 network: row.get(1).in_db(self.path)?,
                 container_id: row.get(2).in_db(self.path)?,
@@ -192,7 +193,7 @@ impl Tx<'_> {
 
 /// Address, address text, pool and network of a lease.
 fn lease_row(row: &Row) -> rusqlite::Result<(std::net::IpAddr, String, (String, String))> {
-    Ok((super::leases::address_column(row, 0)?, row.get(1)?, (row.get(3)?, row.get(2)?)))
+    Ok((address_column(row, 0)?, row.get(1)?, (row.get(3)?, row.get(2)?)))
 }
 
 #[cfg(test)]

@@ -2,14 +2,14 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use rusqlite::types::Type;
 use rusqlite::{params, Row};
 
+use super::columns::{address_column, now_unix, LEASED};
 use super::holds::HoldSpan;
 use super::{runs, InDatabase, Tx};
-use crate::addr::{from_key, to_key, to_u128};
+use crate::addr::{to_key, to_u128};
 use crate::args::Attachment;
 use crate::error::{CniError, Code, Result};
 
@@ -49,9 +49,6 @@ pub struct LeaseFilter {
 pub(super) const LEASE_COLUMNS: &str =
     "key, pool, network, container_id, ifname, since, identity, held_until, added_by";
 
-/// Of the rows an attachment's queries read: its leases, not holds.
-pub(super) const LEASED: &str = "held_until IS NULL";
-
 pub(super) fn lease_from_row(row: &Row) -> rusqlite::Result<Lease> {
     let (since, held_until) = as_the_clock_reads(row.get(5)?, row.get(7)?, now_unix);
     Ok(Lease {
@@ -79,15 +76,6 @@ pub(super) fn as_the_clock_reads(since: i64, held_until: Option<i64>, now: impl 
     }
 }
 
-/// Reads a key column; a key that is not 16 bytes is corruption.
-pub(super) fn address_column(row: &Row, index: usize) -> rusqlite::Result<IpAddr> {
-    let key: Vec<u8> = row.get(index)?;
-    from_key(&key).ok_or_else(|| {
-        let problem = format!("address key of {} bytes instead of 16", key.len());
-        rusqlite::Error::FromSqlConversionFailure(index, Type::Blob, problem.into())
-    })
-}
-
 /// How messages name who has an address: an attachment, or an identity's hold.
 fn holder_words(lease: &Lease) -> String {
     match (&lease.identity, lease.held_until) {
@@ -96,10 +84,6 @@ fn holder_words(lease: &Lease) -> String {
         }
         _ => lease.owner.to_string(),
     }
-}
-
-pub(super) fn now_unix() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 impl Tx<'_> {

@@ -6,6 +6,7 @@
 //! `<database>.lock` (see [`lock`]), so SQLite itself never makes a writer
 //! wait; readers use WAL snapshots and take no lock.
 
+mod columns;
 mod create;
 mod holds;
 mod integrity;
@@ -15,6 +16,8 @@ mod pools;
 mod queue;
 mod runs;
 mod schema;
+#[cfg(any(test, feature = "testing"))]
+pub mod schema_testing;
 mod sharing;
 mod sqlite_memory;
 #[cfg(test)]
@@ -45,7 +48,7 @@ use lock::LockFile;
 
 /// Unix seconds now, as the rows count time.
 pub fn unix_now() -> i64 {
-    leases::now_unix()
+    columns::now_unix()
 }
 
 /// How long a writer waits for the lock before giving up with error 11.
@@ -116,9 +119,17 @@ pub struct Tx<'conn> {
     add_id: Option<&'conn str>,
 }
 
-/// What a delegate's own rows (ipam-ds-cluster's) build on: its tables are in
-/// this schema, its queries in its crate.
+/// What a delegate's own rows (ipam-ds-cluster's) build on.
 impl<'conn> Tx<'conn> {
+    /// The SQLite transaction itself: the one hook for a delegate's own
+    /// tables. A delegate with tables of its own keeps their statements in
+    /// its crate, and runs them through this: it makes them, where missing,
+    /// in a write ([`AllocationStore::write`]) with `CREATE ... IF NOT EXISTS`
+    /// (a new database has only the core's tables, see `current.sql`), and
+    /// reads and writes its rows in the core's transactions, so that they
+    /// commit or roll back with the leases. The core's own tables are read
+    /// and written through the methods of `Tx`, never through this.
+    /// Failures map to the contract's codes with [`InDatabase::in_db`].
     pub fn sql(&self) -> &rusqlite::Transaction<'conn> {
         &self.sql
     }
@@ -321,23 +332,6 @@ impl AllocationStore {
             }
             other => other,
         }
-    }
-
-    /// Makes cluster mode's tables (ipam-ds-cluster's rows) where they are
-    /// missing: a new database has none (see store/cluster.sql), and cluster
-    /// mode's first call on a node makes them, under the lock, in one
-    /// transaction.
-    pub fn make_cluster_tables(&mut self) -> Result<()> {
-        if self.has_cluster_tables()? {
-            return Ok(());
-        }
-        self.write(|tx| tx.sql.execute_batch(schema::CLUSTER_TABLES).in_db(tx.path))
-    }
-
-    /// Whether cluster mode's tables are there: a database that a cluster
-    /// call never used has none, and so no cluster rows.
-    pub fn has_cluster_tables(&self) -> Result<bool> {
-        schema::has_cluster_tables(&self.conn, &self.path)
     }
 
     /// Ok when the database can be written now (for STATUS): takes the lock,

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use rusqlite::{OptionalExtension, Row};
 
+use super::columns::address_column;
 use super::{unusable, InDatabase, Tx};
 use crate::addr::{from_u128, to_u128};
 use crate::error::Result;
@@ -16,7 +17,7 @@ fn key(n: u128) -> [u8; 16] {
 }
 
 fn number_column(row: &Row, index: usize) -> rusqlite::Result<u128> {
-    super::leases::address_column(row, index).map(to_u128)
+    address_column(row, index).map(to_u128)
 }
 
 /// A run `(first, last)`, inclusive.

@@ -1,10 +1,10 @@
--- Cluster mode's tables (ipam-ds-cluster's rows) at schema version 5, as
--- the migrations V3 and V4 of schema.rs make them, which say what the columns
--- are. A new database has none of them: cluster mode's first call on a node
--- makes them (AllocationStore::make_cluster_tables), so that a node-local
--- call, which never uses them, does not parse them at every open. No
--- comments inside the statements: SQLite keeps a statement's text and parses
--- it at every open.
+-- Cluster mode's tables at schema version 5, as the migrations V3 and V4 of
+-- shared/src/store/schema.rs make them, which say what the columns are (the
+-- test tables::tests::made_tables_are_the_migrated_ones compares the two). A
+-- new database has none of them: cluster mode's first call on a node makes
+-- them (tables::make), so that a node-local call, which never uses them, does
+-- not parse them at every open. No comments inside the statements: SQLite
+-- keeps a statement's text and parses it at every open.
 CREATE TABLE IF NOT EXISTS cluster_blocks (network TEXT NOT NULL, pool TEXT NOT NULL, block TEXT NOT NULL, state TEXT NOT NULL,
     revision INTEGER NOT NULL, confirmed INTEGER NOT NULL, taken TEXT NOT NULL, since INTEGER NOT NULL,
     shared INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (network, pool, block)) WITHOUT ROWID;

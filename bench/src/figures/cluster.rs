@@ -1,0 +1,217 @@
+//! The cluster-mode figures (the cluster scenario), and the etcd
+//! requests of some calls (also of the sticky scenario in cluster
+//! mode).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ipam_ds_cluster::etcd::RequestCount;
+
+use crate::harness::{Latency, Stats};
+
+/// The etcd requests of some calls of one command: etcd's own count per
+/// gRPC method, and the client's count that ipam-ds-cluster logged per call.
+#[derive(Clone, Debug, Default)]
+pub struct StepCount {
+    pub calls: usize,
+    /// etcd's `grpc_server_handled_total` per method, after less before.
+    pub etcd: BTreeMap<String, u64>,
+    /// The sum of the calls' "etcd requests: …" log lines.
+    pub client: RequestCount,
+    /// How many calls logged such a line.
+    pub logged: usize,
+}
+
+impl StepCount {
+    fn method(&self, name: &str) -> u64 {
+        self.etcd.get(name).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.etcd.values().sum()
+    }
+
+    /// Whether every call logged the client's count, which alone tells a
+    /// writing txn from a read-only one.
+    pub fn split(&self) -> bool {
+        self.calls > 0 && self.logged == self.calls
+    }
+
+    /// The txns that wrote, per the client (without its count, none: txns
+    /// are then taken as reads).
+    fn txn_writes(&self) -> u64 {
+        if self.split() {
+            self.client.writing_txns.min(self.method("Txn"))
+        } else {
+            0
+        }
+    }
+
+    /// Put + DeleteRange + the txns that wrote.
+    pub fn writes(&self) -> u64 {
+        self.method("Put") + self.method("DeleteRange") + self.txn_writes()
+    }
+
+    /// Range + the txns that did not write.
+    pub fn reads(&self) -> u64 {
+        self.method("Range") + self.method("Txn") - self.txn_writes()
+    }
+
+    pub fn per_call(&self, n: u64) -> f64 {
+        n as f64 / self.calls.max(1) as f64
+    }
+}
+
+/// The cluster-mode figures: cluster mode against local mode.
+pub struct ClusterFigures {
+    /// `etcd --version`'s first line.
+    pub etcd: String,
+    /// Steady state, ADD then DEL of one container, cluster and local interleaved.
+    pub add_cluster: Latency,
+    pub add_local: Latency,
+    pub del_cluster: Latency,
+    pub del_local: Latency,
+    /// Local mode with ipam-da-static too: the cluster stack less the cluster.
+    pub add_local_static: Latency,
+    pub del_local_static: Latency,
+    pub steady_add: StepCount,
+    pub steady_del: StepCount,
+    /// The same counts in a pool of few blocks.
+    pub tight: TightPool,
+    pub fill: ClusterFill,
+    /// Pods into as many addresses: one wave, two waves.
+    pub waves: [PodWaves; 2],
+    /// One etcd request from the client in-process: a range on a kept-alive
+    /// connection, the confirming read's txn on a fresh one, a put.
+    pub floor_range: Stats,
+    pub floor_fresh_txn: Stats,
+    pub floor_put: Stats,
+}
+
+/// etcd requests of one node's steady-state ADDs and DELs in a pool of few
+/// blocks.
+pub struct TightPool {
+    pub subnet: &'static str,
+    /// The prefix length of its blocks (its `blockSize`).
+    pub block_size: u8,
+    /// Addresses the pool hands out, and the blocks it is cut into.
+    pub usable: u128,
+    pub blocks: u128,
+    /// Blocks in etcd afterwards (all the node's).
+    pub claimed: usize,
+    pub add: StepCount,
+    pub del: StepCount,
+}
+
+/// Pods placed by some nodes in waves into a pool of exactly as many
+/// addresses, failed ADDs retried.
+pub struct PodWaves {
+    /// "one wave", "two waves".
+    pub name: &'static str,
+    /// The nodes placing pods, over all waves (numbered from 1).
+    pub nodes: usize,
+    /// ADDs in flight per node.
+    pub threads_per_node: usize,
+    /// The pool: its subnet, the range of it handed out (first and last
+    /// address) and the prefix length of its blocks.
+    pub subnet: &'static str,
+    pub range: (&'static str, &'static str),
+    pub block_size: u8,
+    /// Addresses the pool hands out, and the blocks it is cut into.
+    pub usable: u128,
+    pub blocks: u128,
+    /// How long a failed ADD waited before it was tried again.
+    pub retry: Duration,
+    /// How long each wave retried at most.
+    pub deadline: Duration,
+    pub waves: Vec<Wave>,
+    /// Failed ADD attempts per error code: how many, the first one's message.
+    pub failures: BTreeMap<u64, (usize, String)>,
+    /// Addresses answered to more than one placed pod.
+    pub duplicates: usize,
+    /// Placed pods whose answer held no address.
+    pub without_address: usize,
+    /// Addresses answered outside the pool's range.
+    pub outside: usize,
+    /// Blocks in etcd afterwards.
+    pub claimed: usize,
+    /// etcd's count per method over every ADD attempt.
+    pub etcd: BTreeMap<String, u64>,
+}
+
+/// One wave: its nodes (numbered from 1, inclusive) placing their pods.
+pub struct Wave {
+    pub nodes: (usize, usize),
+    pub pods: usize,
+    pub placed: usize,
+    /// Failed ADD attempts (each retried until the deadline).
+    pub failed: usize,
+    /// From its start until every pod was placed or given up.
+    pub time: Duration,
+}
+
+impl PodWaves {
+    pub fn pods(&self) -> usize {
+        self.waves.iter().map(|w| w.pods).sum()
+    }
+
+    pub fn placed(&self) -> usize {
+        self.waves.iter().map(|w| w.placed).sum()
+    }
+
+    pub fn failed(&self) -> usize {
+        self.waves.iter().map(|w| w.failed).sum()
+    }
+
+    pub fn time(&self) -> Duration {
+        self.waves.iter().map(|w| w.time).sum()
+    }
+
+    /// Every address answered once, inside the pool.
+    pub fn sound(&self) -> bool {
+        self.duplicates == 0 && self.without_address == 0 && self.outside == 0
+    }
+}
+
+/// ADDs by the simulated nodes from empty, concurrently, in both modes.
+pub struct ClusterFill {
+    /// The nodes, and the ADDs each keeps in flight (in both modes).
+    pub nodes: usize,
+    pub workers_per_node: usize,
+    /// ADDs started in each mode.
+    pub adds: usize,
+    pub cluster_ok: usize,
+    pub cluster_failures: Vec<u64>,
+    /// The first message of each distinct error code of the failed ADDs.
+    pub failure_messages: Vec<(u64, String)>,
+    pub cluster_time: Duration,
+    pub local_ok: usize,
+    pub local_failures: Vec<u64>,
+    pub local_time: Duration,
+    /// etcd's count per method over the cluster-mode ADDs.
+    pub etcd: BTreeMap<String, u64>,
+    /// Blocks in etcd afterwards: the claims that succeeded.
+    pub blocks: usize,
+    /// Addresses answered to more than one successful ADD across the nodes.
+    pub duplicates: usize,
+    /// Successful ADDs whose answer held no address.
+    pub without_address: usize,
+}
+
+impl ClusterFill {
+    pub fn rate(ok: usize, time: Duration) -> f64 {
+        if time.is_zero() {
+            0.0
+        } else {
+            ok as f64 / time.as_secs_f64()
+        }
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.etcd.values().sum()
+    }
+
+    pub fn per_add(&self) -> f64 {
+        self.requests() as f64 / self.cluster_ok.max(1) as f64
+    }
+}

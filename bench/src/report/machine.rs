@@ -1,0 +1,29 @@
+//! The machine, the versions, the layout measured and the load averages.
+
+use std::fmt::Write as _;
+
+use crate::figures::machine::Machine;
+use crate::figures::Figures;
+
+/// The machine, the versions, the layout measured and the load averages: a
+/// Markdown table (also printed by a run of some scenarios).
+pub fn table(m: &Machine, fig: &Figures) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| | |\n|---|---|");
+    let _ = writeln!(s, "| date | {} |", m.date);
+    let _ = writeln!(s, "| CPU | {} |", m.cpu);
+    let _ = writeln!(s, "| cores | {} |", m.cores);
+    let _ = writeln!(s, "| kernel | {} |", m.kernel);
+    let _ = writeln!(s, "| disk / filesystem | {} |", m.filesystem);
+    let _ = writeln!(s, "| rustc | {} |", m.rustc);
+    let _ = writeln!(s, "| host-local | containernetworking-plugins {} (Debian) |", m.host_local);
+    let _ = writeln!(s, "| suite | {} |", m.suite);
+    let _ = writeln!(s, "| suite layout measured | {} |", fig.layout);
+    let _ = writeln!(s, "| load average (1, 5, 15 min) | {} |", loads(fig));
+    s
+}
+
+/// The load averages taken during the run, each with when it was taken.
+pub fn loads(fig: &Figures) -> String {
+    fig.loads.iter().map(|(when, l)| format!("{when}: {l}")).collect::<Vec<_>>().join("; ")
+}
