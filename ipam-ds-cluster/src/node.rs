@@ -41,6 +41,8 @@ mod records;
 mod recovery;
 mod sharing;
 mod sticky;
+#[cfg(test)]
+mod tests;
 
 pub use sticky::{release_node_identities, IdentityRelease, Sticking};
 

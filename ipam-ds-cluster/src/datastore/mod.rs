@@ -14,6 +14,8 @@
 //! [`etcd`] is the store of today.
 
 pub mod etcd;
+#[cfg(test)]
+pub mod memory;
 
 use std::net::IpAddr;
 

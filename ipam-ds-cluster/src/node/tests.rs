@@ -1,0 +1,170 @@
+//! `node/` over an etcd in memory ([`crate::datastore::memory`]): what two
+//! nodes racing, a kill between two steps and an outage make of ADD,
+//! without a server.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Rc;
+
+use serde_json::json;
+use shared::args::Attachment;
+use shared::pool::Pool;
+use shared::result::IpamResult;
+use shared::store::{open_for_delegate, StoreHandle};
+use shared::{Code, Result};
+
+use super::{free_addresses, Node};
+use crate::datastore::etcd::EtcdStore;
+use crate::datastore::memory::Memory;
+use crate::rows::{ClusterRows, NodeBlock};
+use crate::settings::Settings;
+
+const NET: &str = "net";
+
+/// One block of four addresses: 10.0.0.4/30.
+fn one_block_pool() -> Vec<Pool> {
+    let pool = json!({
+        "name": "blue",
+        "ranges": [{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.4", "rangeEnd": "10.0.0.7"}],
+        "blockSize": 30
+    });
+    vec![Pool::from_json(&pool, "pools[0]").unwrap()]
+}
+
+struct TestNode {
+    settings: Settings,
+    store: StoreHandle,
+    _dir: tempfile::TempDir,
+}
+
+impl TestNode {
+    fn new(name: &str, offline_grace: u64) -> TestNode {
+        let settings = Settings::from_value(&json!({
+            "etcd": {"endpoints": ["http://127.0.0.1:9"]},
+            "node": name,
+            "offlineGrace": offline_grace,
+            "shareBlocks": "never"
+        }))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut store =
+            open_for_delegate(&dir.path().join("node.db"), std::time::Duration::from_secs(5).into()).unwrap();
+        crate::tables::make_missing(&mut store).unwrap();
+        TestNode { settings, store, _dir: dir }
+    }
+
+    /// An ADD of `container` as the stack makes it: this delegate's view,
+    /// then the allocator's lease of the view's first free address.
+    fn add(&mut self, memory: &Memory, pools: &[Pool], container: &str) -> Result<Option<IpAddr>> {
+        let who = Attachment { network: NET.into(), container_id: container.into(), ifname: "eth0".into() };
+        let datastore = Box::new(EtcdStore::over(memory.client(), &self.settings, NET));
+        let node = Node::on(&self.settings, NET, &mut self.store, datastore)?;
+        node.settle(&mut self.store);
+        let views = node.add(&mut self.store, pools, &who, None, &[], &IpamResult::default());
+        node.finish(&mut self.store);
+        let views = views?;
+        self.store.write(|tx| {
+            for view in &views {
+                if let Some(&address) = free_addresses(tx, view, 1)?.first() {
+                    tx.insert_lease(address, &view.name, &who)?;
+                    return Ok(Some(address));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    fn blocks(&mut self) -> Vec<NodeBlock> {
+        self.store.read(|tx| tx.network_blocks(NET)).unwrap()
+    }
+}
+
+/// The nodes named in the block records the store holds.
+fn owners(memory: &Memory) -> Vec<String> {
+    memory
+        .dump("/ipam-delegated/v1/net/blue/blocks/")
+        .into_iter()
+        .map(|(_, value)| {
+            serde_json::from_str::<serde_json::Value>(&value).unwrap()["node"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn two_nodes_racing_for_the_last_block_get_it_once() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let b = Rc::new(RefCell::new(TestNode::new("node-b", 300)));
+    let b_got = Rc::new(RefCell::new(None));
+    {
+        let (memory, pools, b, b_got) = (memory.clone(), pools.clone(), b.clone(), b_got.clone());
+        // node-b claims between node-a's read of the pool and its claim.
+        memory.clone().before_write("/blocks/", move || {
+            *b_got.borrow_mut() = Some(b.borrow_mut().add(&memory, &pools, "cb"));
+        });
+    }
+    let mut a = TestNode::new("node-a", 300);
+    let a_got = a.add(&memory, &pools, "ca");
+    let b_got = b_got.borrow_mut().take().expect("node-b's ADD ran");
+    assert_eq!(b_got.unwrap(), Some("10.0.0.4".parse().unwrap()));
+    assert_eq!(a_got.unwrap_err().code, Code::NoFreeAddress, "the only block is node-b's");
+    assert_eq!(owners(&memory), ["node-b"]);
+    assert!(a.blocks().is_empty(), "node-a recorded no block");
+    assert_eq!(b.borrow_mut().blocks().len(), 1);
+}
+
+#[test]
+fn a_claim_whose_answer_a_kill_lost_is_adopted_and_never_handed_to_another() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let (mut a, mut b) = (TestNode::new("node-a", 300), TestNode::new("node-b", 300));
+    memory.lose_answer("/blocks/");
+    let lost = a.add(&memory, &pools, "ca").unwrap_err();
+    assert_eq!(lost.code, Code::TryAgainLater, "{lost:?}");
+    assert_eq!(owners(&memory), ["node-a"], "the claim was made");
+    assert!(a.blocks().is_empty(), "but not recorded by the call that made it");
+    assert_eq!(b.add(&memory, &pools, "cb").unwrap_err().code, Code::NoFreeAddress, "node-a's claim holds");
+    assert_eq!(a.add(&memory, &pools, "ca").unwrap(), Some("10.0.0.4".parse().unwrap()), "adopted at the next claim");
+    assert_eq!(a.blocks().len(), 1);
+    assert_eq!(owners(&memory), ["node-a"]);
+}
+
+/// Makes every confirmation of `node`'s blocks `ms` older.
+fn age_confirmations(node: &mut TestNode, ms: i64) {
+    node.store
+        .write(|tx| {
+            for mut b in tx.network_blocks(NET)? {
+                b.confirmed -= ms;
+                tx.put_node_block(&b)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn without_the_store_a_node_allocates_in_blocks_confirmed_within_offline_grace() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let mut a = TestNode::new("node-a", 300);
+    assert_eq!(a.add(&memory, &pools, "c1").unwrap(), Some("10.0.0.4".parse().unwrap()));
+    // Past the confirmation cache (so the ADD asks the store), within offlineGrace.
+    age_confirmations(&mut a, 5_000);
+    memory.set_down(true);
+    assert_eq!(a.add(&memory, &pools, "c2").unwrap(), Some("10.0.0.5".parse().unwrap()));
+}
+
+#[test]
+fn without_the_store_past_offline_grace_add_is_11() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let mut a = TestNode::new("node-a", 3);
+    assert_eq!(a.add(&memory, &pools, "c1").unwrap(), Some("10.0.0.4".parse().unwrap()));
+    age_confirmations(&mut a, 5_000);
+    memory.set_down(true);
+    let e = a.add(&memory, &pools, "c2").unwrap_err();
+    assert_eq!(e.code, Code::TryAgainLater);
+    assert!(e.msg.contains("confirmed within offlineGrace"), "{}", e.msg);
+    memory.set_down(false);
+    assert_eq!(a.add(&memory, &pools, "c2").unwrap(), Some("10.0.0.5".parse().unwrap()), "confirmed again");
+}
