@@ -34,17 +34,20 @@ use crate::settings::Settings;
 
 // The impl of Node is split by concern; each part sees this module's imports
 // and items (`use super::*`).
+mod add;
 mod claims;
 mod confirm;
 mod plan;
 mod records;
 mod recovery;
+mod release_node;
 mod sharing;
 mod sticky;
 #[cfg(test)]
 mod tests;
 
-pub use sticky::{release_node_identities, IdentityRelease, Sticking};
+pub use release_node::{release_node_identities, IdentityRelease};
+pub use sticky::Sticking;
 
 use claims::{check_definition, gave_back_note};
 use plan::{PoolFacts, Step};
@@ -83,6 +86,40 @@ pub struct Node<'s> {
     clock: OnceCell<BootClock>,
     /// This node database's identity ([`DB_NOTE`]).
     pub db: String,
+}
+
+/// One call of this node on the cluster: the node, and its database for
+/// the call. It always finishes, however the verb ends: what the next call
+/// can reuse (the datastore's auth token) is kept and what the call cost
+/// the datastore is logged, when it is dropped.
+pub struct Session<'s> {
+    pub node: Node<'s>,
+    pub store: &'s mut StoreHandle,
+}
+
+impl<'s> Session<'s> {
+    /// The node on the datastore its settings name.
+    pub fn open(settings: &'s Settings, network: &str, store: &'s mut StoreHandle) -> Result<Session<'s>> {
+        let node = Node::new(settings, network, store)?;
+        Ok(Session { node, store })
+    }
+
+    /// The node over `datastore` (tests: a store in memory).
+    pub fn over(
+        settings: &'s Settings,
+        network: &str,
+        store: &'s mut StoreHandle,
+        datastore: Box<dyn Datastore + 's>,
+    ) -> Result<Session<'s>> {
+        let node = Node::on(settings, network, store, datastore)?;
+        Ok(Session { node, store })
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.node.finish(self.store);
+    }
 }
 
 /// See [`Node::offline_window`].
@@ -135,8 +172,8 @@ impl<'s> Node<'s> {
         Ok(Node { settings, network: network.to_string(), datastore, clock: OnceCell::new(), db })
     }
 
-    /// The node over `datastore` (tests: a store in memory).
-    pub fn on(
+    /// The node over `datastore`.
+    fn on(
         settings: &'s Settings,
         network: &str,
         store: &mut StoreHandle,
@@ -220,8 +257,8 @@ impl<'s> Node<'s> {
     }
 
     /// Saves a new auth token for the next call (authenticating is slow),
-    /// and logs what the call cost the datastore.
-    pub fn finish(&self, store: &mut StoreHandle) {
+    /// and logs what the call cost the datastore (see [`Session`]).
+    fn finish(&self, store: &mut StoreHandle) {
         self.datastore.finish(store);
     }
 
@@ -244,250 +281,6 @@ impl<'s> Node<'s> {
             }
         }
         Ok(())
-    }
-
-    /// ADD's part: reserves the addresses asked for by name, makes sure each
-    /// family that needs an address has room in some pool (claiming a block
-    /// when this node's are full), and returns the pools as this node's
-    /// allocators must see them. The addresses of `identity` (sticky) in
-    /// blocks of this node's own are in the view, as the attachment's own
-    /// leases are, so that ipam-da-sticky can hand them back.
-    pub fn add(
-        &self,
-        store: &mut StoreHandle,
-        pools: &[Pool],
-        who: &Attachment,
-        sticking: Option<&Sticking>,
-        requests: &[IpAddr],
-        prev: &IpamResult,
-    ) -> Result<Vec<Pool>> {
-        let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
-        // Only blocks with room are handed to the allocators, and so
-        // confirmed: a full block needs no confirming, and the confirming
-        // read stays one request however many blocks the node has. Holds
-        // past their end free their addresses before room is counted (the
-        // allocators drop them only once they allocate): found in this
-        // read, they are dropped and it is made again.
-        let snapshot = |tx: &Tx| {
-            if !tx.expired_holds()?.is_empty() {
-                return Ok(None);
-            }
-            let mut owned = Vec::with_capacity(pools.len());
-            let mut with_room = Vec::with_capacity(pools.len());
-            let mut shared = Vec::with_capacity(pools.len());
-            for g in &geometries {
-                let all: Vec<NodeBlock> = tx
-                    .node_blocks(&self.network, &g.pool.name)?
-                    .into_iter()
-                    .filter(|b| b.state == BlockState::Owned)
-                    .collect();
-                with_room.push(blocks_to_confirm(tx, g, &all)?);
-                shared.push(all.iter().filter(|b| b.shared).cloned().collect::<Vec<_>>());
-                owned.push(all);
-            }
-            let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
-            let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
-            let held = self.held_for(tx, &owned, who, sticking)?;
-            Ok(Some((owned, with_room, shared, tx.node_records_of(who)?, held, notes)))
-        };
-        let read = match store.read(snapshot)? {
-            Some(read) => read,
-            None => {
-                store.write(|tx| tx.drop_expired_holds().map(drop))?;
-                store.read(snapshot)?.ok_or_else(|| {
-                    CniError::new(
-                        Code::TryAgainLater,
-                        "holds kept ending while this node's blocks were read: try again",
-                    )
-                })?
-            }
-        };
-        let (owned, mut blocks, mut shared, records, mut held, notes) = read;
-        let (boot, watermark, offline_window) = notes;
-        let mut needed = needed_families(pools, prev, requests, &held);
-        // Only answers given after the watermark was read count against it
-        // (settle, before this, may have heard etcd at an earlier revision
-        // while another process of this node wrote a later one down).
-        self.datastore.forget_marks();
-        let skipped = self.needs_no_confirmation(pools, &blocks, &shared, &needed, boot.as_deref());
-        let confirmation = if skipped { None } else { Some(self.confirm(store, &geometries, &blocks)?) };
-        let offline = match confirmation {
-            // Every block this ADD may use was confirmed moments ago.
-            None => None,
-            Some(Ok((confirmed, entry))) => {
-                // Before anything is decided from what etcd said.
-                self.check_history(store, &geometries, watermark, &confirmed)?;
-                self.register(entry)?;
-                let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
-                let stale: Vec<datastore::AddressEntry> =
-                    confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
-                self.drop_stale_lent(&stale);
-                self.record_confirmed(store, &geometries, &mut blocks, confirmed, boot.as_deref())?;
-                for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
-                    if let Err(e) = self.lend(store, &geometries[i], &blocks[i], revision) {
-                        tracing::warn!("pool {}: lending to nodes without room failed: {e}", pools[i].name);
-                    }
-                }
-                None
-            }
-            Some(Err(datastore::Error::Unavailable(why))) => {
-                for pool_blocks in &mut blocks {
-                    pool_blocks.retain(|b| offline_window.allows(b));
-                }
-                tracing::warn!(
-                    "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
-                    self.settings.offline_grace.as_secs()
-                );
-                Some(why)
-            }
-            Some(Err(e)) => return Err(e.into()),
-        };
-        // Before anything is allocated: two nodes adding one identity at
-        // once get it once, and a held identity is taken over (and leased
-        // here), after this call's answers showed etcd kept its history.
-        let mut claimed = None;
-        if let Some(s) = sticking {
-            if let Some(why) = &offline {
-                return Err(CniError::new(
-                    Code::TryAgainLater,
-                    format!("etcd is unreachable, and identity {:?} is known only there: {why}", s.identity),
-                ));
-            }
-            let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
-            claimed = self.claim_identity(store, &geometries, who, s, &history)?;
-            held = store.read(|tx| self.held_for(tx, &owned, who, sticking))?;
-            needed = needed_families(pools, prev, requests, &held);
-            // What it took over is its own now, no longer another's in its block.
-            for b in blocks.iter_mut().flatten() {
-                b.taken.retain(|a| !held.iter().any(|l| l.address == *a && l.owner == *who));
-            }
-        }
-        for &address in requests {
-            self.reserve_static(store, &geometries, address, who)?;
-        }
-        // Addresses this call got published for `who`: in a shared block, or
-        // lent by another node. The allocators get each as a single address.
-        let mut granted: Vec<(String, IpAddr)> = Vec::new();
-        let singles = |pool: &Pool, granted: &[(String, IpAddr)]| -> Vec<IpAddr> {
-            // Only records etcd is known to have: a `writing` row may be of a
-            // call killed before its etcd write, whose address anyone may be
-            // granted (DEL and GC release such rows).
-            let mut singles: Vec<IpAddr> = records
-                .iter()
-                .filter(|r| r.pool == pool.name && r.state == RecordState::Held)
-                .map(|r| r.address)
-                .collect();
-            singles.extend(granted.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));
-            singles.extend(held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
-            singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
-            singles
-        };
-        let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
-        let grantee = sharing::Grantee { who, identity: sticking.map(|s| s.identity) };
-        let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], granted: &[(String, IpAddr)]| -> Option<Pool> {
-            view(&geometries[i], &blocks[i], &singles(geometries[i].pool, granted))
-        };
-        for family in needed {
-            let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
-            // An address an earlier ADD of this attachment got published and
-            // then did not lease (killed in between): it is in the view.
-            let mut found = records.iter().any(|r| {
-                r.kind == Kind::Allocated
-                    && r.state == RecordState::Held
-                    && of_family.iter().any(|&i| pools[i].name == r.pool)
-            });
-            let mut facts = Vec::with_capacity(of_family.len());
-            for &i in &of_family {
-                let headroom = headroom(&geometries[i]);
-                let free_own = match view(&geometries[i], &blocks[i], &[]) {
-                    Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
-                    None => 0,
-                };
-                facts.push((i, PoolFacts { free_own, headroom, shared: !shared[i].is_empty() }));
-            }
-            let plan = plan::plan(&facts, offline.is_none());
-            // Nearly full: claim the next block now. The allocators take
-            // their address after this call, so concurrent ADDs of this node
-            // that all saw its last free address would otherwise all but
-            // one fail with 100 while blocks are left. (A shared block needs
-            // none: each ADD's address is granted before it returns.)
-            if let (Some(i), false) = (plan.claim_ahead, found) {
-                match self.claim(store, &geometries[i], &owned[i]) {
-                    Ok(new) => file_new_blocks(new, &mut blocks[i], &mut shared[i]),
-                    Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
-                }
-            }
-            for step in plan.steps {
-                if found {
-                    break;
-                }
-                let address = match step {
-                    // An identity's address is picked here, so that its
-                    // key can list it (a node sharing it must know it).
-                    Step::Room(i) if sticking.is_some() => {
-                        self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
-                    }
-                    Step::Room(_) => {
-                        found = true;
-                        None
-                    }
-                    Step::GrantOwn(i) => self.grant_in_own(store, &geometries[i], &mut shared[i], grantee, &history)?,
-                    Step::Claim(i) => {
-                        let new = self.claim(store, &geometries[i], &owned[i])?;
-                        let own = new.iter().any(|b| !b.shared);
-                        file_new_blocks(new, &mut blocks[i], &mut shared[i]);
-                        found = own && sticking.is_none();
-                        match own {
-                            true if sticking.is_some() => {
-                                self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
-                            }
-                            true => None,
-                            false => self.grant_in_own(store, &geometries[i], &mut shared[i], grantee, &history)?,
-                        }
-                    }
-                    Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
-                    Step::Borrow(i) => self.borrow(store, &geometries[i], &owned[i], who)?,
-                };
-                if let Some(address) = address {
-                    granted.push((pools[step.pool()].name.clone(), address));
-                    found = true;
-                }
-            }
-            if !found {
-                let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
-                return Err(match &offline {
-                    Some(why) => CniError::new(
-                        Code::TryAgainLater,
-                        format!(
-                            "etcd is unreachable and no {family} block of this node confirmed within offlineGrace \
-                             has a free address (cluster pools {names}; shared blocks are used only with etcd): {why}"
-                        ),
-                    ),
-                    None => CniError::new(
-                        Code::NoFreeAddress,
-                        format!(
-                            "no free {family} address in the cluster pools ({names}): this node's blocks are full, \
-                             no block is left to claim, no shared block has room and no node has an address lent \
-                             out; nodes with room of their own lend some at their next ADD"
-                        ),
-                    ),
-                });
-            }
-        }
-        // Without a confirming read, the answers of this call's other
-        // requests tell whether etcd lost history.
-        if skipped {
-            self.check_history(store, &geometries, watermark, &[])?;
-        }
-        if let Some(s) = sticking {
-            let mut addresses: Vec<IpAddr> = store.read(|tx| tx.leases_of(who))?.iter().map(|l| l.address).collect();
-            addresses.extend(granted.iter().map(|(_, a)| *a));
-            addresses.extend(requests.iter().filter(|a| pools.iter().any(|p| p.check_static(**a).is_ok())));
-            addresses.sort_unstable();
-            addresses.dedup();
-            self.record_identity_addresses(who, s, &addresses, claimed);
-        }
-        Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &granted)).collect())
     }
 
     /// What `who` holds here that its view must hand back: its leases and,

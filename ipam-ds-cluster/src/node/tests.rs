@@ -13,7 +13,7 @@ use shared::result::IpamResult;
 use shared::store::{open_for_delegate, StoreHandle};
 use shared::{Code, Result};
 
-use super::{free_addresses, Node};
+use super::{free_addresses, Session};
 use crate::datastore::etcd::EtcdStore;
 use crate::datastore::memory::Memory;
 use crate::rows::{ClusterRows, NodeBlock};
@@ -58,11 +58,11 @@ impl TestNode {
     fn add(&mut self, memory: &Memory, pools: &[Pool], container: &str) -> Result<Option<IpAddr>> {
         let who = Attachment { network: NET.into(), container_id: container.into(), ifname: "eth0".into() };
         let datastore = Box::new(EtcdStore::over(memory.client(), &self.settings, NET));
-        let node = Node::on(&self.settings, NET, &mut self.store, datastore)?;
-        node.settle(&mut self.store);
-        let views = node.add(&mut self.store, pools, &who, None, &[], &IpamResult::default());
-        node.finish(&mut self.store);
-        let views = views?;
+        let views = {
+            let call = Session::over(&self.settings, NET, &mut self.store, datastore)?;
+            call.node.settle(call.store);
+            call.node.add(call.store, pools, &who, None, &[], &IpamResult::default())?
+        };
         self.store.write(|tx| {
             for view in &views {
                 if let Some(&address) = free_addresses(tx, view, 1)?.first() {
