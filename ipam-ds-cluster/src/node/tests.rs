@@ -39,11 +39,16 @@ struct TestNode {
 
 impl TestNode {
     fn new(name: &str, offline_grace: u64) -> TestNode {
+        TestNode::sharing(name, offline_grace, "never")
+    }
+
+    /// A node whose blocks are shared as `share_blocks` says.
+    fn sharing(name: &str, offline_grace: u64, share_blocks: &str) -> TestNode {
         let settings = Settings::from_value(&json!({
             "etcd": {"endpoints": ["http://127.0.0.1:9"]},
             "node": name,
             "offlineGrace": offline_grace,
-            "shareBlocks": "never"
+            "shareBlocks": share_blocks
         }))
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -167,4 +172,57 @@ fn without_the_store_past_offline_grace_add_is_11() {
     assert!(e.msg.contains("confirmed within offlineGrace"), "{}", e.msg);
     memory.set_down(false);
     assert_eq!(a.add(&memory, &pools, "c2").unwrap(), Some("10.0.0.5".parse().unwrap()), "confirmed again");
+}
+
+/// The addresses recorded in the store, with the container each names.
+fn address_records(memory: &Memory) -> Vec<(String, String)> {
+    memory
+        .dump("/ipam-delegated/v1/net/blue/addrs/")
+        .into_iter()
+        .map(|(key, value)| {
+            let record: serde_json::Value = serde_json::from_str(&value).unwrap();
+            let address = key.rsplit('/').next().unwrap().to_string();
+            (address, record["container"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn two_nodes_granting_the_last_address_of_a_shared_block_get_it_once() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let a = Rc::new(RefCell::new(TestNode::sharing("node-a", 300, "always")));
+    for (container, address) in [("a1", "10.0.0.4"), ("a2", "10.0.0.5"), ("a3", "10.0.0.6")] {
+        assert_eq!(a.borrow_mut().add(&memory, &pools, container).unwrap(), Some(address.parse().unwrap()));
+    }
+    let a_got = Rc::new(RefCell::new(None));
+    {
+        let (memory, pools, a, a_got) = (memory.clone(), pools.clone(), a.clone(), a_got.clone());
+        // node-a is granted the last address between node-b's read of the
+        // block and its grant.
+        memory.clone().before_write("/addrs/", move || {
+            *a_got.borrow_mut() = Some(a.borrow_mut().add(&memory, &pools, "a4"));
+        });
+    }
+    let mut b = TestNode::sharing("node-b", 300, "always");
+    let b_got = b.add(&memory, &pools, "b1");
+    assert_eq!(a_got.borrow_mut().take().expect("node-a's ADD ran").unwrap(), Some("10.0.0.7".parse().unwrap()));
+    assert_eq!(b_got.unwrap_err().code, Code::NoFreeAddress);
+    let records = address_records(&memory);
+    assert_eq!(records.len(), 4, "{records:?}");
+    assert!(records.iter().all(|(_, container)| container.starts_with('a')), "{records:?}");
+}
+
+#[test]
+fn a_grant_whose_answer_a_kill_lost_is_released_by_the_next_call() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let mut a = TestNode::sharing("node-a", 300, "always");
+    memory.lose_answer("/addrs/");
+    assert_eq!(a.add(&memory, &pools, "a1").unwrap_err().code, Code::TryAgainLater);
+    assert_eq!(address_records(&memory), [("10.0.0.4".to_string(), "a1".to_string())], "the grant was made");
+    // The next call of the node releases it (its row was left to release)
+    // before it grants anew: the address is not stranded.
+    assert_eq!(a.add(&memory, &pools, "a2").unwrap(), Some("10.0.0.4".parse().unwrap()));
+    assert_eq!(address_records(&memory), [("10.0.0.4".to_string(), "a2".to_string())]);
 }
