@@ -28,11 +28,11 @@ impl Node<'_> {
                     }
                 }
             }
-            for _ in 0..CLAIM_ROUNDS {
+            let claimed = retry(CLAIM_ROUNDS, || {
                 let (definition_kv, owners, indexed) = self.read_pool(&definition, g)?;
                 let Some(definition_kv) = definition_kv.filter(|_| indexed) else {
                     self.define(g)?;
-                    continue;
+                    return Ok(Attempt::Conflict);
                 };
                 let adopted: Vec<(IpNet, i64)> = owners
                     .iter()
@@ -67,7 +67,7 @@ impl Node<'_> {
                     let b = self.owned_block(g, block, revision, taken, shared);
                     self.stamp(tx)?;
                     tx.put_node_block(&b)?;
-                    return Ok(Some(vec![b]));
+                    return Ok(Attempt::Done(Some(vec![b])));
                 }
                 let free: Vec<IpNet> = g
                     .claim_order(&self.settings.node)
@@ -75,25 +75,29 @@ impl Node<'_> {
                     .take(CLAIM_ATTEMPTS)
                     .collect();
                 if free.is_empty() {
-                    return Ok(None);
+                    return Ok(Attempt::Done(None));
                 }
                 for block in free {
                     if let Some(b) = self.claim_one(tx, g, block, &definition, &definition_kv)? {
                         self.stamp(tx)?;
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
-                        return Ok(Some(vec![b]));
+                        return Ok(Attempt::Done(Some(vec![b])));
                     }
                     tracing::debug!("block {block} of pool {} was claimed by another node first", g.pool.name);
                 }
-            }
-            Err(CniError::new(
-                Code::TryAgainLater,
-                format!(
-                    "pool {}: every block this node tried was claimed by another node first: try again",
-                    g.pool.name
-                ),
-            ))
+                // Every block tried was claimed first: read the pool again.
+                Ok(Attempt::Conflict)
+            })?;
+            claimed.ok_or_else(|| {
+                CniError::new(
+                    Code::TryAgainLater,
+                    format!(
+                        "pool {}: every block this node tried was claimed by another node first: try again",
+                        g.pool.name
+                    ),
+                )
+            })
         })?;
         // The new ones (claimed by this call, or by another call of this
         // node just now): confirmed at their claim.

@@ -20,7 +20,7 @@ use shared::{CniError, Code, Result};
 
 use super::{free_addresses, Node, RecordWrite};
 use crate::blocks::{fnv1a, Geometry};
-use crate::datastore::{AddressEntry, GrantRefusal, Version, Versioned};
+use crate::datastore::{retry, AddressEntry, Attempt, GrantRefusal, Version, Versioned};
 use crate::records::{to_text, AddressRecord, BlockRecord, Kind};
 use crate::rows::{ClusterRows, NodeBlock, NodeRecord, RecordState};
 
@@ -165,8 +165,8 @@ impl Node<'_> {
         own: bool,
     ) -> Result<Grant> {
         let mut taken = taken.to_vec();
-        'rounds: for _ in 0..GRANT_ROUNDS {
-            let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Grant::Full) };
+        let granted = retry(GRANT_ROUNDS, || {
+            let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Attempt::Done(Grant::Full)) };
             // Free in the node database too (its own leases), and no row of
             // another call of this node at the address.
             let free = store.read(|tx| {
@@ -179,7 +179,7 @@ impl Node<'_> {
                 Ok(free)
             })?;
             if free.is_empty() {
-                return Ok(Grant::Full);
+                return Ok(Attempt::Done(Grant::Full));
             }
             // The owner from the bottom, others each from a place of their own.
             let mut candidates = free;
@@ -189,9 +189,10 @@ impl Node<'_> {
             }
             let mut candidates = candidates.into_iter();
             let refusal = loop {
-                let Some(address) = candidates.next() else { continue 'rounds };
+                // Every one picked was taken first: read the block again.
+                let Some(address) = candidates.next() else { return Ok(Attempt::Conflict) };
                 match self.grant_one(store, g, block, version, address, who)? {
-                    RecordWrite::Written => return Ok(Grant::Granted(address)),
+                    RecordWrite::Written => return Ok(Attempt::Done(Grant::Granted(address))),
                     // Another call of this node is writing it: the next one.
                     RecordWrite::Busy => continue,
                     RecordWrite::Refused(refusal) => break refusal,
@@ -206,12 +207,12 @@ impl Node<'_> {
                 })
             });
             match (still, own) {
-                (false, true) => return Ok(Grant::Changed(record)),
-                _ if recovering => return Ok(Grant::Recovering),
-                (false, false) => return Ok(Grant::Full),
+                (false, true) => return Ok(Attempt::Done(Grant::Changed(record))),
+                _ if recovering => return Ok(Attempt::Done(Grant::Recovering)),
+                (false, false) => return Ok(Attempt::Done(Grant::Full)),
                 (true, _) => {}
             }
-            let Some(stored) = record else { return Ok(Grant::Full) };
+            let Some(stored) = record else { return Ok(Attempt::Done(Grant::Full)) };
             version = stored.version;
             // Others' records: this node's own addresses are its leases and rows.
             taken = self.taken_in(store, &records)?;
@@ -224,8 +225,9 @@ impl Node<'_> {
                     store.write(|tx| tx.put_node_block(&b))?;
                 }
             }
-        }
-        Ok(Grant::Full)
+            Ok(Attempt::Conflict)
+        })?;
+        Ok(granted.unwrap_or(Grant::Full))
     }
 
     /// One grant: `address`'s `allocated` record for `who`, created if
