@@ -227,6 +227,8 @@ func token(args []string) error {
 
 func request(args []string) error {
 	flags := newClientFlags("request")
+	accept := flags.String("accept", "", "the Accept header (e.g. a server-side Table's)")
+	contentType := flags.String("content-type", "application/json", "the body's Content-Type (e.g. application/merge-patch+json)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -235,7 +237,7 @@ func request(args []string) error {
 		return err
 	}
 	if flags.NArg() < 2 || flags.NArg() > 3 {
-		return errors.New("usage: request --kubeconfig FILE METHOD PATH [BODY-FILE]")
+		return errors.New("usage: request --kubeconfig FILE [--accept TYPE] [--content-type TYPE] METHOD PATH [BODY-FILE]")
 	}
 	method, path := flags.Arg(0), flags.Arg(1)
 	var body []byte
@@ -253,6 +255,12 @@ func request(args []string) error {
 	req, err := newRequest(ctx, method, strings.TrimSuffix(config.Host, "/")+path, body)
 	if err != nil {
 		return err
+	}
+	if *accept != "" {
+		req.Header.Set("Accept", *accept)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", *contentType)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

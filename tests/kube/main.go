@@ -6,7 +6,7 @@
 //	kube-test-server serve --data-dir DIR --port PORT
 //	kube-test-server apply --kubeconfig FILE MANIFEST...
 //	kube-test-server token --kubeconfig FILE --namespace NS --service-account NAME --out FILE [--seconds N]
-//	kube-test-server request --kubeconfig FILE METHOD PATH [BODY-FILE]
+//	kube-test-server request --kubeconfig FILE [--accept TYPE] [--content-type TYPE] METHOD PATH [BODY-FILE]
 //	kube-test-server can-i --kubeconfig FILE VERB RESOURCE[.GROUP][/SUBRESOURCE] [--namespace NS] [--name NAME]
 //
 // serve: see serve.go. The client commands: see client.go. Each prints what

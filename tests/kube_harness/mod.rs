@@ -27,6 +27,13 @@ use crate::support;
 /// bootstrap takes a few seconds; a busy 2-core machine, more).
 const START_LIMIT: Duration = Duration::from_secs(180);
 
+/// Headers of a request other than the client's defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Headers<'a> {
+    pub accept: Option<&'a str>,
+    pub content_type: Option<&'a str>,
+}
+
 /// A running API server and its directory (certificates, etcd's data, the
 /// kubeconfigs, the log `server.log`).
 pub struct KubeApi {
@@ -120,7 +127,28 @@ impl KubeApi {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> (u16, String) {
-        let mut args = vec!["request".into(), "--kubeconfig".into(), path_arg(kubeconfig), method.into(), path.into()];
+        self.request_with(kubeconfig, method, path, body, Headers::default())
+    }
+
+    /// [`KubeApi::request`] with `headers`: an `Accept` (a server-side
+    /// Table, say) rather than the server's default, a body's
+    /// `Content-Type` other than `application/json` (a merge patch's).
+    pub fn request_with(
+        &self,
+        kubeconfig: &Path,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        headers: Headers,
+    ) -> (u16, String) {
+        let mut args = vec!["request".into(), "--kubeconfig".into(), path_arg(kubeconfig)];
+        if let Some(accept) = headers.accept {
+            args.push(format!("--accept={accept}"));
+        }
+        if let Some(content_type) = headers.content_type {
+            args.push(format!("--content-type={content_type}"));
+        }
+        args.extend([method.into(), path.into()]);
         let body_file = body.map(|b| {
             let file = tempfile::Builder::new().suffix(".json").tempfile_in(self.dir.path()).expect("temp file");
             fs::write(file.path(), b.to_string()).expect("writing a request body");
