@@ -8,10 +8,11 @@
 
 pub mod blocks;
 pub mod clock;
+pub mod datastore;
 pub mod etcd;
 pub mod kube;
-pub mod layout;
 pub mod node;
+pub mod records;
 pub mod rows;
 pub mod settings;
 pub mod tables;
@@ -20,7 +21,7 @@ use shared::pool::{self, Pool};
 use shared::store::StoreHandle;
 use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Request, Result};
 
-use node::Node;
+use node::Session;
 use rows::ClusterRows;
 use settings::Settings;
 
@@ -57,11 +58,11 @@ impl Plugin for ClusterSelector {
             pool::static_target(&pools, address)?;
         }
         let mut store = open_node_store(req)?;
-        let node = Node::new(&settings, &attachment.network, &mut store)?;
-        node.settle(&mut store);
-        let views = node.add(&mut store, &pools, &attachment, sticking.as_ref(), &requests, &result);
-        node.finish(&mut store);
-        let views = views?;
+        let views = {
+            let call = Session::open(&settings, &attachment.network, &mut store)?;
+            call.node.settle(call.store);
+            call.node.add(call.store, &pools, &attachment, sticking.as_ref(), &requests, &result)?
+        };
         tracing::debug!("this node's view of the cluster pools: {}", pool::names(&views));
         result.pools = Some(views.iter().map(Pool::to_json).collect());
         suite_delegate::answer_add(req, ABOUT.name, result, "selects blocks but hands out no address")
@@ -80,22 +81,22 @@ impl Plugin for ClusterSelector {
         };
         match Settings::from_config(&req.config) {
             Ok(settings) => {
-                let node = Node::new(&settings, &attachment.network, &mut store)?;
+                let call = Session::open(&settings, &attachment.network, &mut store)?;
+                let node = &call.node;
                 // An identity's addresses stay its own, held in etcd.
                 let held = match sticky_release(req) {
                     Some((hold, asked)) => {
-                        node.hold_identities(&mut store, &attachment, asked.as_deref(), hold, rollback_of)?
+                        node.hold_identities(call.store, &attachment, asked.as_deref(), hold, rollback_of)?
                     }
                     None => Vec::new(),
                 };
                 let records: Vec<_> = records.into_iter().filter(|r| !held.contains(&r.key)).collect();
                 // The session finishes whatever the release did.
-                let released = node.release(&mut store, &records);
-                node.settle(&mut store);
-                node.finish(&mut store);
+                let released = node.release(call.store, &records);
+                node.settle(call.store);
                 // A record that keeps an address from other nodes and did not
                 // reach etcd: the runtime tries the DEL again.
-                node.finish_releases(&mut store, &released?)?;
+                node.finish_releases(call.store, &released?)?;
             }
             Err(e) => {
                 // DEL must succeed: what cannot be released now is marked,
@@ -119,20 +120,8 @@ impl Plugin for ClusterSelector {
         if records.is_empty() {
             return Ok(Reply::Nothing);
         }
-        let node = Node::new(&settings, &attachment.network, &mut store)?;
-        let checked = records.iter().try_for_each(|r| {
-            let found = node.etcd.range(&etcd::RangeRequest::key(r.key.clone())).map_err(node::etcd_error)?;
-            if found.kvs.first().map(|kv| kv.value.as_slice()) != Some(r.value.as_bytes()) {
-                return Err(CniError::new(
-                    Code::NotRecorded,
-                    format!("address {} is not recorded for this attachment in the cluster", r.address),
-                )
-                .with_details(format!("etcd key {}", r.key)));
-            }
-            Ok(())
-        });
-        node.finish(&mut store);
-        checked.map(|()| Reply::Nothing)
+        let call = Session::open(&settings, &attachment.network, &mut store)?;
+        call.node.check_records(&records).map(|()| Reply::Nothing)
     }
 
     /// Releases the records of attachments that are gone, finishes pending
@@ -142,20 +131,21 @@ impl Plugin for ClusterSelector {
         let settings = Settings::from_config(&req.config)?;
         let network = req.config.name()?;
         let mut store = open_node_store(req)?;
-        let node = Node::new(&settings, network, &mut store)?;
+        let call = Session::open(&settings, network, &mut store)?;
+        let node = &call.node;
         // Refused credentials or a certificate that does not verify are a
         // setting to fix, which GC would otherwise only log (its releases
         // are kept for later, as when etcd is unreachable).
         match node.reachable() {
-            Ok(()) | Err(etcd::Error::Unavailable(_)) => {}
-            Err(e) => return Err(node::etcd_error(e)),
+            Ok(()) | Err(datastore::Error::Unavailable(_)) => {}
+            Err(e) => return Err(e.into()),
         }
         let gone = |owner: &shared::Attachment| !valid.contains(&(owner.container_id.clone(), owner.ifname.clone()));
         // Identities of attachments that are gone keep their addresses, held in etcd.
         let mut held = Vec::new();
         if let Some((hold, _)) = sticky_release(req) {
             let of_network = shared::store::LeaseFilter { network: Some(network.to_string()), ..Default::default() };
-            let leases = store.read(|tx| tx.leases(&of_network))?;
+            let leases = call.store.read(|tx| tx.leases(&of_network))?;
             let mut owners: Vec<shared::Attachment> = leases
                 .into_iter()
                 .filter(|l| l.identity.is_some() && !l.is_hold() && gone(&l.owner))
@@ -163,22 +153,22 @@ impl Plugin for ClusterSelector {
                 .collect();
             owners.dedup();
             for owner in owners {
-                held.extend(node.hold_identities(&mut store, &owner, None, hold, None)?);
+                held.extend(node.hold_identities(call.store, &owner, None, hold, None)?);
             }
-            if let Err(e) = node.forget_gone_identities(&mut store, &valid) {
+            if let Err(e) = node.forget_gone_identities(call.store, &valid) {
                 tracing::warn!("identities of gone attachments are let go by a later GC: {e}");
             }
         }
-        let stale: Vec<_> = store
+        let stale: Vec<_> = call
+            .store
             .read(|tx| tx.node_records(network))?
             .into_iter()
             .filter(|r| gone(&r.owner) && !held.contains(&r.key))
             .collect();
         // What stays undone is journaled, and finished by a later call (the
         // runtime calls GC again; the attachments it lists gone make no DEL).
-        let collected = node.release(&mut store, &stale).and_then(|_| node.retire_empty_blocks(&mut store));
-        node.settle(&mut store);
-        node.finish(&mut store);
+        let collected = node.release(call.store, &stale).and_then(|_| node.retire_empty_blocks(call.store));
+        node.settle(call.store);
         collected.map(|()| Reply::Nothing)
     }
 
@@ -189,19 +179,17 @@ impl Plugin for ClusterSelector {
         let network = req.config.name()?;
         let mut store = suite_delegate::usable_store(req)?;
         tables::make_missing(&mut store)?;
-        let node = Node::new(&settings, network, &mut store)?;
-        let answer = node.reachable();
-        node.finish(&mut store);
-        let unreachable = match answer {
+        let call = Session::open(&settings, network, &mut store)?;
+        let unreachable = match call.node.reachable() {
             Ok(()) => return Ok(Reply::Nothing),
-            Err(etcd::Error::Unavailable(why)) => why,
+            Err(datastore::Error::Unavailable(why)) => why,
             // Refused credentials, a certificate that does not verify: not
             // an outage that blocks confirmed within offlineGrace can bridge.
-            Err(e) => return Err(node::etcd_error(e)),
+            Err(e) => return Err(e.into()),
         };
         let pools = pool::all_pools(&req.config)?;
-        let room = store.read(|tx| {
-            let window = node.offline_window(tx)?;
+        let room = call.store.read(|tx| {
+            let window = call.node.offline_window(tx)?;
             for p in &pools {
                 let confirmed: Vec<_> =
                     tx.node_blocks(network, &p.name)?.into_iter().filter(|b| window.allows(b)).collect();

@@ -24,25 +24,30 @@ use shared::{suite_delegate, CniError, Code, Result};
 
 use crate::blocks::Geometry;
 use crate::clock::{BootClock, BOOT_NOTE};
-use crate::etcd::{self, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
-use crate::layout::{
-    shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys,
-    PoolRecord, RecoveryRecord,
+use crate::datastore::etcd::EtcdStore;
+use crate::datastore::{self, retry, Attempt, BlockClaim, Datastore, Swap, Versioned};
+use crate::records::{
+    shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, NodeEntry, PoolRecord, RecoveryRecord,
 };
 use crate::rows::{BlockState, ClusterRows, NodeBlock, NodeRecord, RecordState};
 use crate::settings::Settings;
 
 // The impl of Node is split by concern; each part sees this module's imports
 // and items (`use super::*`).
+mod add;
 mod claims;
 mod confirm;
 mod plan;
 mod records;
 mod recovery;
+mod release_node;
 mod sharing;
 mod sticky;
+#[cfg(test)]
+mod tests;
 
-pub use sticky::{release_node_identities, IdentityRelease, Sticking};
+pub use release_node::{release_node_identities, IdentityRelease};
+pub use sticky::Sticking;
 
 use claims::{check_definition, gave_back_note};
 use plan::{PoolFacts, Step};
@@ -75,16 +80,46 @@ const RECOVERED: &str = "recovered";
 pub struct Node<'s> {
     pub settings: &'s Settings,
     pub network: String,
-    pub etcd: etcd::Client,
-    /// The auth token the call started with, to save a new one once.
-    cached_token: Option<String>,
+    datastore: Box<dyn Datastore + 's>,
     /// The clock that times confirmations, read at first need (DEL, GC
     /// and CHECK never need it).
     clock: OnceCell<BootClock>,
     /// This node database's identity ([`DB_NOTE`]).
     pub db: String,
-    /// Where that token is kept: one per endpoints, user and password.
-    token_note: Option<String>,
+}
+
+/// One call of this node on the cluster: the node, and its database for
+/// the call. It always finishes, however the verb ends: what the next call
+/// can reuse (the datastore's auth token) is kept and what the call cost
+/// the datastore is logged, when it is dropped.
+pub struct Session<'s> {
+    pub node: Node<'s>,
+    pub store: &'s mut StoreHandle,
+}
+
+impl<'s> Session<'s> {
+    /// The node on the datastore its settings name.
+    pub fn open(settings: &'s Settings, network: &str, store: &'s mut StoreHandle) -> Result<Session<'s>> {
+        let node = Node::new(settings, network, store)?;
+        Ok(Session { node, store })
+    }
+
+    /// The node over `datastore` (tests: a store in memory).
+    pub fn over(
+        settings: &'s Settings,
+        network: &str,
+        store: &'s mut StoreHandle,
+        datastore: Box<dyn Datastore + 's>,
+    ) -> Result<Session<'s>> {
+        let node = Node::on(settings, network, store, datastore)?;
+        Ok(Session { node, store })
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        self.node.finish(self.store);
+    }
 }
 
 /// See [`Node::offline_window`].
@@ -102,20 +137,20 @@ impl OfflineWindow<'_> {
     }
 }
 
-/// Every claimed block of a pool, with its record and key.
-type Owners = HashMap<IpNet, (BlockRecord, Kv)>;
+/// Every claimed block of a pool, with its record as read.
+type Owners = HashMap<IpNet, (BlockRecord, Versioned)>;
 
 /// What etcd said of this node's blocks of one pool.
 struct Confirmed {
     /// Blocks still ours, with what others hold in them.
     ours: Vec<NodeBlock>,
     /// Blocks etcd no longer shows as ours.
-    lost: Vec<(NodeBlock, String, Option<Kv>)>,
-    /// The mod_revision of the pool's `wanted` key: a node found no room.
+    lost: Vec<(NodeBlock, String, Option<Versioned>)>,
+    /// The mark of the pool's `wanted` request: a node found no room.
     wanted: i64,
     /// Lent records in our blocks that name another node: lent by a former
     /// owner (given back by a borrower after the block changed hands).
-    stale: Vec<Kv>,
+    stale: Vec<datastore::AddressEntry>,
 }
 
 /// Addresses lent out are held in the lender's database under this
@@ -132,27 +167,20 @@ fn lend_holder(network: &str) -> Attachment {
 impl<'s> Node<'s> {
     /// The client, with the auth token an earlier call saved.
     pub fn new(settings: &'s Settings, network: &str, store: &mut StoreHandle) -> Result<Node<'s>> {
-        let token_note = settings.etcd.token_note();
-        let (cached_token, db) = store.read(|tx| {
-            let token = match &token_note {
-                Some(note) => tx.note(note)?,
-                None => None,
-            };
-            Ok((token, tx.note(DB_NOTE)?))
-        })?;
-        let db = match db {
-            Some(db) => db,
-            // Once in the database's life.
-            None => {
-                let made = new_db_id()?;
-                store.write(|tx| match tx.note(DB_NOTE)? {
-                    Some(db) => Ok(db),
-                    None => tx.set_note(DB_NOTE, &made).map(|()| made.clone()),
-                })?
-            }
-        };
-        let etcd = etcd::Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(Node { settings, network: network.to_string(), etcd, cached_token, token_note, clock: OnceCell::new(), db })
+        let db = database_id(store)?;
+        let datastore = Box::new(EtcdStore::open(settings, network, store)?);
+        Ok(Node { settings, network: network.to_string(), datastore, clock: OnceCell::new(), db })
+    }
+
+    /// The node over `datastore`.
+    fn on(
+        settings: &'s Settings,
+        network: &str,
+        store: &mut StoreHandle,
+        datastore: Box<dyn Datastore + 's>,
+    ) -> Result<Node<'s>> {
+        let db = database_id(store)?;
+        Ok(Node { settings, network: network.to_string(), datastore, clock: OnceCell::new(), db })
     }
 
     /// Which blocks may be allocated in without etcd: confirmed in this boot
@@ -178,35 +206,33 @@ impl<'s> Node<'s> {
     /// Makes etcd's entry of this node name this database's, with this
     /// call's settings (`found`: the entry as just read). Error 7 when
     /// another node database runs under the name.
-    fn register(&self, mut found: Option<Kv>) -> Result<()> {
-        let key = self.net_keys().node(&self.settings.node);
+    fn register(&self, found: Option<Versioned>) -> Result<()> {
+        let key = self.datastore.node_entry_name();
         let entry = self.entry();
-        for _ in 0..CLAIM_ROUNDS {
-            let compare = match &found {
-                Some(kv) => match serde_json::from_slice::<NodeEntry>(&kv.value) {
-                    Ok(theirs) if theirs == entry => return Ok(()),
+        let mut found = found;
+        let registered = retry(CLAIM_ROUNDS, || {
+            if let Some(stored) = &found {
+                match serde_json::from_slice::<NodeEntry>(&stored.value) {
+                    Ok(theirs) if theirs == entry => return Ok(Attempt::Done(())),
                     Ok(theirs) if theirs.db != self.db => return Err(self.another_database(&theirs.db, &key)),
                     // Our entry with other settings, or one that does not read.
-                    _ => Compare::mod_revision_is(key.clone(), kv.mod_revision),
-                },
-                None => Compare::absent(key.clone()),
-            };
-            let txn = Txn {
-                compare: vec![compare],
-                success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&entry), lease: 0 }],
-                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
-            };
-            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-            if answer.succeeded {
-                tracing::info!("node {} is this node database's in etcd ({key})", self.settings.node);
-                return Ok(());
+                    _ => {}
+                }
             }
-            found = match answer.responses.into_iter().next() {
-                Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
-                _ => None,
-            };
-        }
-        Err(CniError::new(Code::TryAgainLater, format!("etcd's entry {key} of this node keeps changing: try again")))
+            match self.datastore.put_node_entry(&entry, found.as_ref())? {
+                Swap::Done => {
+                    tracing::info!("node {} is this node database's in etcd ({key})", self.settings.node);
+                    Ok(Attempt::Done(()))
+                }
+                Swap::Conflict(now) => {
+                    found = now;
+                    Ok(Attempt::Conflict)
+                }
+            }
+        })?;
+        registered.ok_or_else(|| {
+            CniError::new(Code::TryAgainLater, format!("etcd's entry {key} of this node keeps changing: try again"))
+        })
     }
 
     /// Two node databases under one node name would share blocks and hand
@@ -230,288 +256,31 @@ impl<'s> Node<'s> {
         self.clock.get_or_init(BootClock::read)
     }
 
-    /// The keys of this node's network that belong to no pool.
-    fn net_keys(&self) -> NetworkKeys {
-        NetworkKeys::new(&self.settings.prefix, &self.network)
+    /// Saves a new auth token for the next call (authenticating is slow),
+    /// and logs what the call cost the datastore (see [`Session`]).
+    fn finish(&self, store: &mut StoreHandle) {
+        self.datastore.finish(store);
     }
 
-    /// One read-only transaction of `N` ranges: the key-values of each, and
-    /// the revision etcd answered at.
-    fn read<const N: usize>(&self, reads: [RangeRequest; N]) -> Result<([Vec<Kv>; N], i64)> {
-        let txn = Txn { success: reads.into_iter().map(Op::Range).collect(), ..Txn::default() };
-        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-        Ok((ranges(answer.responses)?, answer.revision))
+    /// The store's name of the record of `address` in `block` of `pool`.
+    fn record_key(&self, pool: &str, block: &IpNet, address: IpAddr) -> String {
+        self.datastore.record_key(pool, *block, address)
     }
 
-    pub fn keys(&self, pool: &str) -> PoolKeys {
-        PoolKeys::new(&self.settings.prefix, &self.network, pool)
-    }
-
-    /// Saves a new auth token for the next call (authenticating is slow).
-    pub fn finish(&self, store: &mut StoreHandle) {
-        let token = self.etcd.token();
-        let changed = token != self.cached_token;
-        if let (Some(token), Some(note), true) = (&token, &self.token_note, changed) {
-            // One token kept: those of earlier credentials are of no use.
-            let keep = |tx: &Tx| {
-                tx.drop_notes_with_prefix(etcd::TOKEN_NOTE_PREFIX, note)?;
-                tx.set_note(note, token)
-            };
-            if let Err(e) = store.write(keep) {
-                tracing::warn!("the etcd token is not kept for the next call: {e}");
-            }
-        }
-        let count = self.etcd.requests();
-        tracing::debug!(
-            "etcd requests: {} range, {} txn ({} writing), {} other",
-            count.ranges,
-            count.txns,
-            count.writing_txns,
-            count.other
-        );
-    }
-
-    /// ADD's part: reserves the addresses asked for by name, makes sure each
-    /// family that needs an address has room in some pool (claiming a block
-    /// when this node's are full), and returns the pools as this node's
-    /// allocators must see them. The addresses of `identity` (sticky) in
-    /// blocks of this node's own are in the view, as the attachment's own
-    /// leases are, so that ipam-da-sticky can hand them back.
-    pub fn add(
-        &self,
-        store: &mut StoreHandle,
-        pools: &[Pool],
-        who: &Attachment,
-        sticking: Option<&Sticking>,
-        requests: &[IpAddr],
-        prev: &IpamResult,
-    ) -> Result<Vec<Pool>> {
-        let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
-        // Only blocks with room are handed to the allocators, and so
-        // confirmed: a full block needs no confirming, and the confirming
-        // read stays one request however many blocks the node has. Holds
-        // past their end free their addresses before room is counted (the
-        // allocators drop them only once they allocate): found in this
-        // read, they are dropped and it is made again.
-        let snapshot = |tx: &Tx| {
-            if !tx.expired_holds()?.is_empty() {
-                return Ok(None);
-            }
-            let mut owned = Vec::with_capacity(pools.len());
-            let mut with_room = Vec::with_capacity(pools.len());
-            let mut shared = Vec::with_capacity(pools.len());
-            for g in &geometries {
-                let all: Vec<NodeBlock> = tx
-                    .node_blocks(&self.network, &g.pool.name)?
-                    .into_iter()
-                    .filter(|b| b.state == BlockState::Owned)
-                    .collect();
-                with_room.push(blocks_to_confirm(tx, g, &all)?);
-                shared.push(all.iter().filter(|b| b.shared).cloned().collect::<Vec<_>>());
-                owned.push(all);
-            }
-            let watermark = tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok());
-            let notes = (tx.note(BOOT_NOTE)?, watermark, self.offline_window(tx)?);
-            let held = self.held_for(tx, &owned, who, sticking)?;
-            Ok(Some((owned, with_room, shared, tx.node_records_of(who)?, held, notes)))
-        };
-        let read = match store.read(snapshot)? {
-            Some(read) => read,
-            None => {
-                store.write(|tx| tx.drop_expired_holds().map(drop))?;
-                store.read(snapshot)?.ok_or_else(|| {
-                    CniError::new(
-                        Code::TryAgainLater,
-                        "holds kept ending while this node's blocks were read: try again",
-                    )
-                })?
-            }
-        };
-        let (owned, mut blocks, mut shared, records, mut held, notes) = read;
-        let (boot, watermark, offline_window) = notes;
-        let mut needed = needed_families(pools, prev, requests, &held);
-        // Only answers given after the watermark was read count against it
-        // (settle, before this, may have heard etcd at an earlier revision
-        // while another process of this node wrote a later one down).
-        self.etcd.forget_revisions();
-        let skipped = self.needs_no_confirmation(pools, &blocks, &shared, &needed, boot.as_deref());
-        let confirmation = if skipped { None } else { Some(self.confirm(store, &geometries, &blocks)?) };
-        let offline = match confirmation {
-            // Every block this ADD may use was confirmed moments ago.
-            None => None,
-            Some(Ok((confirmed, entry))) => {
-                // Before anything is decided from what etcd said.
-                self.check_history(store, &geometries, watermark, &confirmed)?;
-                self.register(entry)?;
-                let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
-                let stale: Vec<Kv> = confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
-                self.drop_stale_lent(&stale);
-                self.record_confirmed(store, &geometries, &mut blocks, confirmed, boot.as_deref())?;
-                for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
-                    if let Err(e) = self.lend(store, &geometries[i], &blocks[i], revision) {
-                        tracing::warn!("pool {}: lending to nodes without room failed: {e}", pools[i].name);
-                    }
-                }
-                None
-            }
-            Some(Err(etcd::Error::Unavailable(why))) => {
-                for pool_blocks in &mut blocks {
-                    pool_blocks.retain(|b| offline_window.allows(b));
-                }
-                tracing::warn!(
-                    "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
-                    self.settings.offline_grace.as_secs()
-                );
-                Some(why)
-            }
-            Some(Err(e)) => return Err(etcd_error(e)),
-        };
-        // Before anything is allocated: two nodes adding one identity at
-        // once get it once, and a held identity is taken over (and leased
-        // here), after this call's answers showed etcd kept its history.
-        let mut claimed = None;
-        if let Some(s) = sticking {
-            if let Some(why) = &offline {
+    /// CHECK: the attachment's records in the datastore must still be as
+    /// this node wrote them (error 104 naming the first that is not).
+    pub fn check_records(&self, records: &[NodeRecord]) -> Result<()> {
+        for r in records {
+            let found = self.datastore.record(&r.key)?;
+            if found.map(|stored| stored.value) != Some(r.value.clone().into_bytes()) {
                 return Err(CniError::new(
-                    Code::TryAgainLater,
-                    format!("etcd is unreachable, and identity {:?} is known only there: {why}", s.identity),
-                ));
-            }
-            let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
-            claimed = self.claim_identity(store, &geometries, who, s, &history)?;
-            held = store.read(|tx| self.held_for(tx, &owned, who, sticking))?;
-            needed = needed_families(pools, prev, requests, &held);
-            // What it took over is its own now, no longer another's in its block.
-            for b in blocks.iter_mut().flatten() {
-                b.taken.retain(|a| !held.iter().any(|l| l.address == *a && l.owner == *who));
+                    Code::NotRecorded,
+                    format!("address {} is not recorded for this attachment in the cluster", r.address),
+                )
+                .with_details(format!("etcd key {}", r.key)));
             }
         }
-        for &address in requests {
-            self.reserve_static(store, &geometries, address, who)?;
-        }
-        // Addresses this call got published for `who`: in a shared block, or
-        // lent by another node. The allocators get each as a single address.
-        let mut granted: Vec<(String, IpAddr)> = Vec::new();
-        let singles = |pool: &Pool, granted: &[(String, IpAddr)]| -> Vec<IpAddr> {
-            // Only records etcd is known to have: a `writing` row may be of a
-            // call killed before its etcd write, whose address anyone may be
-            // granted (DEL and GC release such rows).
-            let mut singles: Vec<IpAddr> = records
-                .iter()
-                .filter(|r| r.pool == pool.name && r.state == RecordState::Held)
-                .map(|r| r.address)
-                .collect();
-            singles.extend(granted.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));
-            singles.extend(held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
-            singles.extend(requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
-            singles
-        };
-        let history = |store: &mut StoreHandle| self.check_history(store, &geometries, watermark, &[]);
-        let grantee = sharing::Grantee { who, identity: sticking.map(|s| s.identity) };
-        let pool_view = |i: usize, blocks: &[Vec<NodeBlock>], granted: &[(String, IpAddr)]| -> Option<Pool> {
-            view(&geometries[i], &blocks[i], &singles(geometries[i].pool, granted))
-        };
-        for family in needed {
-            let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
-            // An address an earlier ADD of this attachment got published and
-            // then did not lease (killed in between): it is in the view.
-            let mut found = records.iter().any(|r| {
-                r.kind == Kind::Allocated
-                    && r.state == RecordState::Held
-                    && of_family.iter().any(|&i| pools[i].name == r.pool)
-            });
-            let mut facts = Vec::with_capacity(of_family.len());
-            for &i in &of_family {
-                let headroom = headroom(&geometries[i]);
-                let free_own = match view(&geometries[i], &blocks[i], &[]) {
-                    Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
-                    None => 0,
-                };
-                facts.push((i, PoolFacts { free_own, headroom, shared: !shared[i].is_empty() }));
-            }
-            let plan = plan::plan(&facts, offline.is_none());
-            // Nearly full: claim the next block now. The allocators take
-            // their address after this call, so concurrent ADDs of this node
-            // that all saw its last free address would otherwise all but
-            // one fail with 100 while blocks are left. (A shared block needs
-            // none: each ADD's address is granted before it returns.)
-            if let (Some(i), false) = (plan.claim_ahead, found) {
-                match self.claim(store, &geometries[i], &owned[i]) {
-                    Ok(new) => file_new_blocks(new, &mut blocks[i], &mut shared[i]),
-                    Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
-                }
-            }
-            for step in plan.steps {
-                if found {
-                    break;
-                }
-                let address = match step {
-                    // An identity's address is picked here, so that its
-                    // key can list it (a node sharing it must know it).
-                    Step::Room(i) if sticking.is_some() => {
-                        self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
-                    }
-                    Step::Room(_) => {
-                        found = true;
-                        None
-                    }
-                    Step::GrantOwn(i) => self.grant_in_own(store, &geometries[i], &mut shared[i], grantee, &history)?,
-                    Step::Claim(i) => {
-                        let new = self.claim(store, &geometries[i], &owned[i])?;
-                        let own = new.iter().any(|b| !b.shared);
-                        file_new_blocks(new, &mut blocks[i], &mut shared[i]);
-                        found = own && sticking.is_none();
-                        match own {
-                            true if sticking.is_some() => {
-                                self.lease_in_own(store, &geometries[i], &blocks[i], who, sticking)?
-                            }
-                            true => None,
-                            false => self.grant_in_own(store, &geometries[i], &mut shared[i], grantee, &history)?,
-                        }
-                    }
-                    Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
-                    Step::Borrow(i) => self.borrow(store, &geometries[i], &owned[i], who)?,
-                };
-                if let Some(address) = address {
-                    granted.push((pools[step.pool()].name.clone(), address));
-                    found = true;
-                }
-            }
-            if !found {
-                let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
-                return Err(match &offline {
-                    Some(why) => CniError::new(
-                        Code::TryAgainLater,
-                        format!(
-                            "etcd is unreachable and no {family} block of this node confirmed within offlineGrace \
-                             has a free address (cluster pools {names}; shared blocks are used only with etcd): {why}"
-                        ),
-                    ),
-                    None => CniError::new(
-                        Code::NoFreeAddress,
-                        format!(
-                            "no free {family} address in the cluster pools ({names}): this node's blocks are full, \
-                             no block is left to claim, no shared block has room and no node has an address lent \
-                             out; nodes with room of their own lend some at their next ADD"
-                        ),
-                    ),
-                });
-            }
-        }
-        // Without a confirming read, the answers of this call's other
-        // requests tell whether etcd lost history.
-        if skipped {
-            self.check_history(store, &geometries, watermark, &[])?;
-        }
-        if let Some(s) = sticking {
-            let mut addresses: Vec<IpAddr> = store.read(|tx| tx.leases_of(who))?.iter().map(|l| l.address).collect();
-            addresses.extend(granted.iter().map(|(_, a)| *a));
-            addresses.extend(requests.iter().filter(|a| pools.iter().any(|p| p.check_static(**a).is_ok())));
-            addresses.sort_unstable();
-            addresses.dedup();
-            self.record_identity_addresses(who, s, &addresses, claimed);
-        }
-        Ok((0..pools.len()).filter_map(|i| pool_view(i, &blocks, &granted)).collect())
+        Ok(())
     }
 
     /// What `who` holds here that its view must hand back: its leases and,
@@ -609,7 +378,7 @@ impl<'s> Node<'s> {
         if tx.note(&grace_note)?.as_deref() != Some(grace.as_str()) {
             tx.set_note(&grace_note, &grace)?;
         }
-        if let Some((_, high)) = self.etcd.revisions() {
+        if let Some((_, high)) = self.datastore.marks() {
             let note = revision_note(&self.network);
             if tx.note(&note)?.and_then(|n| n.parse::<i64>().ok()).is_none_or(|seen| seen < high) {
                 tx.set_note(&note, &high.to_string())?;
@@ -637,10 +406,9 @@ impl<'s> Node<'s> {
                         // Leases still unpublished (a kill, or etcd away, during
                         // its contest), or none left: nothing of this node in it.
                         let held = self.leases_in(tx, &b)?;
-                        let keys = self.keys(&b.pool);
                         let mut unpublished = false;
                         for l in &held {
-                            let row = tx.node_record(&keys.address(&b.block, l.address))?;
+                            let row = tx.node_record(&self.record_key(&b.pool, &b.block, l.address))?;
                             unpublished |= row.is_none_or(|r| r.state == RecordState::Writing);
                         }
                         if held.is_empty() || unpublished {
@@ -668,7 +436,7 @@ impl<'s> Node<'s> {
                 tracing::info!("contested block {} of pool {} holds no lease of this node any more", b.block, b.pool);
                 store.write(|tx| self.drop_block(tx, &b))
             } else {
-                self.contest(store, &self.keys(&b.pool), &b, &held, "")
+                self.contest(store, &b, &held, "")
             };
             if let Err(e) = done {
                 tracing::warn!("contested block {} of pool {} is settled later: {e}", b.block, b.pool);
@@ -722,7 +490,6 @@ impl<'s> Node<'s> {
     /// Deletes a `releasing` block from etcd (only our claim of it), unless a
     /// lease appeared in it meanwhile, which makes it owned again.
     fn give_back(&self, store: &mut StoreHandle, b: &NodeBlock) -> Result<()> {
-        let keys = self.keys(&b.pool);
         // A lease appearing meanwhile must keep the block.
         holding_lock_over_etcd(store, |tx| {
             if tx.count_leases(b.block.network(), b.block.broadcast())? > 0 {
@@ -732,20 +499,11 @@ impl<'s> Node<'s> {
                 let kept = NodeBlock { state: BlockState::Owned, since: unix_now(), confirmed: 0, ..b.clone() };
                 return tx.put_node_block(&kept);
             }
-            let txn = Txn {
-                compare: vec![Compare::CreateRevision {
-                    key: keys.block(&b.block).into_bytes(),
-                    cmp: etcd::Cmp::Equal,
-                    revision: b.revision,
-                }],
-                success: vec![Op::Delete { key: keys.block(&b.block).into_bytes(), range_end: None }],
-                failure: Vec::new(),
-            };
-            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
+            let given_back = self.datastore.give_back(&b.pool, b.block, b.revision)?;
             // So that this claim is never adopted again, should an etcd
             // restored from an older backup show it once more.
             tx.set_note(&gave_back_note(&b.network, &b.pool, &b.block), &b.revision.to_string())?;
-            if answer.succeeded {
+            if given_back {
                 tracing::info!("gave block {} of pool {} back to the cluster", b.block, b.pool);
             } else {
                 tracing::warn!("block {} of pool {} was no longer this node's claim", b.block, b.pool);
@@ -755,9 +513,8 @@ impl<'s> Node<'s> {
     }
 
     /// STATUS: whether etcd answers (a one-key read).
-    pub fn reachable(&self) -> std::result::Result<(), etcd::Error> {
-        let probe = RangeRequest { limit: 1, ..RangeRequest::prefix(format!("{}/", self.settings.prefix)).keys_only() };
-        self.etcd.range(&probe).map(drop)
+    pub fn reachable(&self) -> datastore::Answer<()> {
+        self.datastore.reachable()
     }
 }
 
@@ -768,6 +525,18 @@ impl<'s> Node<'s> {
 /// is slow, every call of the node waits. Only claims and giving back do it.
 fn holding_lock_over_etcd<T>(store: &mut StoreHandle, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
     store.write(f)
+}
+
+/// This node database's identity ([`DB_NOTE`]), made once in its life.
+fn database_id(store: &mut StoreHandle) -> Result<String> {
+    if let Some(db) = store.read(|tx| tx.note(DB_NOTE))? {
+        return Ok(db);
+    }
+    let made = new_db_id()?;
+    store.write(|tx| match tx.note(DB_NOTE)? {
+        Some(db) => Ok(db),
+        None => tx.set_note(DB_NOTE, &made).map(|()| made.clone()),
+    })
 }
 
 /// A node database's identity: 16 random bytes in hex.
@@ -837,27 +606,6 @@ fn count_free(tx: &Tx, view: &Pool, limit: usize) -> Result<usize> {
     })
 }
 
-/// The key-values of each response of a transaction of `N` ranges (its
-/// success or failure responses), in order: read by name, not by position.
-pub(super) fn ranges<const N: usize>(responses: Vec<OpResponse>) -> Result<[Vec<Kv>; N]> {
-    let mut out: [Vec<Kv>; N] = std::array::from_fn(|_| Vec::new());
-    let count = responses.len();
-    for (slot, response) in out.iter_mut().zip(responses) {
-        match response {
-            OpResponse::Range(r) => *slot = r.kvs,
-            _ => return Err(etcd_error(not_ranges())),
-        }
-    }
-    if count != N {
-        return Err(etcd_error(not_ranges()));
-    }
-    Ok(out)
-}
-
-fn not_ranges() -> etcd::Error {
-    etcd::Error::Protocol("a txn of ranges answered with other responses".into())
-}
-
 /// The pool as the allocators see it with `blocks` (and their addresses
 /// held elsewhere in the cluster) and `singles`.
 pub fn view(g: &Geometry, blocks: &[NodeBlock], singles: &[IpAddr]) -> Option<Pool> {
@@ -906,43 +654,4 @@ fn blocks_with_room_counting(tx: &Tx, g: &Geometry, blocks: &[NodeBlock], taken:
 /// blocks full for a moment (error 100) while blocks are left.
 fn headroom(g: &Geometry) -> usize {
     usize::try_from((g.block_len() / 4).min(64)).unwrap_or(64)
-}
-
-/// etcd's failures in the contract's codes: unreachable is 11 (try again
-/// later); refused credentials, a user without the rights, a certificate
-/// that does not verify and unusable settings are 7 (a setting to fix,
-/// which trying again does not). The one mapping, the operator's tool's too.
-pub fn etcd_error(e: etcd::Error) -> CniError {
-    match e {
-        etcd::Error::Unavailable(why) => CniError::new(Code::TryAgainLater, format!("etcd is unreachable: {why}")),
-        etcd::Error::Refused { code: 3, message } if message.contains("authentication failed") => CniError::config(
-            "ipam.cluster.etcd.passwordFile",
-            format!(
-                "etcd refused the user (ipam.cluster.etcd.username) or the password in this file: {}",
-                shown(&message)
-            ),
-        ),
-        etcd::Error::Refused { code: 3, message } if message.contains("user name is empty") => CniError::config(
-            "ipam.cluster.etcd.username",
-            format!("etcd requires authentication: set username and passwordFile ({})", shown(&message)),
-        ),
-        etcd::Error::Refused { code: 7, message } => CniError::config(
-            "ipam.cluster.etcd.username",
-            format!(
-                "etcd denied this user the request: it needs read and write on the keys under ipam.cluster.etcd.prefix \
-                 ({})",
-                shown(&message)
-            ),
-        ),
-        etcd::Error::Refused { code: 16, message } => {
-            CniError::config("ipam.cluster.etcd.username", format!("etcd refused the credentials: {}", shown(&message)))
-        }
-        etcd::Error::Refused { code, message } => {
-            CniError::new(Code::TryAgainLater, format!("etcd refused the request (code {code}): {}", shown(&message)))
-        }
-        etcd::Error::Settings { field, message } => CniError::config(&format!("ipam.cluster.etcd.{field}"), message),
-        etcd::Error::Protocol(why) => {
-            CniError::new(Code::TryAgainLater, format!("etcd answered something unexpected: {why}"))
-        }
-    }
 }

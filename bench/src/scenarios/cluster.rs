@@ -61,9 +61,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
 use ipam_ds_cluster::etcd::{Op, RangeRequest, Txn};
-use ipam_ds_cluster::layout::PoolKeys;
 use serde_json::{json, Value};
 use shared::addr::to_u128;
 use shared::pool;

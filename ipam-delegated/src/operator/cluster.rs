@@ -2,7 +2,7 @@
 //! operator's side. The etcd settings (`ipam.cluster`), the pools
 //! (`ipam.pools`) and this node's database (`ipam.database`) are those of
 //! the network configuration named, as the plugins read them; the etcd keys
-//! are ipam-ds-cluster's own layout ([`ipam_ds_cluster::layout`]).
+//! are ipam-ds-cluster's own layout ([`ipam_ds_cluster::datastore::etcd::layout`]).
 //!
 //! `blocks` only reads. `release-node` writes etcd, each change under a
 //! compare of the record's mod_revision, so that a record that changed since
@@ -16,6 +16,7 @@ mod release_node;
 
 use std::path::Path;
 
+use ipam_ds_cluster::datastore::etcd::EtcdStore;
 use ipam_ds_cluster::etcd;
 use shared::logging::{self, LogSettings};
 
@@ -32,9 +33,10 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, conf.netconf.ipam().ok()));
     conf.settings.warn_weak();
     let client = etcd::Client::new(conf.settings.etcd.clone()).map_err(|e| etcd_failure(&conf, e))?;
+    let datastore = EtcdStore::over(client, &conf.settings, &conf.network);
     match command {
-        ClusterCommand::Blocks { json } => blocks::run(&conf, &client, json),
-        ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &client, &node, json, gone),
+        ClusterCommand::Blocks { json } => blocks::run(&conf, datastore.client(), json),
+        ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &datastore, &node, json, gone),
     }
 }
 

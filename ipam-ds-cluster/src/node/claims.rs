@@ -11,7 +11,6 @@ impl Node<'_> {
     /// one each. The blocks the node has that `known` lacks (none: no block
     /// is left to claim).
     pub(super) fn claim(&self, store: &mut StoreHandle, g: &Geometry, known: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
-        let keys = self.keys(&g.pool.name);
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
         let network = self.network.clone();
         let claimed = holding_lock_over_etcd(store, |tx| {
@@ -29,16 +28,16 @@ impl Node<'_> {
                     }
                 }
             }
-            for _ in 0..CLAIM_ROUNDS {
-                let (definition_kv, owners, indexed) = self.read_pool(&keys, &definition, g)?;
+            let claimed = retry(CLAIM_ROUNDS, || {
+                let (definition_kv, owners, indexed) = self.read_pool(&definition, g)?;
                 let Some(definition_kv) = definition_kv.filter(|_| indexed) else {
-                    self.define(&keys, g)?;
-                    continue;
+                    self.define(g)?;
+                    return Ok(Attempt::Conflict);
                 };
                 let adopted: Vec<(IpNet, i64)> = owners
                     .iter()
                     .filter(|(block, (r, _))| self.is_ours(r) && !now_mine.iter().any(|b| b.block == **block))
-                    .map(|(block, (_, kv))| (*block, kv.create_revision))
+                    .map(|(block, (_, stored))| (*block, stored.created))
                     .collect();
                 let (adopted, given_back): (Vec<_>, Vec<_>) = adopted
                     .into_iter()
@@ -63,12 +62,12 @@ impl Node<'_> {
                         "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
                         g.pool.name
                     );
-                    let taken = self.block_addresses(tx, &keys, &block)?;
+                    let taken = self.block_addresses(tx, &g.pool.name, &block)?;
                     let shared = owners.get(&block).is_some_and(|(r, _)| r.shared);
                     let b = self.owned_block(g, block, revision, taken, shared);
                     self.stamp(tx)?;
                     tx.put_node_block(&b)?;
-                    return Ok(Some(vec![b]));
+                    return Ok(Attempt::Done(Some(vec![b])));
                 }
                 let free: Vec<IpNet> = g
                     .claim_order(&self.settings.node)
@@ -76,25 +75,29 @@ impl Node<'_> {
                     .take(CLAIM_ATTEMPTS)
                     .collect();
                 if free.is_empty() {
-                    return Ok(None);
+                    return Ok(Attempt::Done(None));
                 }
                 for block in free {
-                    if let Some(b) = self.claim_one(tx, &keys, g, block, &definition, &definition_kv)? {
+                    if let Some(b) = self.claim_one(tx, g, block, &definition, &definition_kv)? {
                         self.stamp(tx)?;
                         tx.put_node_block(&b)?;
                         tracing::info!("claimed block {block} of pool {}", g.pool.name);
-                        return Ok(Some(vec![b]));
+                        return Ok(Attempt::Done(Some(vec![b])));
                     }
                     tracing::debug!("block {block} of pool {} was claimed by another node first", g.pool.name);
                 }
-            }
-            Err(CniError::new(
-                Code::TryAgainLater,
-                format!(
-                    "pool {}: every block this node tried was claimed by another node first: try again",
-                    g.pool.name
-                ),
-            ))
+                // Every block tried was claimed first: read the pool again.
+                Ok(Attempt::Conflict)
+            })?;
+            claimed.ok_or_else(|| {
+                CniError::new(
+                    Code::TryAgainLater,
+                    format!(
+                        "pool {}: every block this node tried was claimed by another node first: try again",
+                        g.pool.name
+                    ),
+                )
+            })
         })?;
         // The new ones (claimed by this call, or by another call of this
         // node just now): confirmed at their claim.
@@ -104,25 +107,12 @@ impl Node<'_> {
     /// The pool's definition in etcd (refusing one that differs from ours:
     /// nodes cutting a pool differently would hand out overlapping blocks)
     /// and every block with its owner.
-    pub(super) fn read_pool(
-        &self,
-        keys: &PoolKeys,
-        definition: &[u8],
-        g: &Geometry,
-    ) -> Result<(Option<Kv>, Owners, bool)> {
-        let net = self.net_keys();
-        let ([def, blocks, entry, indexed, recovery], _) = self.read([
-            RangeRequest::key(keys.definition()),
-            RangeRequest::prefix(keys.blocks()),
-            RangeRequest::key(net.node(&self.settings.node)),
-            RangeRequest::key(net.pool(&g.pool.name)).keys_only(),
-            RangeRequest::key(net.recovery()),
-        ])?;
-        if let Some(kv) = recovery.first() {
-            let what = serde_json::from_slice::<RecoveryRecord>(&kv.value).map_or_else(
-                |_| String::new(),
-                |r| format!(" (node {} saw its revision go back from {} to {})", shown(&r.node), r.from, r.to),
-            );
+    pub(super) fn read_pool(&self, definition: &[u8], g: &Geometry) -> Result<(Option<Versioned>, Owners, bool)> {
+        let read = self.datastore.read_pool(&g.pool.name)?;
+        if let Some(stored) = &read.recovery {
+            let what = datastore::recovery_of(stored).map_or_else(String::new, |r| {
+                format!(" (node {} saw its revision go back from {} to {})", shown(&r.node), r.from, r.to)
+            });
             return Err(CniError::new(
                 Code::TryAgainLater,
                 format!(
@@ -133,20 +123,19 @@ impl Node<'_> {
             ));
         }
         // Before any claim or adoption: this node name is this database's.
-        self.register(entry.into_iter().next())?;
-        let definition_kv = def.into_iter().next();
-        if let Some(kv) = &definition_kv {
-            check_definition(kv, definition, g, &keys.definition())?;
+        self.register(read.entry)?;
+        if let Some(stored) = &read.definition {
+            check_definition(stored, definition, g, &self.datastore.definition_name(&g.pool.name))?;
         }
-        let owners = blocks
+        let owners = read
+            .blocks
             .into_iter()
-            .filter_map(|kv| {
-                let block = keys.parse_block(&kv.key)?;
-                let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok()?;
-                Some((block, (record, kv)))
+            .filter_map(|b| {
+                let record = serde_json::from_slice::<BlockRecord>(&b.stored.value).ok()?;
+                Some((b.block, (record, b.stored)))
             })
             .collect();
-        Ok((definition_kv, owners, !indexed.is_empty()))
+        Ok((read.definition, owners, read.indexed))
     }
 
     /// Defines the pool in etcd, in one transaction: its cut (which every
@@ -155,72 +144,51 @@ impl Node<'_> {
     /// it and the index is as read. Two names over one range (a pool renamed
     /// on some nodes) would each hand out its addresses: error 7 naming
     /// both. A pool defined by an older build gets its index entry here too.
-    pub(super) fn define(&self, keys: &PoolKeys, g: &Geometry) -> Result<()> {
-        let net = self.net_keys();
+    pub(super) fn define(&self, g: &Geometry) -> Result<()> {
         let ours = PoolRecord::of(g.pool, g.block_size);
         let definition = to_bytes(&ours);
-        for _ in 0..CLAIM_ROUNDS {
-            let ([def, index], revision) =
-                self.read([RangeRequest::key(keys.definition()), RangeRequest::prefix(net.pools())])?;
-            let def = def.into_iter().next();
-            if let Some(kv) = &def {
-                check_definition(kv, &definition, g, &keys.definition())?;
+        let name = &g.pool.name;
+        let defined = retry(CLAIM_ROUNDS, || {
+            let index = self.datastore.read_pool_index(name)?;
+            if let Some(stored) = &index.definition {
+                check_definition(stored, &definition, g, &self.datastore.definition_name(name))?;
             }
             let mut indexed = false;
-            for kv in &index {
-                match net.parse_pool(&kv.key) {
-                    Some(name) if name == g.pool.name => indexed = true,
-                    Some(name) => {
-                        let Ok(theirs) = serde_json::from_slice::<PoolRecord>(&kv.value) else { continue };
-                        if let Some((mine, other)) = ours.overlap(&theirs) {
-                            return Err(CniError::config(
-                                &format!("pool {}", g.pool.name),
-                                format!(
-                                    "its range {mine} overlaps range {} of pool {} of the same network in the \
-                                     cluster (etcd key {}): two pools over one range would each hand out its \
-                                     addresses. Give each range one pool name on every node",
-                                    shown(other),
-                                    shown(name),
-                                    shown_bytes(&kv.key)
-                                ),
-                            ));
-                        }
-                    }
-                    None => {}
+            for other in &index.pools {
+                if other.name == *name {
+                    indexed = true;
+                    continue;
+                }
+                let Ok(theirs) = serde_json::from_slice::<PoolRecord>(&other.stored.value) else { continue };
+                if let Some((mine, overlapping)) = ours.overlap(&theirs) {
+                    return Err(CniError::config(
+                        &format!("pool {name}"),
+                        format!(
+                            "its range {mine} overlaps range {} of pool {} of the same network in the cluster (etcd \
+                             key {}): two pools over one range would each hand out its addresses. Give each range \
+                             one pool name on every node",
+                            shown(overlapping),
+                            shown(&other.name),
+                            shown(&other.key)
+                        ),
+                    ));
                 }
             }
-            if def.is_some() && indexed {
-                return Ok(());
+            if index.definition.is_some() && indexed {
+                return Ok(Attempt::Done(()));
             }
-            let mut txn = Txn {
-                compare: vec![Compare::UnchangedSince { prefix: net.pools().into_bytes(), revision }],
-                success: vec![Op::Put {
-                    key: net.pool(&g.pool.name).into_bytes(),
-                    value: definition.clone(),
-                    lease: 0,
-                }],
-                failure: Vec::new(),
-            };
-            match &def {
-                Some(kv) => txn.compare.push(Compare::mod_revision_is(keys.definition(), kv.mod_revision)),
-                None => {
-                    txn.compare.push(Compare::absent(keys.definition()));
-                    txn.success.push(Op::Put {
-                        key: keys.definition().into_bytes(),
-                        value: definition.clone(),
-                        lease: 0,
-                    });
-                }
+            if self.datastore.define_pool(name, &definition, index.at, index.definition.as_ref())? {
+                tracing::info!("pool {name} is defined in the cluster ({})", self.datastore.definition_name(name));
+                return Ok(Attempt::Done(()));
             }
-            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-                tracing::info!("pool {} is defined in the cluster ({})", g.pool.name, keys.definition());
-                return Ok(());
-            }
-        }
-        Err(CniError::new(
-            Code::TryAgainLater,
-            format!("pool {}: the network's pools kept changing while it was defined: try again", g.pool.name),
-        ))
+            Ok(Attempt::Conflict)
+        })?;
+        defined.ok_or_else(|| {
+            CniError::new(
+                Code::TryAgainLater,
+                format!("pool {name}: the network's pools kept changing while it was defined: try again"),
+            )
+        })
     }
 
     /// One claim: the block key created if absent, with the pool's
@@ -229,39 +197,24 @@ impl Node<'_> {
     pub(super) fn claim_one(
         &self,
         tx: &Tx,
-        keys: &PoolKeys,
         g: &Geometry,
         block: IpNet,
         definition: &[u8],
-        known: &Kv,
+        known: &Versioned,
     ) -> Result<Option<NodeBlock>> {
         let record = self.block_record(g);
-        let txn = Txn {
-            compare: vec![
-                Compare::absent(keys.block(&block)),
-                Compare::mod_revision_is(keys.definition(), known.mod_revision),
-                Compare::absent(self.net_keys().recovery()),
-            ],
-            success: vec![
-                Op::Put { key: keys.block(&block).into_bytes(), value: to_bytes(&record), lease: 0 },
-                Op::Range(RangeRequest::prefix(keys.block_addresses(&block))),
-            ],
-            failure: vec![Op::Range(RangeRequest::key(keys.definition()))],
-        };
-        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-        if !answer.succeeded {
-            if let Some(OpResponse::Range(def)) = answer.responses.first() {
-                if let Some(kv) = def.kvs.first() {
-                    check_definition(kv, definition, g, &keys.definition())?;
+        match self.datastore.claim_block(&g.pool.name, block, &to_bytes(&record), known)? {
+            BlockClaim::Lost { definition: now } => {
+                if let Some(stored) = &now {
+                    check_definition(stored, definition, g, &self.datastore.definition_name(&g.pool.name))?;
                 }
+                Ok(None)
             }
-            return Ok(None);
+            BlockClaim::Claimed { created, records } => {
+                let taken = self.taken_here(tx, &records)?;
+                Ok(Some(self.owned_block(g, block, created, taken, record.shared)))
+            }
         }
-        let taken = match answer.responses.get(1) {
-            Some(OpResponse::Range(addresses)) => self.taken_here(tx, keys, &addresses.kvs)?,
-            _ => Vec::new(),
-        };
-        Ok(Some(self.owned_block(g, block, answer.revision, taken, record.shared)))
     }
 
     pub(super) fn owned_block(
@@ -285,7 +238,7 @@ impl Node<'_> {
         }
     }
 
-    /// This node's claim of `block` (`kv`, its key as etcd just showed it),
+    /// This node's claim of `block` (`found`, its record as etcd just showed it),
     /// as the node database has it once no claim of this node is under way:
     /// read holding the database's lock, which a claim holds until it has
     /// written its block down. A claim a kill left unrecorded is adopted,
@@ -297,26 +250,25 @@ impl Node<'_> {
         store: &mut StoreHandle,
         g: &Geometry,
         block: IpNet,
-        kv: &Kv,
+        found: &Versioned,
     ) -> Result<Option<NodeBlock>> {
-        let Ok(record) = serde_json::from_slice::<BlockRecord>(&kv.value) else { return Ok(None) };
+        let Ok(record) = serde_json::from_slice::<BlockRecord>(&found.value) else { return Ok(None) };
         if !self.is_ours(&record) {
             return Ok(None);
         }
-        let keys = self.keys(&g.pool.name);
         let network = self.network.clone();
         holding_lock_over_etcd(store, |tx| {
             let known = tx.node_blocks(&network, &g.pool.name)?.into_iter().find(|b| b.block == block);
             match known {
-                Some(b) => Ok((b.state == BlockState::Owned && b.revision == kv.create_revision).then_some(b)),
-                None if gave_back(tx, &network, &g.pool.name, &block, kv.create_revision) => Ok(None),
+                Some(b) => Ok((b.state == BlockState::Owned && b.revision == found.created).then_some(b)),
+                None if gave_back(tx, &network, &g.pool.name, &block, found.created) => Ok(None),
                 None => {
                     tracing::warn!(
                         "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
                         g.pool.name
                     );
-                    let taken = self.block_addresses(tx, &keys, &block)?;
-                    let b = self.owned_block(g, block, kv.create_revision, taken, record.shared);
+                    let taken = self.block_addresses(tx, &g.pool.name, &block)?;
+                    let b = self.owned_block(g, block, found.created, taken, record.shared);
                     self.stamp(tx)?;
                     tx.put_node_block(&b)?;
                     Ok(Some(b))
@@ -335,9 +287,9 @@ impl Node<'_> {
         BlockRecord { node: self.settings.node.clone(), at: unix_now(), released: false, db: self.db.clone(), shared }
     }
 
-    pub(super) fn block_addresses(&self, tx: &Tx, keys: &PoolKeys, block: &IpNet) -> Result<Vec<IpAddr>> {
-        let answer = self.etcd.range(&RangeRequest::prefix(keys.block_addresses(block))).map_err(etcd_error)?;
-        self.taken_here(tx, keys, &answer.kvs)
+    pub(super) fn block_addresses(&self, tx: &Tx, pool: &str, block: &IpNet) -> Result<Vec<IpAddr>> {
+        let records = self.datastore.block_records(pool, *block)?;
+        self.taken_here(tx, &records)
     }
 }
 
@@ -350,11 +302,11 @@ pub(super) fn gave_back(tx: &Tx, network: &str, pool: &str, block: &IpNet, revis
     tx.note(&gave_back_note(network, pool, block)).ok().flatten().is_some_and(|n| n == revision.to_string())
 }
 
-pub(super) fn check_definition(kv: &Kv, ours: &[u8], g: &Geometry, key: &str) -> Result<()> {
-    if kv.value == ours {
+pub(super) fn check_definition(stored: &Versioned, ours: &[u8], g: &Geometry, key: &str) -> Result<()> {
+    if stored.value == ours {
         return Ok(());
     }
-    let theirs = shown_bytes(&kv.value);
+    let theirs = shown_bytes(&stored.value);
     Err(CniError::config(
         &format!("pool {}", g.pool.name),
         format!(

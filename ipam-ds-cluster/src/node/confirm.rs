@@ -8,7 +8,7 @@ use super::*;
 /// What a confirming read said of the node's blocks, pool by pool, with the
 /// node's entry in etcd; or why etcd did not answer it (the node database's
 /// failures are the outer error).
-pub(super) type Confirmation = std::result::Result<(Vec<Confirmed>, Option<Kv>), etcd::Error>;
+pub(super) type Confirmation = std::result::Result<(Vec<Confirmed>, Option<Versioned>), datastore::Error>;
 
 impl Node<'_> {
     /// Whether this ADD may skip the confirming read:
@@ -50,67 +50,40 @@ impl Node<'_> {
         geometries: &[Geometry],
         blocks: &[Vec<NodeBlock>],
     ) -> Result<Confirmation> {
-        // Linearizable reads (etcd's default): the member answers only once
-        // the leader has confirmed, with a quorum, that the member has
-        // applied everything committed before the read. A member cut off
-        // from its quorum keeps a copy that stays stale for as long as it is
-        // cut off (it never shows a `release-node` tombstone written on the
-        // majority side, nor another node's claim after it): its "yes, still
-        // yours" is no confirmation. It answers "no leader", or nothing
-        // within etcd.timeout, both Unavailable: the node treats etcd as
-        // unreachable, and only offlineGrace applies, counted from the last
-        // confirmation by a quorum. The node's entry is always read, so that
-        // every ADD that reaches etcd learns whether etcd lost history and
-        // whether another database runs under the node's name.
-        let entry_key = self.net_keys().node(&self.settings.node);
-        let mut reads: Vec<Vec<Op>> = vec![vec![Op::Range(RangeRequest::key(entry_key))]];
-        for (g, pool_blocks) in geometries.iter().zip(blocks) {
-            let keys = self.keys(&g.pool.name);
-            if !pool_blocks.is_empty() {
-                reads.push(vec![Op::Range(RangeRequest::key(keys.wanted()).keys_only())]);
-            }
-            for b in pool_blocks {
-                reads.push(vec![
-                    Op::Range(RangeRequest::key(keys.block(&b.block))),
-                    Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))),
-                ]);
-            }
-        }
-        let mut responses = match self.etcd.read_in_txns(reads) {
-            Ok(responses) => responses.into_iter(),
+        // Linearizable: a store member cut off from its quorum keeps a copy
+        // that stays stale for as long as it is cut off (it never shows a
+        // `release-node` tombstone written on the majority side, nor another
+        // node's claim after it): its "yes, still yours" is no confirmation.
+        // It answers as unreachable, and only offlineGrace applies, counted
+        // from the last confirmation by a quorum. The node's entry is always
+        // read, so that every ADD that reaches the store learns whether it
+        // lost history and whether another database runs under the node's
+        // name.
+        let asked: Vec<(&str, Vec<IpNet>)> = geometries
+            .iter()
+            .zip(blocks)
+            .map(|(g, pool_blocks)| (g.pool.name.as_str(), pool_blocks.iter().map(|b| b.block).collect()))
+            .collect();
+        let read = match self.datastore.confirm(&asked) {
+            Ok(read) => read,
             Err(e) => return Ok(Err(e)),
         };
-        let Some(OpResponse::Range(entry)) = responses.next() else {
-            return Ok(Err(not_ranges()));
-        };
         let mut confirmed = Vec::with_capacity(blocks.len());
-        for (g, pool_blocks) in geometries.iter().zip(blocks) {
-            let keys = self.keys(&g.pool.name);
-            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: 0, stale: Vec::new() };
-            if !pool_blocks.is_empty() {
-                let Some(OpResponse::Range(wanted)) = responses.next() else {
-                    return Ok(Err(not_ranges()));
-                };
-                c.wanted = wanted.kvs.first().map_or(0, |kv| kv.mod_revision);
-            }
-            for b in pool_blocks {
-                let (Some(OpResponse::Range(record)), Some(OpResponse::Range(addresses))) =
-                    (responses.next(), responses.next())
-                else {
-                    return Ok(Err(not_ranges()));
-                };
-                match self.ours(record.kvs.first(), b.revision) {
+        for (pool_blocks, pool) in blocks.iter().zip(read.pools) {
+            let mut c = Confirmed { ours: Vec::new(), lost: Vec::new(), wanted: pool.wanted, stale: Vec::new() };
+            for (b, (record, records)) in pool_blocks.iter().zip(pool.blocks) {
+                match self.ours(record.as_ref(), b.revision) {
                     Ok(revision) => {
-                        let taken = self.taken_in(store, &keys, &addresses.kvs)?;
-                        c.stale.extend(addresses.kvs.iter().filter(|kv| self.stale_lent(kv)).cloned());
+                        let taken = self.taken_in(store, &records)?;
+                        c.stale.extend(records.into_iter().filter(|r| self.stale_lent(&r.stored)));
                         c.ours.push(NodeBlock { revision, taken, ..b.clone() });
                     }
-                    Err(why) => c.lost.push((b.clone(), why, record.kvs.first().cloned())),
+                    Err(why) => c.lost.push((b.clone(), why, record)),
                 }
             }
             confirmed.push(c);
         }
-        Ok(Ok((confirmed, entry.kvs.into_iter().next())))
+        Ok(Ok((confirmed, read.entry)))
     }
 
     /// Writes what the confirmation changed: lost blocks go, and a block's
@@ -130,7 +103,7 @@ impl Node<'_> {
         let refresh = i64::try_from(self.settings.confirmation_cache().as_millis()).unwrap_or(i64::MAX).max(1000);
         let same_boot = boot == Some(self.clock().boot_id.as_str());
         let mut changes: Vec<NodeBlock> = Vec::new();
-        let mut lost: Vec<(&Geometry, NodeBlock, String, Option<Kv>)> = Vec::new();
+        let mut lost: Vec<(&Geometry, NodeBlock, String, Option<Versioned>)> = Vec::new();
         for ((pool_blocks, c), g) in blocks.iter_mut().zip(confirmed).zip(geometries) {
             let mut ours = c.ours;
             for b in &mut ours {
@@ -151,7 +124,7 @@ impl Node<'_> {
         if changes.is_empty() && lost.is_empty() {
             return Ok(());
         }
-        type Held<'g> = (&'g Geometry<'g>, NodeBlock, String, Option<Kv>, Vec<Lease>);
+        type Held<'g> = (&'g Geometry<'g>, NodeBlock, String, Option<Versioned>, Vec<Lease>);
         let held: Vec<Held> = store.write(|tx| {
             self.stamp(tx)?;
             for b in &changes {
@@ -201,40 +174,35 @@ impl Node<'_> {
         Ok(())
     }
 
-    /// The revision of our claim if `kv` (a block key) shows the block ours;
+    /// Our claim if `found` (a block's record) shows the block ours;
     /// otherwise why not.
-    pub(super) fn ours(&self, kv: Option<&Kv>, revision: i64) -> std::result::Result<i64, String> {
-        let Some(kv) = kv else { return Err("it is no longer claimed (released by an operator?)".into()) };
-        match serde_json::from_slice::<BlockRecord>(&kv.value) {
+    pub(super) fn ours(&self, found: Option<&Versioned>, revision: i64) -> std::result::Result<i64, String> {
+        let Some(found) = found else { return Err("it is no longer claimed (released by an operator?)".into()) };
+        match serde_json::from_slice::<BlockRecord>(&found.value) {
             Ok(r) if r.released => Err(format!("it was released ({} at unix time {})", shown(&r.node), r.at)),
             Ok(r) if r.node != self.settings.node => Err(format!("node {} owns it now", shown(&r.node))),
-            Ok(_) if revision != 0 && kv.create_revision != revision => {
-                Err(format!("it was claimed again (revision {} instead of {revision})", kv.create_revision))
+            Ok(_) if revision != 0 && found.created != revision => {
+                Err(format!("it was claimed again (revision {} instead of {revision})", found.created))
             }
-            Ok(_) => Ok(kv.create_revision),
+            Ok(_) => Ok(found.created),
             Err(e) => Err(format!("its record does not read ({e})")),
         }
     }
 
-    /// Whether `kv`, an address record of one of our blocks, is a lent
+    /// Whether `stored`, an address record of one of our blocks, is a lent
     /// record of another node: its lender no longer owns the block.
-    pub(super) fn stale_lent(&self, kv: &Kv) -> bool {
-        serde_json::from_slice::<AddressRecord>(&kv.value)
+    pub(super) fn stale_lent(&self, stored: &Versioned) -> bool {
+        serde_json::from_slice::<AddressRecord>(&stored.value)
             .is_ok_and(|r| r.kind == Kind::Lent && r.node != self.settings.node)
     }
 
     /// Deletes lent records left by a block's former owner, so that their
     /// addresses are free again in the block (from the next call on).
-    pub(super) fn drop_stale_lent(&self, stale: &[Kv]) {
-        for kv in stale {
-            let txn = Txn {
-                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
-                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
-                failure: Vec::new(),
-            };
-            match self.etcd.txn(&txn) {
-                Ok(_) => tracing::info!("dropped {}: lent by a former owner of the block", shown_bytes(&kv.key)),
-                Err(e) => tracing::warn!("{} stays for now: {e}", shown_bytes(&kv.key)),
+    pub(super) fn drop_stale_lent(&self, stale: &[datastore::AddressEntry]) {
+        for r in stale {
+            match self.datastore.delete_record(&r.key, r.stored.version) {
+                Ok(_) => tracing::info!("dropped {}: lent by a former owner of the block", shown(&r.key)),
+                Err(e) => tracing::warn!("{} stays for now: {}", shown(&r.key), CniError::from(e)),
             }
         }
     }
@@ -243,12 +211,12 @@ impl Node<'_> {
     /// records) hold: every address record that does not name this node.
     /// (What etcd alone tells; [`Node::taken_here`] is what this node's
     /// database adds to it.)
-    pub(super) fn taken(&self, keys: &PoolKeys, kvs: &[Kv]) -> Vec<IpAddr> {
-        kvs.iter()
-            .filter_map(|kv| {
-                let record: AddressRecord = serde_json::from_slice(&kv.value).ok()?;
-                let (_, address) = keys.parse_address(&kv.key)?;
-                (record.node != self.settings.node).then_some(address)
+    pub(super) fn taken(&self, records: &[datastore::AddressEntry]) -> Vec<IpAddr> {
+        records
+            .iter()
+            .filter_map(|r| {
+                let record: AddressRecord = serde_json::from_slice(&r.stored.value).ok()?;
+                (record.node != self.settings.node).then_some(r.address)
             })
             .collect()
     }
@@ -256,16 +224,12 @@ impl Node<'_> {
     /// Addresses of a block that this node must not hand out: [`Node::taken`],
     /// and every record naming this node that its database does not back
     /// (see [`Node::backed_here`]).
-    pub(super) fn taken_here(&self, tx: &Tx, keys: &PoolKeys, kvs: &[Kv]) -> Result<Vec<IpAddr>> {
+    pub(super) fn taken_here(&self, tx: &Tx, records: &[datastore::AddressEntry]) -> Result<Vec<IpAddr>> {
         let mut taken = Vec::new();
-        for kv in kvs {
-            let (Ok(record), Some((_, address))) =
-                (serde_json::from_slice::<AddressRecord>(&kv.value), keys.parse_address(&kv.key))
-            else {
-                continue;
-            };
-            if record.node != self.settings.node || !self.backed_here(tx, &kv.key, address, &record)? {
-                taken.push(address);
+        for r in records {
+            let Ok(record) = serde_json::from_slice::<AddressRecord>(&r.stored.value) else { continue };
+            if record.node != self.settings.node || !self.backed_here(tx, &r.key, r.address, &record)? {
+                taken.push(r.address);
             }
         }
         Ok(taken)
@@ -273,13 +237,13 @@ impl Node<'_> {
 
     /// [`Node::taken_here`], reading the node database only when some
     /// record names this node (the steady state reads nothing more).
-    pub(super) fn taken_in(&self, store: &mut StoreHandle, keys: &PoolKeys, kvs: &[Kv]) -> Result<Vec<IpAddr>> {
-        let names_this_node = kvs
-            .iter()
-            .any(|kv| serde_json::from_slice::<AddressRecord>(&kv.value).is_ok_and(|r| r.node == self.settings.node));
+    pub(super) fn taken_in(&self, store: &mut StoreHandle, records: &[datastore::AddressEntry]) -> Result<Vec<IpAddr>> {
+        let names_this_node = records.iter().any(|r| {
+            serde_json::from_slice::<AddressRecord>(&r.stored.value).is_ok_and(|a| a.node == self.settings.node)
+        });
         match names_this_node {
-            true => store.read(|tx| self.taken_here(tx, keys, kvs)),
-            false => Ok(self.taken(keys, kvs)),
+            true => store.read(|tx| self.taken_here(tx, records)),
+            false => Ok(self.taken(records)),
         }
     }
 
@@ -292,7 +256,7 @@ impl Node<'_> {
     /// attachment is gone here (its DEL could not reach etcd) is no address
     /// of this node's own, already known: another node's container may use
     /// its address, so it counts as taken.
-    fn backed_here(&self, tx: &Tx, key: &[u8], address: IpAddr, record: &AddressRecord) -> Result<bool> {
+    fn backed_here(&self, tx: &Tx, key: &str, address: IpAddr, record: &AddressRecord) -> Result<bool> {
         if record.kind == Kind::Lent {
             return Ok(true);
         }
@@ -301,8 +265,7 @@ impl Node<'_> {
             container_id: record.container.clone(),
             ifname: record.ifname.clone(),
         };
-        let key = String::from_utf8_lossy(key);
-        if tx.node_record(&key)?.is_some_and(|row| row.owner == named) {
+        if tx.node_record(key)?.is_some_and(|row| row.owner == named) {
             return Ok(true);
         }
         Ok(tx.holder(address)?.is_some_and(|l| !l.is_hold() && l.owner == named) || tx.shares_lease(address, &named)?)

@@ -3,15 +3,16 @@
 //! second) and releasing.
 
 use super::*;
+use crate::datastore::{BlockIs, Outcome, RecordRelease, Reservation, ReserveRefusal};
 
 /// Most addresses an owner lends at once.
 const LEND_MAX: usize = 16;
 
 /// What became of writing an address record (see [`Node::write_record`]).
-pub(super) enum RecordWrite {
+pub(super) enum RecordWrite<R> {
     Written,
-    /// etcd's compares failed: the transaction's failure responses.
-    Refused(Vec<OpResponse>),
+    /// The store refused it: what it has instead.
+    Refused(R),
     /// Another attachment of this node has a row at the key.
     Busy,
 }
@@ -29,9 +30,8 @@ impl Node<'_> {
     ) -> Result<()> {
         // Not in a cluster pool: ipam-da-static reports it (102).
         let Some(g) = geometries.iter().find(|g| g.pool.check_static(address).is_ok()) else { return Ok(()) };
-        let keys = self.keys(&g.pool.name);
         let block = g.block_of(address);
-        let key = keys.address(&block, address);
+        let key = self.record_key(&g.pool.name, &block, address);
         // Reserved by an earlier ADD of this attachment: nothing to do (and
         // its row keeps that ADD's id, so a failed repeat ADD's rollback
         // leaves it).
@@ -81,43 +81,29 @@ impl Node<'_> {
             added_by: None,
             state: RecordState::Writing,
         };
-        let mut block_compare = match &own_block {
-            Some(b) => Compare::CreateRevision {
-                key: keys.block(&block).into_bytes(),
-                cmp: etcd::Cmp::Equal,
-                revision: b.revision,
-            },
-            None => Compare::absent(keys.block(&block)),
+        let mut block_is = match &own_block {
+            Some(b) => BlockIs::Claim(b.revision),
+            None => BlockIs::Unclaimed,
         };
         // The pool's cut is compared as a claim compares it: an address
         // reserved under another cut would lie in another node's block as
         // that node cuts the pool, where it never looks for records. A pool
         // not yet in etcd is defined first.
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
-        let recovery_key = self.net_keys().recovery();
+        let definition_name = self.datastore.definition_name(&g.pool.name);
         let mut defined = false;
         let mut in_shared = false;
         let mut known_again = false;
         let (holder, owner) = loop {
-            let txn = Txn {
-                compare: [
-                    Compare::absent(key.clone()),
-                    block_compare.clone(),
-                    Compare::value_is(keys.definition(), definition.clone()),
-                ]
-                .into_iter()
-                // In a block nobody claims, not while nodes re-claim theirs
-                // after etcd lost history: it may be one of them.
-                .chain(own_block.is_none().then(|| Compare::absent(recovery_key.clone())))
-                .collect(),
-                success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
-                failure: vec![
-                    Op::Range(RangeRequest::key(key.clone())),
-                    Op::Range(RangeRequest::key(keys.block(&block))),
-                    Op::Range(RangeRequest::key(keys.definition())),
-                ],
+            let reservation = Reservation {
+                pool: &g.pool.name,
+                block,
+                address,
+                value: value.as_bytes(),
+                block_is,
+                definition: &definition,
             };
-            let responses = match self.write_record(store, &row, &txn)? {
+            let refusal = match self.write_record(store, &row, || self.datastore.reserve(&reservation))? {
                 RecordWrite::Written => {
                     tracing::info!("reserved {address} of pool {} cluster-wide", g.pool.name);
                     return Ok(());
@@ -129,15 +115,15 @@ impl Node<'_> {
                     )
                     .with_details(format!("network {:?}, pool {}", self.network, g.pool.name)))
                 }
-                RecordWrite::Refused(responses) => responses,
+                RecordWrite::Refused(refusal) => refusal,
             };
-            let [holder, owner, theirs] = ranges(responses)?.map(|kvs| kvs.into_iter().next());
+            let ReserveRefusal { holder, owner, definition: theirs } = refusal;
             let mut again = false;
             let refused = match theirs {
-                Some(kv) => check_definition(&kv, &definition, g, &keys.definition()).err(),
+                Some(stored) => check_definition(&stored, &definition, g, &definition_name).err(),
                 None if !defined => {
                     (defined, again) = (true, true);
-                    self.define(&keys, g).err()
+                    self.define(g).err()
                 }
                 None => None,
             };
@@ -148,7 +134,7 @@ impl Node<'_> {
             // of it is, while the block's record is as read.
             if let (None, Some(kv), None, false) = (&holder, &owner, &own_block, in_shared) {
                 if serde_json::from_slice::<BlockRecord>(&kv.value).is_ok_and(|r| r.shared && !r.released) {
-                    block_compare = Compare::mod_revision_is(keys.block(&block), kv.mod_revision);
+                    block_is = BlockIs::At(kv.version);
                     (in_shared, again) = (true, true);
                 }
             }
@@ -158,14 +144,10 @@ impl Node<'_> {
             // it unrecorded. Not a conflict with anyone: reserved again, as
             // in a block of this node's own, once the claim is known (once).
             if let (None, Some(kv), false) = (&holder, &owner, known_again) {
-                let stale = own_block.as_ref().is_none_or(|b| b.revision != kv.create_revision);
+                let stale = own_block.as_ref().is_none_or(|b| b.revision != kv.created);
                 if stale {
                     if let Some(b) = self.own_claim(store, g, block, kv)? {
-                        block_compare = Compare::CreateRevision {
-                            key: keys.block(&block).into_bytes(),
-                            cmp: etcd::Cmp::Equal,
-                            revision: b.revision,
-                        };
+                        block_is = BlockIs::Claim(b.revision);
                         (own_block, known_again, again) = (Some(b), true, true);
                     }
                 }
@@ -186,7 +168,7 @@ impl Node<'_> {
             // Lent out by its block's owner: free there, so it can be ours,
             // atomically; DEL gives it back to the lender.
             let is_lent = serde_json::from_slice::<AddressRecord>(&kv.value).is_ok_and(|r| r.kind == Kind::Lent);
-            if is_lent && self.take_lent(store, kv, &row)? {
+            if is_lent && self.take_lent(store, &key, kv, &row)? {
                 tracing::info!("reserved {address} of pool {} cluster-wide, lent by its block's owner", g.pool.name);
                 return Ok(());
             }
@@ -240,7 +222,6 @@ impl Node<'_> {
     /// two leaves them held here, and they are recorded at the next request.
     pub(super) fn lend(&self, store: &mut StoreHandle, g: &Geometry, blocks: &[NodeBlock], wanted: i64) -> Result<()> {
         let note = format!("lent:{}/{}", self.network, g.pool.name);
-        let keys = self.keys(&g.pool.name);
         let holder = lend_holder(&self.network);
         let own: Vec<IpNet> = blocks.iter().map(|b| b.block).collect();
         let Some(view) = view(g, blocks, &[]) else { return Ok(()) };
@@ -264,38 +245,15 @@ impl Node<'_> {
             Ok(Some(held))
         })?;
         let Some(held) = held.filter(|h| !h.is_empty()) else { return Ok(()) };
-        let keyed: Vec<String> = held.iter().map(|&a| keys.address(&g.block_of(a), a)).collect();
-        let present = self
-            .etcd
-            .read_in_txns(keyed.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()).keys_only())]).collect())
-            .map_err(etcd_error)?;
-        let missing: Vec<&String> = keyed
-            .iter()
-            .zip(&present)
-            .filter(|(_, r)| matches!(r, OpResponse::Range(r) if r.kvs.is_empty()))
-            .map(|(k, _)| k)
-            .collect();
+        let keyed: Vec<String> = held.iter().map(|&a| self.record_key(&g.pool.name, &g.block_of(a), a)).collect();
+        let missing = self.datastore.missing(&keyed)?;
         if missing.is_empty() {
             return Ok(());
         }
         let record =
             to_bytes(&AddressRecord { kind: Kind::Lent, node: self.settings.node.clone(), ..AddressRecord::default() });
-        // Each key is written only if absent, on its own: the transactions
-        // need not be one.
-        let mut lent = 0;
-        for chunk in missing.chunks(etcd::MAX_TXN_OPS) {
-            let txn = Txn {
-                compare: chunk.iter().map(|k| Compare::absent((*k).clone())).collect(),
-                success: chunk
-                    .iter()
-                    .map(|k| Op::Put { key: (*k).clone().into_bytes(), value: record.clone(), lease: 0 })
-                    .collect(),
-                failure: Vec::new(),
-            };
-            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-                lent += chunk.len();
-            }
-        }
+        // Each key is written only if absent, on its own: the steps need not be one.
+        let lent = self.datastore.create_all(&missing, &record)?;
         if lent > 0 {
             tracing::info!("lent {lent} address(es) of pool {} to nodes without room", g.pool.name);
         }
@@ -314,37 +272,30 @@ impl Node<'_> {
         mine: &[NodeBlock],
         who: &Attachment,
     ) -> Result<Option<IpAddr>> {
-        let keys = self.keys(&g.pool.name);
-        let answer = self.etcd.range(&RangeRequest::prefix(keys.addresses())).map_err(etcd_error)?;
-        let lent: Vec<(Kv, AddressRecord, IpNet, IpAddr)> = answer
-            .kvs
+        let lent: Vec<(datastore::AddressEntry, AddressRecord)> = self
+            .datastore
+            .address_records(&g.pool.name)?
             .into_iter()
-            .filter_map(|kv| {
-                let record: AddressRecord = serde_json::from_slice(&kv.value).ok()?;
-                let (block, address) = keys.parse_address(&kv.key)?;
-                (record.kind == Kind::Lent).then_some((kv, record, block, address))
+            .filter_map(|r| {
+                let record: AddressRecord = serde_json::from_slice(&r.stored.value).ok()?;
+                (record.kind == Kind::Lent).then_some((r, record))
             })
             .collect();
         // Our own first: taking one back costs no other node anything.
-        let ours =
-            lent.iter().find(|(_, r, block, _)| r.node == self.settings.node && mine.iter().any(|b| b.block == *block));
-        if let Some((kv, _, _, address)) = ours {
-            let txn = Txn {
-                compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
-                success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
-                failure: Vec::new(),
-            };
-            if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+        let ours = lent.iter().find(|(r, a)| a.node == self.settings.node && mine.iter().any(|b| b.block == r.block));
+        if let Some((r, _)) = ours {
+            if self.datastore.delete_record(&r.key, r.stored.version)? {
                 let holder = lend_holder(&self.network);
-                let address = *address;
+                let address = r.address;
                 store.write(|tx| tx.release_address(address, &holder).map(drop))?;
                 tracing::info!("took back {address} of pool {}, which this node had lent out", g.pool.name);
                 return Ok(Some(address));
             }
         }
-        for (kv, record, _, address) in lent.iter().filter(|(_, r, _, _)| r.node != self.settings.node) {
+        for (r, record) in lent.iter().filter(|(_, a)| a.node != self.settings.node) {
+            let address = &r.address;
             let row = NodeRecord {
-                key: String::from_utf8_lossy(&kv.key).into_owned(),
+                key: r.key.clone(),
                 value: to_text(&AddressRecord {
                     kind: Kind::Borrowed,
                     node: self.settings.node.clone(),
@@ -360,17 +311,13 @@ impl Node<'_> {
                 added_by: None,
                 state: RecordState::Writing,
             };
-            if self.take_lent(store, kv, &row)? {
+            if self.take_lent(store, &r.key, &r.stored, &row)? {
                 tracing::info!("borrowed {address} of pool {} from node {}", g.pool.name, shown(&record.node));
                 return Ok(Some(*address));
             }
         }
         let want = AddressRecord { kind: Kind::Lent, node: self.settings.node.clone(), ..AddressRecord::default() };
-        let txn = Txn {
-            success: vec![Op::Put { key: keys.wanted().into_bytes(), value: to_bytes(&want), lease: 0 }],
-            ..Txn::default()
-        };
-        self.etcd.txn(&txn).map_err(etcd_error)?;
+        self.datastore.want(&g.pool.name, &to_bytes(&want))?;
         tracing::info!("pool {}: nothing is lent out; asked the nodes with room to lend", g.pool.name);
         Ok(None)
     }
@@ -378,22 +325,20 @@ impl Node<'_> {
     /// Makes a lent address `row`'s (a static reservation or a borrowing),
     /// by compare-and-swap on the lent record: the record names its lender,
     /// to whom releasing it gives it back. False when another node was first.
-    pub(super) fn take_lent(&self, store: &mut StoreHandle, kv: &Kv, row: &NodeRecord) -> Result<bool> {
-        let Ok(lent) = serde_json::from_slice::<AddressRecord>(&kv.value) else { return Ok(false) };
+    pub(super) fn take_lent(
+        &self,
+        store: &mut StoreHandle,
+        key: &str,
+        lent: &Versioned,
+        row: &NodeRecord,
+    ) -> Result<bool> {
+        let Ok(lent_record) = serde_json::from_slice::<AddressRecord>(&lent.value) else { return Ok(false) };
         let Ok(mut record) = serde_json::from_str::<AddressRecord>(&row.value) else { return Ok(false) };
-        record.lender = lent.node;
+        record.lender = lent_record.node;
         let row = NodeRecord { value: to_text(&record), state: RecordState::Writing, ..row.clone() };
-        let txn = Txn {
-            // Not while nodes re-claim after etcd lost history: the lent
-            // record may be one its lender has taken back since the backup.
-            compare: vec![
-                Compare::mod_revision_is(kv.key.clone(), kv.mod_revision),
-                Compare::absent(self.net_keys().recovery()),
-            ],
-            success: vec![Op::Put { key: kv.key.clone(), value: row.value.clone().into_bytes(), lease: 0 }],
-            failure: Vec::new(),
-        };
-        Ok(matches!(self.write_record(store, &row, &txn)?, RecordWrite::Written))
+        let written =
+            self.write_record(store, &row, || self.datastore.take_lent(key, lent.version, row.value.as_bytes()))?;
+        Ok(matches!(written, RecordWrite::Written))
     }
 
     /// The record protocol, for a record this node writes for an attachment:
@@ -401,7 +346,12 @@ impl Node<'_> {
     /// the etcd write leaves a row that DEL and GC release), then `held`
     /// when etcd took it, dropped when etcd refused it, and left to be
     /// released when etcd's answer did not come (it may have taken it).
-    pub(super) fn write_record(&self, store: &mut StoreHandle, row: &NodeRecord, txn: &Txn) -> Result<RecordWrite> {
+    pub(super) fn write_record<R>(
+        &self,
+        store: &mut StoreHandle,
+        row: &NodeRecord,
+        write: impl FnOnce() -> datastore::Answer<Outcome<R>>,
+    ) -> Result<RecordWrite<R>> {
         let ours = store.write(|tx| match tx.node_record(&row.key)? {
             // Another attachment's row: its write may have reached etcd.
             Some(r) if r.owner != row.owner => Ok(false),
@@ -410,8 +360,8 @@ impl Node<'_> {
         if !ours {
             return Ok(RecordWrite::Busy);
         }
-        match self.etcd.txn(txn) {
-            Ok(answer) if answer.succeeded => {
+        match write() {
+            Ok(Outcome::Done) => {
                 let kept = store.write(|tx| match tx.node_record(&row.key)? {
                     Some(now) if now.value == row.value => {
                         tx.set_node_record_state(&row.key, RecordState::Held)?;
@@ -435,13 +385,13 @@ impl Node<'_> {
                     ),
                 ))
             }
-            Ok(answer) => {
+            Ok(Outcome::Refused(refusal)) => {
                 store.write(|tx| tx.drop_node_record_if(&row.key, &row.value))?;
-                Ok(RecordWrite::Refused(answer.responses))
+                Ok(RecordWrite::Refused(refusal))
             }
             Err(e) => {
                 release_later(store, &row.key)?;
-                Err(etcd_error(e))
+                Err(e.into())
             }
         }
     }
@@ -476,31 +426,21 @@ impl Node<'_> {
             }
             Ok(current)
         })?;
-        // In transactions etcd takes (a GC after a reboot, or the releases
-        // an outage left, can be hundreds): each record's release stands alone.
+        let releases: Vec<RecordRelease> = records.iter().map(record_release).collect();
         let mut done: Vec<&NodeRecord> = Vec::new();
         let mut left: Vec<Unreleased> = Vec::new();
-        for chunk in records.chunks(etcd::MAX_TXN_OPS) {
-            let all = Txn {
-                compare: chunk.iter().map(|r| Compare::value_is(r.key.clone(), r.value.clone())).collect(),
-                success: chunk.iter().map(release_op).collect(),
-                failure: Vec::new(),
-            };
-            match self.etcd.txn(&all) {
-                Ok(answer) if answer.succeeded => done.extend(chunk),
-                // One of them is no longer as we wrote it: one by one.
-                Ok(_) => {
-                    for r in chunk {
-                        match self.release_one(r) {
-                            Ok(()) => done.push(r),
-                            Err(why) => left.push(Unreleased { record: r.clone(), why }),
-                        }
+        for (r, outcome) in records.iter().zip(self.datastore.release(&releases)) {
+            match outcome {
+                Ok(released) => {
+                    if !released {
+                        tracing::warn!("{} is no longer this node's record for {}: left as it is", r.key, r.address);
                     }
+                    done.push(r);
                 }
                 Err(e) => {
-                    let e = etcd_error(e);
-                    tracing::warn!("{} cluster record(s) stay to be released by a later call: {e}", chunk.len());
-                    left.extend(chunk.iter().map(|r| Unreleased { record: r.clone(), why: e.clone() }));
+                    let e = CniError::from(e);
+                    tracing::debug!("{} stays to be released when etcd answers: {e}", r.key);
+                    left.push(Unreleased { record: r.clone(), why: e });
                 }
             }
         }
@@ -511,29 +451,6 @@ impl Node<'_> {
             tracing::info!("released {} ({}) of pool {} in the cluster", r.address, r.kind.as_str(), r.pool);
         }
         Ok(left)
-    }
-
-    /// Ok when the record is gone from etcd, or is no longer ours to
-    /// delete; etcd's error when it could not be asked.
-    pub(super) fn release_one(&self, r: &NodeRecord) -> std::result::Result<(), CniError> {
-        let txn = Txn {
-            compare: vec![Compare::value_is(r.key.clone(), r.value.clone())],
-            success: vec![release_op(r)],
-            failure: Vec::new(),
-        };
-        match self.etcd.txn(&txn) {
-            Ok(answer) => {
-                if !answer.succeeded {
-                    tracing::warn!("{} is no longer this node's record for {}: left as it is", r.key, r.address);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                let e = etcd_error(e);
-                tracing::warn!("{} stays to be released when etcd answers: {e}", r.key);
-                Err(e)
-            }
-        }
     }
 
     /// DEL's answer when releases in etcd stayed undone (`left`, by
@@ -611,12 +528,11 @@ pub(super) fn release_later(store: &mut StoreHandle, key: &str) -> Result<()> {
     store.write(|tx| tx.set_node_record_state(key, RecordState::Releasing))
 }
 
-/// What releasing a record does in etcd (see [`AddressRecord::released`]).
-pub(super) fn release_op(r: &NodeRecord) -> Op {
-    match serde_json::from_str::<AddressRecord>(&r.value).ok().and_then(|a| a.released()) {
-        Some(lent) => Op::Put { key: r.key.clone().into_bytes(), value: to_bytes(&lent), lease: 0 },
-        None => Op::Delete { key: r.key.clone().into_bytes(), range_end: None },
-    }
+/// What releasing a record does in the store (see [`AddressRecord::released`]).
+fn record_release(r: &NodeRecord) -> RecordRelease<'_> {
+    let then =
+        serde_json::from_str::<AddressRecord>(&r.value).ok().and_then(|a| a.released()).map(|lent| to_bytes(&lent));
+    RecordRelease { key: &r.key, value: r.value.as_bytes(), then }
 }
 
 pub(super) fn kind_name(kind: Kind) -> &'static str {

@@ -4,6 +4,7 @@
 //! or restored from an older backup").
 
 use super::*;
+use crate::datastore::Created;
 
 impl Node<'_> {
     /// Whether etcd lost history since this node last wrote down what it
@@ -17,7 +18,7 @@ impl Node<'_> {
         watermark: Option<i64>,
         confirmed: &[Confirmed],
     ) -> Result<()> {
-        let Some((lowest, _)) = self.etcd.revisions() else { return Ok(()) };
+        let Some((lowest, _)) = self.datastore.marks() else { return Ok(()) };
         // A key's create revision only grows over a continuous history: a
         // block key of ours created before our own claim of it is etcd's
         // older state, whatever the revisions it answers at now (other
@@ -25,7 +26,7 @@ impl Node<'_> {
         let older_claim = confirmed
             .iter()
             .flat_map(|c| &c.lost)
-            .filter_map(|(b, _, kv)| kv.as_ref().filter(|kv| kv.create_revision < b.revision).map(|_| b.revision))
+            .filter_map(|(b, _, found)| found.as_ref().filter(|f| f.created < b.revision).map(|_| b.revision))
             .max();
         let Some(seen) = watermark.filter(|w| lowest < *w).or(older_claim) else { return Ok(()) };
         tracing::error!(
@@ -78,19 +79,14 @@ impl Node<'_> {
             }
             Ok(rows)
         })?;
-        let reads =
-            rows.iter().map(|(b, _)| vec![Op::Range(RangeRequest::key(self.keys(&b.pool).block(&b.block)))]).collect();
-        let answers = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
-        for ((b, held), answer) in rows.iter().zip(answers) {
-            let kv = match answer {
-                OpResponse::Range(r) => r.kvs.into_iter().next(),
-                _ => None,
-            };
+        let which: Vec<(&str, IpNet)> = rows.iter().map(|(b, _)| (b.pool.as_str(), b.block)).collect();
+        let found = self.datastore.blocks(&which)?;
+        for ((b, held), found) in rows.iter().zip(found) {
             let g = geometries.iter().find(|g| g.pool.name == b.pool);
-            self.take_back(store, g, b, held, kv.as_ref())?;
+            self.take_back(store, g, b, held, found.as_ref())?;
         }
         self.rewrite_records(store, None)?;
-        let highest = self.etcd.revisions().map_or(now_at, |(_, high)| high);
+        let highest = self.datastore.marks().map_or(now_at, |(_, high)| high);
         store.write(|tx| tx.set_note(&revision_note(&self.network), &highest.to_string()))
     }
 
@@ -109,14 +105,12 @@ impl Node<'_> {
         pools.sort_unstable();
         pools.dedup();
         for pool in pools {
-            let keys = self.keys(pool);
-            let prefix = match only {
-                Some(b) => keys.block_addresses(&b.block),
-                None => keys.addresses(),
+            let found = match only {
+                Some(b) => self.datastore.block_records(pool, b.block)?,
+                None => self.datastore.address_records(pool)?,
             };
-            let found = self.etcd.range(&RangeRequest::prefix(prefix)).map_err(etcd_error)?;
             for r in rows.iter().filter(|r| r.pool == pool && r.state == RecordState::Held) {
-                let theirs = found.kvs.iter().find(|kv| kv.key == r.key.as_bytes());
+                let theirs = found.iter().find(|f| f.key == r.key).map(|f| &f.stored);
                 match theirs {
                     Some(kv) if kv.value == r.value.as_bytes() => {}
                     Some(kv) => tracing::error!(
@@ -128,39 +122,23 @@ impl Node<'_> {
                         shown_bytes(&kv.value)
                     ),
                     None => {
-                        let txn = Txn {
-                            compare: vec![Compare::absent(r.key.clone())],
-                            success: vec![Op::Put {
-                                key: r.key.clone().into_bytes(),
-                                value: r.value.clone().into_bytes(),
-                                lease: 0,
-                            }],
-                            failure: Vec::new(),
-                        };
-                        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+                        if matches!(self.datastore.create_record(&r.key, r.value.as_bytes())?, Created::Done(_)) {
                             tracing::warn!("{} of pool {pool}: its record, lost by etcd, is written again", r.address);
                         }
                     }
                 }
             }
             // Records that name this node but that it does not hold.
-            for kv in &found.kvs {
-                let Ok(record) = serde_json::from_slice::<AddressRecord>(&kv.value) else { continue };
-                let Some((_, address)) = keys.parse_address(&kv.key) else { continue };
+            for f in &found {
+                let Ok(record) = serde_json::from_slice::<AddressRecord>(&f.stored.value) else { continue };
+                let address = f.address;
                 let ours = record.node == self.settings.node;
                 let held = match record.kind {
                     Kind::Lent => lent.iter().any(|l| l.address == address),
-                    _ => rows.iter().any(|r| r.key.as_bytes() == kv.key.as_slice()),
+                    _ => rows.iter().any(|r| r.key == f.key),
                 };
-                if ours && !held {
-                    let txn = Txn {
-                        compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
-                        success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
-                        failure: Vec::new(),
-                    };
-                    if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-                        tracing::warn!("{address} of pool {pool}: a record of this node that it no longer holds, shown again by etcd, is deleted");
-                    }
+                if ours && !held && self.datastore.delete_record(&f.key, f.stored.version)? {
+                    tracing::warn!("{address} of pool {pool}: a record of this node that it no longer holds, shown again by etcd, is deleted");
                 }
             }
         }
@@ -176,23 +154,22 @@ impl Node<'_> {
         g: Option<&Geometry>,
         b: &NodeBlock,
         held: &[Lease],
-        kv: Option<&Kv>,
+        found: Option<&Versioned>,
     ) -> Result<()> {
-        let keys = self.keys(&b.pool);
-        let record = kv.and_then(|kv| serde_json::from_slice::<BlockRecord>(&kv.value).ok());
-        match (kv, &record) {
-            (Some(kv), Some(r)) if self.is_ours(r) => {
+        let record = found.and_then(|f| serde_json::from_slice::<BlockRecord>(&f.value).ok());
+        match (found, &record) {
+            (Some(found), Some(r)) if self.is_ours(r) => {
                 tracing::warn!(
                     "block {} of pool {} is this node's in etcd at revision {}",
                     b.block,
                     b.pool,
-                    kv.create_revision
+                    found.created
                 );
-                let kept = NodeBlock { state: BlockState::Owned, revision: kv.create_revision, ..b.clone() };
+                let kept = NodeBlock { state: BlockState::Owned, revision: found.created, ..b.clone() };
                 store.write(|tx| tx.put_node_block(&kept))?;
                 // Claimed again (by this node's own recovery, killed before it
                 // wrote the block down): what it recorded in it may be gone.
-                if kv.create_revision != b.revision {
+                if found.created != b.revision {
                     self.rewrite_records(store, Some(b))?;
                 }
                 Ok(())
@@ -202,14 +179,14 @@ impl Node<'_> {
                 store.write(|tx| self.drop_block(tx, b))
             }
             (None, _) => match g {
-                Some(g) if self.reclaim(store, &keys, g, b, held)? => Ok(()),
-                Some(_) => self.contest(store, &keys, b, held, "another node claimed it first"),
-                None => self.contest(store, &keys, b, held, "etcd lost it (claimed back when its pool is used)"),
+                Some(g) if self.reclaim(store, g, b, held)? => Ok(()),
+                Some(_) => self.contest(store, b, held, "another node claimed it first"),
+                None => self.contest(store, b, held, "etcd lost it (claimed back when its pool is used)"),
             },
             (Some(_), r) => {
                 let holder =
                     r.as_ref().map_or("an unreadable record".to_string(), |r| format!("node {}", shown(&r.node)));
-                self.contest(store, &keys, b, held, &format!("etcd shows it {holder}'s"))
+                self.contest(store, b, held, &format!("etcd shows it {holder}'s"))
             }
         }
     }
@@ -218,41 +195,25 @@ impl Node<'_> {
     /// its leases `held` are this node's), reading what others hold in it,
     /// as the kind it was claimed (see [`Node::reclaimed_kind`]). False when
     /// another node has it.
-    pub(super) fn reclaim(
-        &self,
-        store: &mut StoreHandle,
-        keys: &PoolKeys,
-        g: &Geometry,
-        b: &NodeBlock,
-        held: &[Lease],
-    ) -> Result<bool> {
-        self.define(keys, g)?;
+    pub(super) fn reclaim(&self, store: &mut StoreHandle, g: &Geometry, b: &NodeBlock, held: &[Lease]) -> Result<bool> {
+        self.define(g)?;
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
-        let record = self.claim_record(self.reclaimed_kind(store, keys, b, held)?);
-        let txn = Txn {
-            compare: vec![Compare::absent(keys.block(&b.block)), Compare::value_is(keys.definition(), definition)],
-            success: vec![
-                Op::Put { key: keys.block(&b.block).into_bytes(), value: to_bytes(&record), lease: 0 },
-                Op::Range(RangeRequest::prefix(keys.block_addresses(&b.block))),
-            ],
-            failure: Vec::new(),
+        let record = self.claim_record(self.reclaimed_kind(store, b, held)?);
+        let Some((created, records)) =
+            self.datastore.reclaim_block(&b.pool, b.block, &to_bytes(&record), &definition)?
+        else {
+            return Ok(false);
         };
-        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-        if answer.succeeded {
-            tracing::warn!("block {} of pool {} was gone from etcd: claimed again", b.block, b.pool);
-            let taken = match answer.responses.get(1) {
-                Some(OpResponse::Range(addresses)) => self.taken_in(store, keys, &addresses.kvs)?,
-                _ => Vec::new(),
-            };
-            let again = self.owned_block(g, b.block, answer.revision, taken, record.shared);
-            store.write(|tx| {
-                self.stamp_boot(tx)?;
-                tx.put_node_block(&NodeBlock { since: b.since, ..again })
-            })?;
-            // What this node recorded in the block went with it.
-            self.rewrite_records(store, Some(b))?;
-        }
-        Ok(answer.succeeded)
+        tracing::warn!("block {} of pool {} was gone from etcd: claimed again", b.block, b.pool);
+        let taken = self.taken_in(store, &records)?;
+        let again = self.owned_block(g, b.block, created, taken, record.shared);
+        store.write(|tx| {
+            self.stamp_boot(tx)?;
+            tx.put_node_block(&NodeBlock { since: b.since, ..again })
+        })?;
+        // What this node recorded in the block went with it.
+        self.rewrite_records(store, Some(b))?;
+        Ok(true)
     }
 
     /// Whether block `b`, claimed back, is shared: as it was claimed, whatever
@@ -265,14 +226,14 @@ impl Node<'_> {
     /// record, which [`Node::rewrite_records`] writes again; else it is
     /// claimed back as its own, which is safe whatever it was (what others
     /// hold in it is read and skipped, and nobody else allocates in it).
-    fn reclaimed_kind(&self, store: &mut StoreHandle, keys: &PoolKeys, b: &NodeBlock, held: &[Lease]) -> Result<bool> {
+    fn reclaimed_kind(&self, store: &mut StoreHandle, b: &NodeBlock, held: &[Lease]) -> Result<bool> {
         if !b.shared {
             return Ok(false);
         }
         let unrecorded = store.read(|tx| {
             let mut unrecorded = Vec::new();
             for lease in held {
-                let row = tx.node_record(&keys.address(&b.block, lease.address))?;
+                let row = tx.node_record(&self.record_key(&b.pool, &b.block, lease.address))?;
                 if row.is_none_or(|r| r.state != RecordState::Held) {
                     unrecorded.push(lease.address);
                 }
@@ -298,14 +259,7 @@ impl Node<'_> {
     /// published after: [`Node::settle`] publishes what a kill or an etcd
     /// failure left unpublished, at every later call. An address another
     /// attachment already holds in the cluster is logged as held twice.
-    pub(super) fn contest(
-        &self,
-        store: &mut StoreHandle,
-        keys: &PoolKeys,
-        b: &NodeBlock,
-        held: &[Lease],
-        why: &str,
-    ) -> Result<()> {
+    pub(super) fn contest(&self, store: &mut StoreHandle, b: &NodeBlock, held: &[Lease], why: &str) -> Result<()> {
         if b.state != BlockState::Contested {
             tracing::error!(
                 "block {} of pool {} holds {} lease(s) of this node but {why}: their addresses are published as \
@@ -319,7 +273,7 @@ impl Node<'_> {
             })?;
         }
         for lease in held {
-            let key = keys.address(&b.block, lease.address);
+            let key = self.record_key(&b.pool, &b.block, lease.address);
             match store.read(|tx| tx.node_record(&key))? {
                 Some(r) if r.state == RecordState::Writing && r.owner == lease.owner => {}
                 Some(_) => continue,
@@ -344,21 +298,19 @@ impl Node<'_> {
                 state: RecordState::Writing,
             };
             store.write(|tx| tx.put_node_record(&row))?;
-            let txn = Txn {
-                compare: vec![Compare::absent(key.clone())],
-                success: vec![Op::Put { key: key.clone().into_bytes(), value: value.clone().into_bytes(), lease: 0 }],
-                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
-            };
             // Unsure (no answer): the row stays `writing`, and publishing is
             // tried again (create if absent: a write that did happen is
             // found as ours). Never `releasing`: releasing a record releases
             // its lease, which a running container holds.
-            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-            let theirs = match answer.responses.into_iter().next() {
-                Some(OpResponse::Range(r)) => r.kvs.into_iter().next(),
-                _ => None,
+            let theirs = match self.datastore.create_record(&key, value.as_bytes())? {
+                Created::Done(_) => None,
+                Created::Exists(theirs) => Some(theirs),
             };
-            if answer.succeeded || theirs.as_ref().is_some_and(|kv| kv.value == value.as_bytes()) {
+            let published = match &theirs {
+                None => true,
+                Some(now) => now.as_ref().is_some_and(|now| now.value == value.as_bytes()),
+            };
+            if published {
                 store.write(|tx| tx.set_node_record_state(&key, RecordState::Held))?;
             } else {
                 store.write(|tx| tx.drop_node_record(&key))?;
@@ -368,7 +320,7 @@ impl Node<'_> {
                     lease.address,
                     shown(&lease.owner.container_id),
                     shown(&lease.owner.ifname),
-                    theirs.map_or(String::new(), |kv| shown_bytes(&kv.value))
+                    theirs.flatten().map_or(String::new(), |now| shown_bytes(&now.value))
                 );
             }
         }
@@ -378,17 +330,11 @@ impl Node<'_> {
     /// Keeps the network's nodes from claiming or adopting blocks while they
     /// re-claim their own, for as long as a node may allocate unconfirmed.
     pub(super) fn quarantine(&self, seen: i64, now_at: i64) -> Result<()> {
-        let key = self.net_keys().recovery();
         let window = self.settings.offline_grace + self.settings.call_timeout * 3;
         let ttl = (window.as_secs_f64().ceil() as i64).max(1);
-        let lease = self.etcd.lease_grant(ttl).map_err(etcd_error)?;
         let record = RecoveryRecord { node: self.settings.node.clone(), at: unix_now(), from: seen, to: now_at };
-        let txn = Txn {
-            compare: vec![Compare::absent(key.clone())],
-            success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&record), lease }],
-            failure: Vec::new(),
-        };
-        if self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+        if self.datastore.quarantine(&record, ttl)? {
+            let key = self.datastore.recovery_name();
             tracing::warn!("no block of network {:?} is claimed by any node for {ttl}s ({key})", self.network);
         }
         Ok(())

@@ -18,10 +18,10 @@ use shared::args::Attachment;
 use shared::store::StoreHandle;
 use shared::{CniError, Code, Result};
 
-use super::{free_addresses, ranges, Node, RecordWrite};
+use super::{free_addresses, Node, RecordWrite};
 use crate::blocks::{fnv1a, Geometry};
-use crate::etcd::{Compare, Kv, Op, RangeRequest, Txn};
-use crate::layout::{to_text, AddressRecord, BlockRecord, Kind};
+use crate::datastore::{retry, AddressEntry, Attempt, GrantRefusal, Version, Versioned};
+use crate::records::{to_text, AddressRecord, BlockRecord, Kind};
 use crate::rows::{ClusterRows, NodeBlock, NodeRecord, RecordState};
 
 /// How many times one block is tried while others take the addresses picked.
@@ -49,7 +49,7 @@ pub(super) enum Grant {
     Full,
     /// The block is no longer what it was read as: its record now (none:
     /// deleted).
-    Changed(Option<Kv>),
+    Changed(Option<Versioned>),
     /// Nodes are re-claiming their blocks after etcd lost history.
     Recovering,
 }
@@ -71,7 +71,8 @@ impl Node<'_> {
         let mut i = 0;
         while i < own.len() {
             let b = own[i].clone();
-            match self.grant_in(store, g, b.block, b.revision, &b.taken, who, true)? {
+            let unchanged = Version::unwritten_since(b.revision);
+            match self.grant_in(store, g, b.block, unchanged, &b.taken, who, true)? {
                 Grant::Granted(address) => return Ok(Some(address)),
                 Grant::Full => i += 1,
                 // This node may have lost history too: it recovers first.
@@ -103,33 +104,26 @@ impl Node<'_> {
         who: Grantee,
         history: &dyn Fn(&mut StoreHandle) -> Result<()>,
     ) -> Result<Option<IpAddr>> {
-        let keys = self.keys(&g.pool.name);
-        let ([blocks, addresses, recovery], _) = self.read([
-            RangeRequest::prefix(keys.blocks()),
-            RangeRequest::prefix(keys.addresses()),
-            RangeRequest::key(self.net_keys().recovery()).keys_only(),
-        ])?;
-        if !recovery.is_empty() {
+        let read = self.datastore.pool_records(&g.pool.name)?;
+        if read.recovering {
             history(store)?;
             return Err(self.recovering());
         }
-        let mut records: HashMap<IpNet, Vec<Kv>> = HashMap::new();
-        for kv in addresses {
-            if let Some((block, _)) = keys.parse_address(&kv.key) {
-                records.entry(block).or_default().push(kv);
-            }
+        let mut records: HashMap<IpNet, Vec<AddressEntry>> = HashMap::new();
+        for r in read.records {
+            records.entry(r.block).or_default().push(r);
         }
         // Others' records: this node's own addresses are its leases and rows.
         let mut taken: HashMap<IpNet, Vec<IpAddr>> = HashMap::new();
-        for (block, kvs) in &records {
-            taken.insert(*block, self.taken_in(store, &keys, kvs)?);
+        for (block, of_block) in &records {
+            taken.insert(*block, self.taken_in(store, of_block)?);
         }
-        let mut candidates: Vec<(IpNet, Kv)> = blocks
+        let mut candidates: Vec<(IpNet, Versioned)> = read
+            .blocks
             .into_iter()
-            .filter_map(|kv| {
-                let block = keys.parse_block(&kv.key)?;
-                let record = serde_json::from_slice::<BlockRecord>(&kv.value).ok()?;
-                (record.shared && !record.released && record.node != self.settings.node).then_some((block, kv))
+            .filter_map(|b| {
+                let record = serde_json::from_slice::<BlockRecord>(&b.stored.value).ok()?;
+                (record.shared && !record.released && record.node != self.settings.node).then_some((b.block, b.stored))
             })
             .collect();
         // The fullest last; among the others, from a place of this node's own.
@@ -138,10 +132,10 @@ impl Node<'_> {
         if roomy > 0 {
             candidates[..roomy].rotate_left(spread(&self.settings.node, roomy));
         }
-        for (block, kv) in candidates.into_iter().take(OTHERS_TRIED) {
+        for (block, stored) in candidates.into_iter().take(OTHERS_TRIED) {
             let none = Vec::new();
             let taken = taken.get(&block).unwrap_or(&none);
-            match self.grant_in(store, g, block, kv.mod_revision, taken, who, false)? {
+            match self.grant_in(store, g, block, stored.version, taken, who, false)? {
                 Grant::Granted(address) => {
                     tracing::info!("granted {address} of pool {} in another node's shared block {block}", g.pool.name);
                     return Ok(Some(address));
@@ -157,7 +151,7 @@ impl Node<'_> {
     }
 
     /// Grants `who` a free address of `block`, whose record is at
-    /// `revision` (its mod revision), with `taken` held in it as last read.
+    /// `version`, with `taken` held in it as last read.
     /// `own`: the block is this node's claim (which it then must stay).
     #[allow(clippy::too_many_arguments)]
     fn grant_in(
@@ -165,28 +159,27 @@ impl Node<'_> {
         store: &mut StoreHandle,
         g: &Geometry,
         block: IpNet,
-        mut revision: i64,
+        mut version: Version,
         taken: &[IpAddr],
         who: Grantee,
         own: bool,
     ) -> Result<Grant> {
-        let keys = self.keys(&g.pool.name);
         let mut taken = taken.to_vec();
-        'rounds: for _ in 0..GRANT_ROUNDS {
-            let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Grant::Full) };
+        let granted = retry(GRANT_ROUNDS, || {
+            let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Attempt::Done(Grant::Full)) };
             // Free in the node database too (its own leases), and no row of
             // another call of this node at the address.
             let free = store.read(|tx| {
                 let mut free = Vec::new();
                 for address in free_addresses(tx, &view, GRANT_CHOICES)? {
-                    if tx.node_record(&keys.address(&block, address))?.is_none() {
+                    if tx.node_record(&self.record_key(&g.pool.name, &block, address))?.is_none() {
                         free.push(address);
                     }
                 }
                 Ok(free)
             })?;
             if free.is_empty() {
-                return Ok(Grant::Full);
+                return Ok(Attempt::Done(Grant::Full));
             }
             // The owner from the bottom, others each from a place of their own.
             let mut candidates = free;
@@ -195,34 +188,34 @@ impl Node<'_> {
                 candidates.rotate_left(start);
             }
             let mut candidates = candidates.into_iter();
-            let responses = loop {
-                let Some(address) = candidates.next() else { continue 'rounds };
-                match self.grant_one(store, g, block, revision, address, who)? {
-                    RecordWrite::Written => return Ok(Grant::Granted(address)),
+            let refusal = loop {
+                // Every one picked was taken first: read the block again.
+                let Some(address) = candidates.next() else { return Ok(Attempt::Conflict) };
+                match self.grant_one(store, g, block, version, address, who)? {
+                    RecordWrite::Written => return Ok(Attempt::Done(Grant::Granted(address))),
                     // Another call of this node is writing it: the next one.
                     RecordWrite::Busy => continue,
-                    RecordWrite::Refused(responses) => break responses,
+                    RecordWrite::Refused(refusal) => break refusal,
                 }
             };
-            let [record, addresses, recovery] = ranges(responses)?;
+            let GrantRefusal { block: record, records, recovering } = refusal;
             // A block of this node's that changed first: after etcd lost
             // history it is claimed back whatever `_recovery` says.
-            let kv = record.into_iter().next();
-            let still = kv.as_ref().is_some_and(|kv| {
-                serde_json::from_slice::<BlockRecord>(&kv.value).ok().is_some_and(|r| {
-                    r.shared && !r.released && (!own || (self.is_ours(&r) && kv.mod_revision == revision))
+            let still = record.as_ref().is_some_and(|stored| {
+                serde_json::from_slice::<BlockRecord>(&stored.value).ok().is_some_and(|r| {
+                    r.shared && !r.released && (!own || (self.is_ours(&r) && stored.version == version))
                 })
             });
             match (still, own) {
-                (false, true) => return Ok(Grant::Changed(kv)),
-                _ if !recovery.is_empty() => return Ok(Grant::Recovering),
-                (false, false) => return Ok(Grant::Full),
+                (false, true) => return Ok(Attempt::Done(Grant::Changed(record))),
+                _ if recovering => return Ok(Attempt::Done(Grant::Recovering)),
+                (false, false) => return Ok(Attempt::Done(Grant::Full)),
                 (true, _) => {}
             }
-            let Some(kv) = kv else { return Ok(Grant::Full) };
-            revision = kv.mod_revision;
+            let Some(stored) = record else { return Ok(Attempt::Done(Grant::Full)) };
+            version = stored.version;
             // Others' records: this node's own addresses are its leases and rows.
-            taken = self.taken_in(store, &keys, &addresses)?;
+            taken = self.taken_in(store, &records)?;
             if own {
                 // What others hold in it, for the next pick without a read.
                 let mut known = store.read(|tx| tx.node_blocks(&self.network, &g.pool.name))?;
@@ -232,12 +225,13 @@ impl Node<'_> {
                     store.write(|tx| tx.put_node_block(&b))?;
                 }
             }
-        }
-        Ok(Grant::Full)
+            Ok(Attempt::Conflict)
+        })?;
+        Ok(granted.unwrap_or(Grant::Full))
     }
 
     /// One grant: `address`'s `allocated` record for `who`, created if
-    /// absent while `block`'s record is at `revision` and etcd is not
+    /// absent while `block`'s record is at `version` and etcd is not
     /// recovering lost history. Refused: the block's record, its addresses
     /// and `_recovery` as etcd has them.
     fn grant_one(
@@ -245,13 +239,11 @@ impl Node<'_> {
         store: &mut StoreHandle,
         g: &Geometry,
         block: IpNet,
-        revision: i64,
+        version: Version,
         address: IpAddr,
         to: Grantee,
-    ) -> Result<RecordWrite> {
-        let keys = self.keys(&g.pool.name);
-        let block_key = keys.block(&block);
-        let key = keys.address(&block, address);
+    ) -> Result<RecordWrite<GrantRefusal>> {
+        let key = self.record_key(&g.pool.name, &block, address);
         let who = to.who;
         let value = to_text(&AddressRecord {
             kind: Kind::Allocated,
@@ -262,8 +254,8 @@ impl Node<'_> {
             identity: to.identity.unwrap_or_default().to_string(),
         });
         let row = NodeRecord {
-            key: key.clone(),
-            value: value.clone(),
+            key,
+            value,
             pool: g.pool.name.clone(),
             address,
             kind: Kind::Allocated,
@@ -271,20 +263,8 @@ impl Node<'_> {
             added_by: None,
             state: RecordState::Writing,
         };
-        let txn = Txn {
-            compare: vec![
-                Compare::absent(key.clone()),
-                Compare::mod_revision_is(block_key.clone(), revision),
-                Compare::absent(self.net_keys().recovery()),
-            ],
-            success: vec![Op::Put { key: key.into_bytes(), value: value.into_bytes(), lease: 0 }],
-            failure: vec![
-                Op::Range(RangeRequest::key(block_key)),
-                Op::Range(RangeRequest::prefix(keys.block_addresses(&block))),
-                Op::Range(RangeRequest::key(self.net_keys().recovery()).keys_only()),
-            ],
-        };
-        self.write_record(store, &row, &txn).map_err(|mut e| {
+        let grant = || self.datastore.grant(&g.pool.name, block, address, row.value.as_bytes(), version);
+        self.write_record(store, &row, grant).map_err(|mut e| {
             if e.code == Code::TryAgainLater {
                 e.msg = format!(
                     "{} (block {block} of pool {} is shared: its addresses are handed out only through etcd)",

@@ -28,7 +28,8 @@ use shared::sticky::Sticky;
 use shared::suite_delegate::StickyIdentity;
 
 use super::*;
-use crate::layout::{IdentityRecord, Sharer};
+use crate::datastore::{Created, Expect, RecordChange, Then, Version};
+use crate::records::{IdentityRecord, Sharer};
 
 /// A workload identity this ADD or release is about.
 pub struct Sticking<'a> {
@@ -55,15 +56,15 @@ fn pending_note(network: &str, ifname: &str, identity: &str) -> String {
 const PENDING_PREFIX: &str = "sticky-pending:";
 
 /// An identity key as read: its record (`None` when it does not read: it is
-/// overwritten) and its mod revision.
+/// overwritten) and its version.
 pub(super) struct Found {
     record: Option<IdentityRecord>,
-    mod_revision: i64,
+    version: Version,
 }
 
 impl Node<'_> {
     fn identity_key(&self, ifname: &str, identity: &str) -> String {
-        self.net_keys().identity(ifname, identity)
+        self.datastore.identity_key(ifname, identity)
     }
 
     /// ADD, before anything is allocated: makes the identity `who`'s in
@@ -85,53 +86,50 @@ impl Node<'_> {
         let key = self.identity_key(&who.ifname, s.identity);
         let me = &self.settings.node;
         let fresh = IdentityRecord { node: me.clone(), container: who.container_id.clone(), ..Default::default() };
-        let now =
-            |record: &IdentityRecord, mod_revision: i64| Some(Found { record: Some(record.clone()), mod_revision });
-        for _ in 0..CLAIM_ROUNDS {
-            let txn = Txn {
-                compare: vec![Compare::absent(key.clone())],
-                success: vec![Op::Put { key: key.clone().into_bytes(), value: to_bytes(&fresh), lease: 0 }],
-                failure: vec![Op::Range(RangeRequest::key(key.clone()))],
+        let now = |record: &IdentityRecord, version: Version| {
+            Attempt::Done(Some(Found { record: Some(record.clone()), version }))
+        };
+        let claimed = retry(CLAIM_ROUNDS, || {
+            let found = match self.datastore.create_record(&key, &to_bytes(&fresh))? {
+                Created::Done(version) => {
+                    tracing::info!("identity {:?} is live on this node ({key})", s.identity);
+                    return Ok(now(&fresh, version));
+                }
+                Created::Exists(found) => found,
             };
-            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-            if answer.succeeded {
-                tracing::info!("identity {:?} is live on this node ({key})", s.identity);
-                return Ok(now(&fresh, answer.revision));
-            }
-            let [found] = ranges(answer.responses)?;
             // Nothing is decided from an etcd that lost history.
             history(store)?;
-            let Some(kv) = found.into_iter().next() else { continue };
-            let found = Found { record: serde_json::from_slice(&kv.value).ok(), mod_revision: kv.mod_revision };
+            let Some(stored) = found else { return Ok(Attempt::Conflict) };
+            let found = Found { record: serde_json::from_slice(&stored.value).ok(), version: stored.version };
             let Some(record) = &found.record else {
                 tracing::warn!("identity key {key} does not read: it is replaced");
-                match self.replace_identity(&key, &found, &fresh, &[])? {
-                    Some(revision) => return Ok(now(&fresh, revision)),
-                    None => continue,
-                }
+                return Ok(match self.replace_identity(&key, &found, &fresh, Vec::new())? {
+                    Some(version) => now(&fresh, version),
+                    None => Attempt::Conflict,
+                });
             };
             if record.live_on(me, &who.container_id) {
                 let first = record.node == *me && record.container == who.container_id;
-                return Ok(if first { now(record, found.mod_revision) } else { None });
+                return Ok(if first { now(record, found.version) } else { Attempt::Done(None) });
             }
             if record.is_held() {
-                match self.take_over(store, geometries, who, s, (&key, &found), record)? {
-                    Some(taken) => return Ok(Some(taken)),
-                    None => continue,
-                }
+                return Ok(match self.take_over(store, geometries, who, s, (&key, &found), record)? {
+                    Some(taken) => Attempt::Done(Some(taken)),
+                    None => Attempt::Conflict,
+                });
             }
             // Live on an attachment of this node whose DEL could not reach
             // etcd: the identity's addresses are held in this node's
             // database, and ipam-da-sticky hands them back.
             if record.node == *me && record.sharers.is_empty() && self.gone_here(store, who, s, &record.container)? {
                 let again = IdentityRecord { addresses: record.addresses.clone(), ..fresh.clone() };
-                match self.replace_identity(&key, &found, &again, &[])? {
-                    Some(revision) => {
+                return Ok(match self.replace_identity(&key, &found, &again, Vec::new())? {
+                    Some(version) => {
                         store.write(|tx| tx.drop_note(&pending_note(&self.network, &who.ifname, s.identity)))?;
-                        return Ok(now(&again, revision));
+                        now(&again, version)
                     }
-                    None => continue,
-                }
+                    None => Attempt::Conflict,
+                });
             }
             if !s.settings.share_live {
                 return Err(CniError::new(
@@ -146,11 +144,13 @@ impl Node<'_> {
                 )
                 .with_details(format!("etcd key {key}; DEL of that container releases it")));
             }
-            if self.share(store, geometries, who, s, (&key, &found), record)? {
-                return Ok(None);
-            }
-        }
-        Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing: try again")))
+            Ok(match self.share(store, geometries, who, s, (&key, &found), record)? {
+                true => Attempt::Done(None),
+                false => Attempt::Conflict,
+            })
+        })?;
+        claimed
+            .ok_or_else(|| CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing: try again")))
     }
 
     /// shareLive: `who` becomes a sharer of the identity live on another
@@ -174,17 +174,15 @@ impl Node<'_> {
         let first = Attachment { container_id: live.container.clone(), ..who.clone() };
         let value = to_bytes(&AddressRecord { node: live.node.clone(), ..self.live_record(&first, s.identity) });
         let record_keys: Vec<String> =
-            addresses.iter().map(|(g, a)| self.keys(&g.pool.name).address(&g.block_of(*a), *a)).collect();
-        let reads = record_keys.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()))]).collect();
-        let present = self.etcd.read_in_txns(reads).map_err(etcd_error)?;
-        let (mut compare, mut ops) = (Vec::new(), Vec::new());
-        for (record_key, answer) in record_keys.into_iter().zip(present) {
-            if matches!(answer, OpResponse::Range(r) if r.kvs.is_empty()) {
-                compare.push(Compare::absent(record_key.clone()));
-                ops.push(Op::Put { key: record_key.into_bytes(), value: value.clone(), lease: 0 });
-            }
-        }
-        if self.replace_identity_comparing(key, found, &shared, compare, &ops)?.is_none() {
+            addresses.iter().map(|(g, a)| self.record_key(&g.pool.name, &g.block_of(*a), *a)).collect();
+        let present = self.datastore.records(&record_keys)?;
+        let records = record_keys
+            .into_iter()
+            .zip(present)
+            .filter(|(_, now)| now.is_none())
+            .map(|(key, _)| RecordChange { key, expect: Expect::Absent, then: Then::Put(value.clone()) })
+            .collect();
+        if self.replace_identity(key, found, &shared, records)?.is_none() {
             return Ok(false);
         }
         store.write(|tx| {
@@ -208,33 +206,20 @@ impl Node<'_> {
         store.read(|tx| Ok(tx.note(&note)?.is_some() && tx.leases_of(&them)?.is_empty()))
     }
 
-    /// Replaces the identity key as `found`, with `ops` in the same
-    /// transaction: the key's new mod revision, or `None` when it changed
+    /// Replaces the identity key as `found`, with `records` changed at
+    /// once: the key's new version, or `None` when something changed
     /// meanwhile.
-    fn replace_identity(&self, key: &str, found: &Found, with: &IdentityRecord, ops: &[Op]) -> Result<Option<i64>> {
-        self.replace_identity_comparing(key, found, with, Vec::new(), ops)
-    }
-
-    /// [`Node::replace_identity`], with `compare` holding too.
-    fn replace_identity_comparing(
+    fn replace_identity(
         &self,
         key: &str,
         found: &Found,
         with: &IdentityRecord,
-        compare: Vec<Compare>,
-        ops: &[Op],
-    ) -> Result<Option<i64>> {
-        let txn = Txn {
-            compare: std::iter::once(Compare::mod_revision_is(key.to_string(), found.mod_revision))
-                .chain(compare)
-                .collect(),
-            success: std::iter::once(Op::Put { key: key.as_bytes().to_vec(), value: to_bytes(with), lease: 0 })
-                .chain(ops.iter().cloned())
-                .collect(),
-            failure: Vec::new(),
-        };
-        let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-        Ok(answer.succeeded.then_some(answer.revision))
+        records: Vec<RecordChange>,
+    ) -> Result<Option<Version>> {
+        let identity =
+            RecordChange { key: key.to_string(), expect: Expect::At(found.version), then: Then::Put(to_bytes(with)) };
+        let changes: Vec<RecordChange> = std::iter::once(identity).chain(records).collect();
+        Ok(self.datastore.change_together(&changes, None, false)?)
     }
 
     /// Takes over a held identity's addresses that lie in the candidate
@@ -263,7 +248,7 @@ impl Node<'_> {
         let rows: Vec<NodeRecord> = taken
             .iter()
             .map(|(g, address)| NodeRecord {
-                key: self.keys(&g.pool.name).address(&g.block_of(*address), *address),
+                key: self.record_key(&g.pool.name, &g.block_of(*address), *address),
                 value: live_value.clone(),
                 pool: g.pool.name.clone(),
                 address: *address,
@@ -301,25 +286,20 @@ impl Node<'_> {
             addresses: taken.iter().map(|(_, a)| *a).collect(),
             ..Default::default()
         };
-        let txn = Txn {
-            // Not while nodes re-claim after etcd lost history: the hold may
-            // be the restored backup's, its address another's since.
-            compare: std::iter::once(Compare::mod_revision_is(key.to_string(), found.mod_revision))
-                .chain(rows.iter().map(|r| Compare::value_is(r.key.clone(), held_value.clone())))
-                .chain(std::iter::once(Compare::absent(self.net_keys().recovery())))
-                .collect(),
-            success: std::iter::once(Op::Put { key: key.as_bytes().to_vec(), value: to_bytes(&live), lease: 0 })
-                .chain(rows.iter().map(|r| Op::Put {
-                    key: r.key.clone().into_bytes(),
-                    value: r.value.clone().into_bytes(),
-                    lease: 0,
-                }))
-                .collect(),
-            failure: Vec::new(),
-        };
-        let revision = match self.etcd.txn(&txn) {
-            Ok(answer) if answer.succeeded => answer.revision,
-            Ok(_) => {
+        let identity =
+            RecordChange { key: key.to_string(), expect: Expect::At(found.version), then: Then::Put(to_bytes(&live)) };
+        let changes: Vec<RecordChange> = std::iter::once(identity)
+            .chain(rows.iter().map(|r| RecordChange {
+                key: r.key.clone(),
+                expect: Expect::Is(held_value.clone().into_bytes()),
+                then: Then::Put(r.value.clone().into_bytes()),
+            }))
+            .collect();
+        // Not while nodes re-claim after etcd lost history: the hold may
+        // be the restored backup's, its address another's since.
+        let version = match self.datastore.change_together(&changes, None, true) {
+            Ok(Some(version)) => version,
+            Ok(None) => {
                 store.write(|tx| {
                     for (row, before) in rows.iter().zip(&before) {
                         tx.drop_node_record_if(&row.key, &row.value)?;
@@ -342,7 +322,7 @@ impl Node<'_> {
                 for row in &rows {
                     records::release_later(store, &row.key)?;
                 }
-                return Err(etcd_error(e));
+                return Err(e.into());
             }
         };
         store.write(|tx| {
@@ -362,7 +342,7 @@ impl Node<'_> {
                 shown(&held.node)
             );
         }
-        Ok(Some(Found { record: Some(live), mod_revision: revision }))
+        Ok(Some(Found { record: Some(live), version }))
     }
 
     /// ADD, once this node's part is decided: the identity's key lists the
@@ -381,30 +361,29 @@ impl Node<'_> {
         let key = self.identity_key(&who.ifname, s.identity);
         let warn =
             |e: CniError| tracing::warn!("identity {:?}: its addresses are recorded at its release: {e}", s.identity);
-        for _ in 0..CLAIM_ROUNDS {
+        let recorded = retry(CLAIM_ROUNDS, || {
             let found = match known.take() {
                 Some(found) => found,
-                None => match self.etcd.range(&RangeRequest::key(key.clone())) {
-                    Ok(r) => match r.kvs.into_iter().next() {
-                        Some(kv) => {
-                            Found { record: serde_json::from_slice(&kv.value).ok(), mod_revision: kv.mod_revision }
-                        }
-                        None => return,
-                    },
-                    Err(e) => return warn(etcd_error(e)),
+                None => match self.datastore.record(&key)? {
+                    Some(stored) => {
+                        Found { record: serde_json::from_slice(&stored.value).ok(), version: stored.version }
+                    }
+                    None => return Ok(Attempt::Done(())),
                 },
             };
-            let Some(mut record) = found.record.clone() else { return };
+            let Some(mut record) = found.record.clone() else { return Ok(Attempt::Done(())) };
             let first = record.node == self.settings.node && record.container == who.container_id;
             if !first || record.is_held() || record.addresses == addresses {
-                return;
+                return Ok(Attempt::Done(()));
             }
             record.addresses = addresses.to_vec();
-            match self.replace_identity(&key, &found, &record, &[]) {
-                Ok(Some(_)) => return,
-                Ok(None) => continue,
-                Err(e) => return warn(e),
-            }
+            Ok(match self.replace_identity(&key, &found, &record, Vec::new())? {
+                Some(_) => Attempt::Done(()),
+                None => Attempt::Conflict,
+            })
+        });
+        if let Err(e) = recorded {
+            warn(e);
         }
     }
 
@@ -502,78 +481,73 @@ impl Node<'_> {
         let ours = |value: &[u8], row_value: Option<&[u8]>| {
             Some(value) == row_value || value == live_here.as_bytes() || value == passed_before.as_bytes()
         };
-        for _ in 0..CLAIM_ROUNDS {
-            let reads = std::iter::once(key.clone()).chain(keyed.iter().map(|(_, k)| k.clone()));
-            let txn = Txn { success: reads.map(|k| Op::Range(RangeRequest::key(k))).collect(), ..Txn::default() };
-            let answer = self.etcd.txn(&txn).map_err(etcd_error)?;
-            let mut found = answer.responses.into_iter().map(|r| match r {
-                OpResponse::Range(r) => r.kvs.into_iter().next(),
-                _ => None,
-            });
-            let Some(kv) = found.next().flatten() else { return Ok(Vec::new()) };
-            let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(Vec::new()) };
-            let identity_found = Found { record: None, mod_revision: kv.mod_revision };
+        let reads: Vec<String> = std::iter::once(key.clone()).chain(keyed.iter().map(|(_, k)| k.clone())).collect();
+        let held = retry(CLAIM_ROUNDS, || {
+            let mut found = self.datastore.records(&reads)?.into_iter();
+            let Some(stored) = found.next().flatten() else { return Ok(Attempt::Done(Vec::new())) };
+            let Ok(record) = serde_json::from_slice::<IdentityRecord>(&stored.value) else {
+                return Ok(Attempt::Done(Vec::new()));
+            };
+            let identity_found = Found { record: None, version: stored.version };
             // Held here already (a DEL killed before it finished here).
             if record.is_held() && record.node == me && addresses.iter().all(|a| record.addresses.contains(a)) {
-                return self.let_go_here(store, who, &addresses, &rows, record.until);
+                return self.let_go_here(store, who, &addresses, &rows, record.until).map(Attempt::Done);
             }
             if !record.live_on(&me, &who.container_id) {
-                return Ok(Vec::new());
+                return Ok(Attempt::Done(Vec::new()));
             }
             if !(record.node == me && record.container == who.container_id) {
                 // A sharer goes; the identity lives on where it was.
                 let mut next = record.clone();
                 next.sharers.retain(|s| !(s.node == me && s.container == who.container_id));
-                if self.replace_identity(&key, &identity_found, &next, &[])?.is_none() {
-                    continue;
+                if self.replace_identity(&key, &identity_found, &next, Vec::new())?.is_none() {
+                    return Ok(Attempt::Conflict);
                 }
                 tracing::info!("identity {identity:?} stays live on node {}", shown(&record.node));
                 store.write(|tx| addresses.iter().try_for_each(|&a| tx.release_address(a, who).map(drop)))?;
-                return Ok(Vec::new());
+                return Ok(Attempt::Done(Vec::new()));
             }
-            // Each record as read: absent, or `who`'s; another's is not ours to change.
-            let mut compare = vec![Compare::mod_revision_is(key.clone(), identity_found.mod_revision)];
-            let mut kept: Vec<(IpAddr, String)> = Vec::new();
-            // Records of `who` that another node wrote (sharing or passing
-            // the identity), which no row of this node releases.
-            let mut rowless: Vec<String> = Vec::new();
+            // Each record as read: absent, or `who`'s; another's is not ours
+            // to change. Rowless: a record of `who` that another node wrote
+            // (sharing or passing the identity), which no row of this node
+            // releases.
+            let mut kept: Vec<(IpAddr, String, Expect, bool)> = Vec::new();
             for ((address, record_key), current) in keyed.iter().zip(found) {
                 let row_value = rows.iter().find(|r| r.address == *address).map(|r| r.value.as_bytes());
-                match current {
-                    None => compare.push(Compare::absent(record_key.clone())),
-                    Some(kv) if ours(&kv.value, row_value) => {
-                        compare.push(Compare::mod_revision_is(record_key.clone(), kv.mod_revision));
-                        if row_value.is_none() {
-                            rowless.push(record_key.clone());
-                        }
-                    }
-                    Some(kv) => {
+                let (expect, rowless) = match current {
+                    None => (Expect::Absent, false),
+                    Some(now) if ours(&now.value, row_value) => (Expect::At(now.version), row_value.is_none()),
+                    Some(now) => {
                         tracing::warn!(
                             "{address} of identity {identity:?} is recorded for another ({}): not held",
-                            shown_bytes(&kv.value)
+                            shown_bytes(&now.value)
                         );
                         continue;
                     }
-                }
-                kept.push((*address, record_key.clone()));
+                };
+                kept.push((*address, record_key.clone(), expect, rowless));
             }
-            let held_addresses: Vec<IpAddr> = kept.iter().map(|(a, _)| *a).collect();
+            let identity_change =
+                |then| RecordChange { key: key.clone(), expect: Expect::At(identity_found.version), then };
+            let held_addresses: Vec<IpAddr> = kept.iter().map(|(a, ..)| *a).collect();
             if (held_addresses.is_empty() || hold.is_zero()) && record.sharers.is_empty() {
                 // Nothing to hold (or no holding): the identity is nobody's,
                 // and its addresses are released as any others (those
                 // without a row here, with the key).
-                let success = std::iter::once(key.clone())
-                    .chain(rowless)
-                    .map(|k| Op::Delete { key: k.into_bytes(), range_end: None })
+                let changes: Vec<RecordChange> = std::iter::once(identity_change(Then::Delete))
+                    .chain(kept.iter().map(|(_, k, expect, rowless)| RecordChange {
+                        key: k.clone(),
+                        expect: expect.clone(),
+                        then: if *rowless { Then::Delete } else { Then::Keep },
+                    }))
                     .collect();
-                let txn = Txn { compare, success, failure: Vec::new() };
-                if !self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
-                    continue;
+                if self.datastore.change_together(&changes, None, false)?.is_none() {
+                    return Ok(Attempt::Conflict);
                 }
                 tracing::info!("identity {identity:?} is no attachment's: {key} is deleted");
-                return Ok(Vec::new());
+                return Ok(Attempt::Done(Vec::new()));
             }
-            let (next, lease, record_value) = match record.sharers.first() {
+            let (next, hold_seconds, record_value) = match record.sharers.first() {
                 // The first sharer becomes its attachment.
                 Some(heir) => {
                     let next = IdentityRecord {
@@ -585,33 +559,32 @@ impl Node<'_> {
                     };
                     let heir = Attachment { container_id: heir.container.clone(), ..who.clone() };
                     let value = AddressRecord { node: next.node.clone(), ..self.live_record(&heir, identity) };
-                    (next, 0, to_bytes(&value))
+                    (next, None, to_bytes(&value))
                 }
                 None => {
                     let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
-                    // Read before the grant, rounded down: the hold's end
-                    // as the node counts it comes no later than etcd's
-                    // lease ends (see `let_go_here`).
+                    // Read before the hold starts in the store, rounded
+                    // down: the hold's end as the node counts it comes no
+                    // later than the store's (see `let_go_here`).
                     let granted = unix_now();
-                    let lease = self.etcd.lease_grant(secs).map_err(etcd_error)?;
                     let next = IdentityRecord {
                         node: me.clone(),
                         addresses: held_addresses.clone(),
                         until: granted.saturating_add(secs),
                         ..Default::default()
                     };
-                    (next, lease, to_bytes(&AddressRecord::held_for(identity)))
+                    (next, Some(secs), to_bytes(&AddressRecord::held_for(identity)))
                 }
             };
-            let success = std::iter::once(Op::Put { key: key.clone().into_bytes(), value: to_bytes(&next), lease })
-                .chain(kept.iter().map(|(_, k)| Op::Put {
-                    key: k.clone().into_bytes(),
-                    value: record_value.clone(),
-                    lease,
+            let changes: Vec<RecordChange> = std::iter::once(identity_change(Then::Put(to_bytes(&next))))
+                .chain(kept.iter().map(|(_, k, expect, _)| RecordChange {
+                    key: k.clone(),
+                    expect: expect.clone(),
+                    then: Then::Put(record_value.clone()),
                 }))
                 .collect();
-            if !self.etcd.txn(&Txn { compare, success, failure: Vec::new() }).map_err(etcd_error)?.succeeded {
-                continue;
+            if self.datastore.change_together(&changes, hold_seconds, false)?.is_none() {
+                return Ok(Attempt::Conflict);
             }
             match next.is_held() {
                 true => tracing::info!(
@@ -625,9 +598,9 @@ impl Node<'_> {
                 true => next.until,
                 false => unix_now().saturating_add(i64::try_from(hold.as_secs()).unwrap_or(i64::MAX)),
             };
-            return self.let_go_here(store, who, &held_addresses, &rows, until);
-        }
-        Err(CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing")))
+            self.let_go_here(store, who, &held_addresses, &rows, until).map(Attempt::Done)
+        })?;
+        held.ok_or_else(|| CniError::new(Code::TryAgainLater, format!("identity key {key} keeps changing")))
     }
 
     /// The record of an identity's address live on `who` of this node.
@@ -652,18 +625,9 @@ impl Node<'_> {
         store: &mut StoreHandle,
         valid: &std::collections::HashSet<(String, String)>,
     ) -> Result<()> {
-        let prefix = self.net_keys().identities();
-        let answer = self.etcd.range(&RangeRequest::prefix(prefix.clone())).map_err(etcd_error)?;
         let me = &self.settings.node;
-        for kv in answer.kvs {
-            let Some((ifname, identity)) = String::from_utf8_lossy(&kv.key)
-                .strip_prefix(&prefix)
-                .and_then(|rest| rest.split_once('/'))
-                .map(|(i, id)| (i.to_string(), id.to_string()))
-            else {
-                continue;
-            };
-            let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { continue };
+        for (ifname, identity, stored) in self.datastore.identities()? {
+            let Ok(record) = serde_json::from_slice::<IdentityRecord>(&stored.value) else { continue };
             if record.is_held() {
                 continue;
             }
@@ -714,10 +678,10 @@ impl Node<'_> {
             if let Some(r) = rows.iter().find(|r| r.address == address) {
                 keyed.push((address, r.key.clone()));
             } else if let Some(b) = blocks.iter().find(|b| b.block.contains(&address)) {
-                keyed.push((address, self.keys(&b.pool).address(&b.block, address)));
+                keyed.push((address, self.record_key(&b.pool, &b.block, address)));
             } else if let Some(block) = pool.as_deref().map(|p| self.block_in_etcd(p, address)).transpose()?.flatten() {
                 let pool = pool.unwrap_or_default();
-                keyed.push((address, self.keys(&pool).address(&block, address)));
+                keyed.push((address, self.record_key(&pool, &block, address)));
             } else {
                 tracing::warn!("the block of {address} is not known here: it is not held in the cluster");
             }
@@ -727,9 +691,8 @@ impl Node<'_> {
 
     /// The block of `address` as pool `pool`'s definition in etcd cuts it.
     fn block_in_etcd(&self, pool: &str, address: IpAddr) -> Result<Option<IpNet>> {
-        let answer = self.etcd.range(&RangeRequest::key(self.keys(pool).definition())).map_err(etcd_error)?;
-        let Some(definition) = answer.kvs.first().and_then(|kv| serde_json::from_slice::<PoolRecord>(&kv.value).ok())
-        else {
+        let found = self.datastore.record(&self.datastore.definition_name(pool))?;
+        let Some(definition) = found.and_then(|stored| serde_json::from_slice::<PoolRecord>(&stored.value).ok()) else {
             return Ok(None);
         };
         Ok(IpNet::new(address, definition.block_size).ok().map(|n| n.trunc()))
@@ -828,11 +791,8 @@ impl Node<'_> {
     /// whether its note is done with.
     fn publish_hold(&self, store: &mut StoreHandle, ifname: &str, identity: &str) -> Result<bool> {
         let key = self.identity_key(ifname, identity);
-        let Some(kv) = self.etcd.range(&RangeRequest::key(key.clone())).map_err(etcd_error)?.kvs.into_iter().next()
-        else {
-            return Ok(true);
-        };
-        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(true) };
+        let Some(stored) = self.datastore.record(&key)? else { return Ok(true) };
+        let Ok(record) = serde_json::from_slice::<IdentityRecord>(&stored.value) else { return Ok(true) };
         // Held, or taken over or passed on meanwhile: not this node's to settle.
         if record.is_held() || record.node != self.settings.node {
             return Ok(true);
@@ -863,12 +823,7 @@ impl Node<'_> {
             rows.into_iter().partition(|r| addresses.contains(&r.address) && r.kind != Kind::Borrowed);
         let hold = until.map_or(std::time::Duration::ZERO, |t| std::time::Duration::from_secs((t - now).max(1) as u64));
         if hold.is_zero() && record.sharers.is_empty() {
-            let txn = Txn {
-                compare: vec![Compare::mod_revision_is(key.clone(), kv.mod_revision)],
-                success: vec![Op::Delete { key: key.clone().into_bytes(), range_end: None }],
-                failure: Vec::new(),
-            };
-            if !self.etcd.txn(&txn).map_err(etcd_error)?.succeeded {
+            if !self.datastore.delete_record(&key, stored.version)? {
                 return Ok(false);
             }
             tracing::info!("identity {identity:?} holds nothing any more: {key} is deleted");
@@ -917,185 +872,4 @@ fn in_pools<'g, 'p>(geometries: &'g [Geometry<'p>], addresses: &[IpAddr]) -> Vec
 
 fn list(addresses: &[IpAddr]) -> String {
     addresses.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-}
-
-/// What `release-node` did with one identity of the released node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdentityRelease {
-    pub identity_key: String,
-    /// `held until <time>`, `passed to node N`, `no longer shared with it`,
-    /// `deleted` (nothing to hold), or why it was left as it is.
-    pub outcome: String,
-    /// False when the key or its records kept changing while they were
-    /// released: nothing of it was changed, and the node's records must not
-    /// be deleted (they may be the identity's): run release-node again.
-    pub settled: bool,
-}
-
-/// What became of one identity key of the released node.
-enum Released {
-    /// Written: the outcome.
-    Done(String),
-    /// Not the node's (held, or live elsewhere), or unreadable: left alone.
-    Untouched,
-    /// The key or a record changed since read: read them again.
-    Changed,
-}
-
-/// `release-node`'s part for identities: each identity live on `node` (a
-/// dead node: its DELs will never come) is held for `hold` from now, its
-/// addresses' records held with it under one etcd lease (so that the
-/// identity comes back with its address on another node, and whoever
-/// claims the dead node's blocks keeps off them meanwhile); one it shares
-/// passes to its next attachment, its addresses' records naming that one;
-/// a sharer on `node` is dropped. Each change compares the key and each
-/// record unchanged since read; what changed is read again, and one that
-/// keeps changing is reported unsettled (`settled` false).
-pub fn release_node_identities(
-    client: &etcd::Client,
-    prefix: &str,
-    network: &str,
-    pools: &[Pool],
-    node: &str,
-    hold: std::time::Duration,
-) -> std::result::Result<Vec<IdentityRelease>, etcd::Error> {
-    let net = NetworkKeys::new(prefix, network);
-    let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
-    let record_key = |a: IpAddr| {
-        geometries
-            .iter()
-            .find(|g| g.pool.range_for_subnet_member(a).is_some())
-            .map(|g| PoolKeys::new(prefix, network, &g.pool.name).address(&g.block_of(a), a))
-    };
-    let mut done = Vec::new();
-    let answer = client.range(&RangeRequest::prefix(net.identities()))?;
-    for kv in answer.kvs {
-        let identity_key = String::from_utf8_lossy(&kv.key).into_owned();
-        let Some((ifname, identity)) = identity_key.rsplit_once("_sticky/").and_then(|(_, rest)| rest.split_once('/'))
-        else {
-            continue;
-        };
-        let mut current = Some(kv.clone());
-        let mut outcome = None;
-        for _ in 0..CLAIM_ROUNDS {
-            // Gone meanwhile: nothing left to release.
-            let Some(kv) = current.take() else {
-                outcome = Some(None);
-                break;
-            };
-            match release_identity(client, &kv, (ifname, identity), node, hold, &record_key)? {
-                Released::Done(said) => {
-                    outcome = Some(Some(said));
-                    break;
-                }
-                Released::Untouched => {
-                    outcome = Some(None);
-                    break;
-                }
-                Released::Changed => current = client.range(&RangeRequest::key(identity_key.clone()))?.kvs.pop(),
-            }
-        }
-        match outcome {
-            Some(Some(said)) => done.push(IdentityRelease { identity_key, outcome: said, settled: true }),
-            Some(None) => {}
-            None => done.push(IdentityRelease {
-                identity_key,
-                outcome: "kept changing while it was released: left as it is".into(),
-                settled: false,
-            }),
-        }
-    }
-    Ok(done)
-}
-
-/// One identity key of the released `node`, as read: held, passed on or
-/// dropped from its sharers, in one transaction with its addresses' records.
-fn release_identity(
-    client: &etcd::Client,
-    kv: &Kv,
-    (ifname, identity): (&str, &str),
-    node: &str,
-    hold: std::time::Duration,
-    record_key: &dyn Fn(IpAddr) -> Option<String>,
-) -> std::result::Result<Released, etcd::Error> {
-    let Ok(record) = serde_json::from_slice::<IdentityRecord>(&kv.value) else { return Ok(Released::Untouched) };
-    if record.is_held() || !(record.node == node || record.sharers.iter().any(|s| s.node == node)) {
-        return Ok(Released::Untouched);
-    }
-    let mut compare = vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)];
-    let (next, lease, value, outcome) = if record.node != node {
-        let mut next = record.clone();
-        next.sharers.retain(|s| s.node != node);
-        (next, 0, None, "no longer shared with it".to_string())
-    } else if let Some(heir) = record.sharers.iter().find(|s| s.node != node).cloned() {
-        let next = IdentityRecord {
-            node: heir.node.clone(),
-            container: heir.container.clone(),
-            addresses: record.addresses.clone(),
-            sharers: record.sharers.iter().filter(|s| s.node != node && **s != heir).cloned().collect(),
-            until: 0,
-        };
-        // As the heir's node writes the record of its own attachment, so
-        // that its DEL finds it its own.
-        let value = AddressRecord {
-            kind: Kind::Static,
-            node: heir.node.clone(),
-            container: heir.container.clone(),
-            ifname: ifname.to_string(),
-            identity: identity.to_string(),
-            ..AddressRecord::default()
-        };
-        (next, 0, Some(value), format!("passed to node {}", shown(&heir.node)))
-    } else if record.addresses.is_empty() || hold.is_zero() {
-        let txn =
-            Txn { compare, success: vec![Op::Delete { key: kv.key.clone(), range_end: None }], failure: Vec::new() };
-        return Ok(match client.txn(&txn)?.succeeded {
-            true => Released::Done("deleted".into()),
-            false => Released::Changed,
-        });
-    } else {
-        let secs = i64::try_from(hold.as_secs()).unwrap_or(i64::MAX).max(1);
-        let lease = client.lease_grant(secs)?;
-        let until = unix_now().saturating_add(secs);
-        let next =
-            IdentityRecord { node: node.to_string(), addresses: record.addresses.clone(), until, ..Default::default() };
-        (next, lease, Some(AddressRecord::held_for(identity)), format!("held until {}", shared::utc::iso8601(until)))
-    };
-    let mut success = vec![Op::Put { key: kv.key.clone(), value: to_bytes(&next), lease }];
-    if let Some(value) = &value {
-        // Each record as read: absent, or the identity's on the dead node;
-        // another's is left as it is.
-        let keys: Vec<String> = record.addresses.iter().filter_map(|a| record_key(*a)).collect();
-        let reads: Vec<Vec<Op>> = keys.iter().map(|k| vec![Op::Range(RangeRequest::key(k.clone()))]).collect();
-        for (k, found) in keys.iter().zip(client.read_in_txns(reads)?) {
-            let current = match found {
-                OpResponse::Range(r) => r.kvs.into_iter().next(),
-                _ => None,
-            };
-            match current {
-                None => compare.push(Compare::absent(k.clone())),
-                Some(kv) => match serde_json::from_slice::<AddressRecord>(&kv.value) {
-                    Ok(r) if is_identity_s(&r, &record, (ifname, identity), node) => {
-                        compare.push(Compare::mod_revision_is(k.clone(), kv.mod_revision))
-                    }
-                    _ => continue,
-                },
-            }
-            success.push(Op::Put { key: k.clone().into_bytes(), value: to_bytes(value), lease });
-        }
-    }
-    Ok(match client.txn(&Txn { compare, success, failure: Vec::new() })?.succeeded {
-        true => Released::Done(outcome),
-        false => Released::Changed,
-    })
-}
-
-/// Whether `r`, the record of an address that identity key `live` (live on
-/// `node`) lists, is the identity's there: it names the identity and
-/// `node`, or (a record of a build that did not name the identity in it: a
-/// grant in a shared block, an address asked for by name) the identity's
-/// attachment itself.
-fn is_identity_s(r: &AddressRecord, live: &IdentityRecord, (ifname, identity): (&str, &str), node: &str) -> bool {
-    r.node == node
-        && (r.identity == identity || (r.identity.is_empty() && r.container == live.container && r.ifname == ifname))
 }

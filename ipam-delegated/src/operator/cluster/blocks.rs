@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 
 use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
 use ipam_ds_cluster::etcd;
-use ipam_ds_cluster::layout::{shown, shown_bytes, to_bytes, Kind, PoolKeys, PoolRecord};
+use ipam_ds_cluster::records::{shown, shown_bytes, to_bytes, Kind, PoolRecord};
 use serde::Serialize;
 use shared::utc;
 

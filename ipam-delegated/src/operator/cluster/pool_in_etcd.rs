@@ -5,8 +5,9 @@
 use std::net::IpAddr;
 
 use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
 use ipam_ds_cluster::etcd::{self, Kv, RangeRequest};
-use ipam_ds_cluster::layout::{shown, AddressRecord, BlockRecord, PoolKeys};
+use ipam_ds_cluster::records::{shown, AddressRecord, BlockRecord};
 use ipnet::IpNet;
 use shared::addr::to_u128;
 
@@ -101,5 +102,10 @@ pub fn read_pool(
 /// etcd's failure in the plugins' words (ipam-ds-cluster's one mapping:
 /// the same problem reads the same from both), on one line.
 pub fn etcd_failure(conf: &ClusterConf, e: etcd::Error) -> Failure {
-    Failure::Etcd { conf: conf.path.clone(), message: ipam_ds_cluster::node::etcd_error(e).msg }
+    cluster_failure(conf, ipam_ds_cluster::datastore::etcd::etcd_error(e))
+}
+
+/// A failure of the plugins' protocol on the datastore, in their words.
+pub fn cluster_failure(conf: &ClusterConf, e: shared::CniError) -> Failure {
+    Failure::Etcd { conf: conf.path.clone(), message: e.msg }
 }

@@ -30,10 +30,12 @@
 use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
+use ipam_ds_cluster::datastore::etcd::layout::{NetworkKeys, PoolKeys};
+use ipam_ds_cluster::datastore::etcd::EtcdStore;
 use ipam_ds_cluster::etcd::RangeRequest;
 use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
-use ipam_ds_cluster::layout::{shown, to_bytes, BlockRecord, Kind, NetworkKeys, NodeEntry, PoolKeys};
 use ipam_ds_cluster::node::release_node_identities;
+use ipam_ds_cluster::records::{shown, to_bytes, BlockRecord, Kind, NodeEntry};
 use serde::Serialize;
 use shared::store::unix_now;
 use shared::utc;
@@ -41,7 +43,7 @@ use shared::utc;
 use super::super::failure::Failure;
 use super::super::report::{count, to_json, Report};
 use super::conf::ClusterConf;
-use super::pool_in_etcd::{etcd_failure, read_pool};
+use super::pool_in_etcd::{cluster_failure, etcd_failure, read_pool};
 
 /// How many times a pool is read again when records changed under the
 /// changes (each change compares the record's mod_revision).
@@ -107,7 +109,8 @@ impl Wait {
     }
 }
 
-pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, gone: bool) -> Result<Report, Failure> {
+pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, gone: bool) -> Result<Report, Failure> {
+    let client = datastore.client();
     let entry_key = NetworkKeys::new(&conf.settings.prefix, &conf.network).node(node);
     let entry = client.range(&RangeRequest::key(entry_key.clone())).map_err(|e| etcd_failure(conf, e))?.kvs.pop();
     let operators =
@@ -138,7 +141,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, go
         Ok(Some(sticky)) => sticky.hold,
         _ => shared::sticky::DEFAULT_HOLD,
     };
-    match release_node_identities(client, &conf.settings.prefix, &conf.network, &conf.pools, node, hold) {
+    match release_node_identities(datastore, &conf.pools, node, hold) {
         Ok(released) => {
             for r in released {
                 tracing::info!("operator release-node: identity {}: {}", r.identity_key, r.outcome);
@@ -151,7 +154,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, node: &str, json: bool, go
                 done.identities.push(ReleasedIdentity { key: r.identity_key, outcome: r.outcome });
             }
         }
-        Err(e) => failure = Some(etcd_failure(conf, e)),
+        Err(e) => failure = Some(cluster_failure(conf, e)),
     }
     for pool in conf.pools.iter().filter(|_| failure.is_none()) {
         // A lease of its own per pool: one granted for an earlier pool would

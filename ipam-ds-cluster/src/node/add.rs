@@ -1,0 +1,331 @@
+//! ADD's part, in the phases it goes through: a snapshot of what the node
+//! database holds, the confirming read (or offlineGrace without the store),
+//! the workload identity, the addresses asked for by name, then per family
+//! the plan's steps until one gives room; last the views handed on.
+
+use super::*;
+
+/// What one ADD is about.
+struct AddCall<'a> {
+    pools: &'a [Pool],
+    geometries: Vec<Geometry<'a>>,
+    who: &'a Attachment,
+    sticking: Option<&'a Sticking<'a>>,
+    requests: &'a [IpAddr],
+}
+
+/// What the node database holds for an ADD, per candidate pool.
+struct Snapshot<'n> {
+    /// The node's owned blocks.
+    owned: Vec<Vec<NodeBlock>>,
+    /// Its blocks of its own with room: those the ADD confirms and hands on.
+    blocks: Vec<Vec<NodeBlock>>,
+    /// Its shared blocks.
+    shared: Vec<Vec<NodeBlock>>,
+    /// The attachment's address records.
+    records: Vec<NodeRecord>,
+    /// What the attachment holds here (see [`Node::held_for`]).
+    held: Vec<Lease>,
+    boot: Option<String>,
+    /// The highest store mark this node saw (see [`Node::check_history`]).
+    watermark: Option<i64>,
+    offline_window: OfflineWindow<'n>,
+}
+
+impl Node<'_> {
+    /// ADD's part: reserves the addresses asked for by name, makes sure each
+    /// family that needs an address has room in some pool (claiming a block
+    /// when this node's are full), and returns the pools as this node's
+    /// allocators must see them. The addresses of `identity` (sticky) in
+    /// blocks of this node's own are in the view, as the attachment's own
+    /// leases are, so that ipam-da-sticky can hand them back.
+    pub fn add(
+        &self,
+        store: &mut StoreHandle,
+        pools: &[Pool],
+        who: &Attachment,
+        sticking: Option<&Sticking>,
+        requests: &[IpAddr],
+        prev: &IpamResult,
+    ) -> Result<Vec<Pool>> {
+        let call = AddCall { pools, geometries: pools.iter().map(Geometry::of).collect(), who, sticking, requests };
+        let mut snap = self.snapshot(store, &call)?;
+        let mut needed = needed_families(pools, prev, requests, &snap.held);
+        // Only answers given after the watermark was read count against it
+        // (settle, before this, may have heard etcd at an earlier revision
+        // while another process of this node wrote a later one down).
+        self.datastore.forget_marks();
+        let skipped = self.needs_no_confirmation(pools, &snap.blocks, &snap.shared, &needed, snap.boot.as_deref());
+        // Every block this ADD may use was confirmed moments ago, or not.
+        let offline = if skipped { None } else { self.confirm_blocks(store, &call, &mut snap)? };
+        let claimed = match sticking {
+            Some(s) => {
+                let claimed = self.identity_phase(store, &call, s, &mut snap, offline.as_deref())?;
+                needed = needed_families(pools, prev, requests, &snap.held);
+                claimed
+            }
+            None => None,
+        };
+        for &address in requests {
+            self.reserve_static(store, &call.geometries, address, who)?;
+        }
+        let mut granted = Vec::new();
+        for family in needed {
+            self.find_room(store, &call, &mut snap, family, offline.as_deref(), &mut granted)?;
+        }
+        // Without a confirming read, the answers of this call's other
+        // requests tell whether etcd lost history.
+        if skipped {
+            self.check_history(store, &call.geometries, snap.watermark, &[])?;
+        }
+        if let Some(s) = sticking {
+            let mut addresses: Vec<IpAddr> = store.read(|tx| tx.leases_of(who))?.iter().map(|l| l.address).collect();
+            addresses.extend(granted.iter().map(|(_, a)| *a));
+            addresses.extend(requests.iter().filter(|a| pools.iter().any(|p| p.check_static(**a).is_ok())));
+            addresses.sort_unstable();
+            addresses.dedup();
+            self.record_identity_addresses(who, s, &addresses, claimed);
+        }
+        Ok((0..pools.len()).filter_map(|i| self.pool_view(&call, &snap, i, &granted)).collect())
+    }
+
+    /// Only blocks with room are handed to the allocators, and so
+    /// confirmed: a full block needs no confirming, and the confirming read
+    /// stays one request however many blocks the node has. Holds past their
+    /// end free their addresses before room is counted (the allocators drop
+    /// them only once they allocate): found in this read, they are dropped
+    /// and it is made again.
+    fn snapshot(&self, store: &mut StoreHandle, call: &AddCall) -> Result<Snapshot<'_>> {
+        let read = |tx: &Tx| {
+            if !tx.expired_holds()?.is_empty() {
+                return Ok(None);
+            }
+            let mut owned = Vec::with_capacity(call.pools.len());
+            let mut blocks = Vec::with_capacity(call.pools.len());
+            let mut shared = Vec::with_capacity(call.pools.len());
+            for g in &call.geometries {
+                let all: Vec<NodeBlock> = tx
+                    .node_blocks(&self.network, &g.pool.name)?
+                    .into_iter()
+                    .filter(|b| b.state == BlockState::Owned)
+                    .collect();
+                blocks.push(blocks_to_confirm(tx, g, &all)?);
+                shared.push(all.iter().filter(|b| b.shared).cloned().collect::<Vec<_>>());
+                owned.push(all);
+            }
+            let held = self.held_for(tx, &owned, call.who, call.sticking)?;
+            Ok(Some(Snapshot {
+                records: tx.node_records_of(call.who)?,
+                held,
+                owned,
+                blocks,
+                shared,
+                boot: tx.note(BOOT_NOTE)?,
+                watermark: tx.note(&revision_note(&self.network))?.and_then(|n| n.parse::<i64>().ok()),
+                offline_window: self.offline_window(tx)?,
+            }))
+        };
+        match store.read(read)? {
+            Some(snap) => Ok(snap),
+            None => {
+                store.write(|tx| tx.drop_expired_holds().map(drop))?;
+                store.read(read)?.ok_or_else(|| {
+                    CniError::new(
+                        Code::TryAgainLater,
+                        "holds kept ending while this node's blocks were read: try again",
+                    )
+                })
+            }
+        }
+    }
+
+    /// The confirming read and what it changed (lost blocks, lending);
+    /// without the store, only blocks confirmed within offlineGrace stay:
+    /// why the store did not answer.
+    fn confirm_blocks(&self, store: &mut StoreHandle, call: &AddCall, snap: &mut Snapshot) -> Result<Option<String>> {
+        match self.confirm(store, &call.geometries, &snap.blocks)? {
+            Ok((confirmed, entry)) => {
+                // Before anything is decided from what etcd said.
+                self.check_history(store, &call.geometries, snap.watermark, &confirmed)?;
+                self.register(entry)?;
+                let wanted: Vec<i64> = confirmed.iter().map(|c| c.wanted).collect();
+                let stale: Vec<datastore::AddressEntry> =
+                    confirmed.iter().flat_map(|c| c.stale.iter().cloned()).collect();
+                self.drop_stale_lent(&stale);
+                self.record_confirmed(store, &call.geometries, &mut snap.blocks, confirmed, snap.boot.as_deref())?;
+                for (i, &revision) in wanted.iter().enumerate().filter(|(_, r)| **r > 0) {
+                    if let Err(e) = self.lend(store, &call.geometries[i], &snap.blocks[i], revision) {
+                        tracing::warn!("pool {}: lending to nodes without room failed: {e}", call.pools[i].name);
+                    }
+                }
+                Ok(None)
+            }
+            Err(datastore::Error::Unavailable(why)) => {
+                for pool_blocks in &mut snap.blocks {
+                    pool_blocks.retain(|b| snap.offline_window.allows(b));
+                }
+                tracing::warn!(
+                    "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
+                    self.settings.offline_grace.as_secs()
+                );
+                Ok(Some(why))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Before anything is allocated: two nodes adding one identity at once
+    /// get it once, and a held identity is taken over (and leased here),
+    /// after this call's answers showed etcd kept its history. The identity's
+    /// key as the claim left it (see [`Node::record_identity_addresses`]).
+    fn identity_phase(
+        &self,
+        store: &mut StoreHandle,
+        call: &AddCall,
+        s: &Sticking,
+        snap: &mut Snapshot,
+        offline: Option<&str>,
+    ) -> Result<Option<sticky::Found>> {
+        if let Some(why) = offline {
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!("etcd is unreachable, and identity {:?} is known only there: {why}", s.identity),
+            ));
+        }
+        let watermark = snap.watermark;
+        let history = |store: &mut StoreHandle| self.check_history(store, &call.geometries, watermark, &[]);
+        let claimed = self.claim_identity(store, &call.geometries, call.who, s, &history)?;
+        snap.held = store.read(|tx| self.held_for(tx, &snap.owned, call.who, call.sticking))?;
+        // What it took over is its own now, no longer another's in its block.
+        for b in snap.blocks.iter_mut().flatten() {
+            b.taken.retain(|a| !snap.held.iter().any(|l| l.address == *a && l.owner == *call.who));
+        }
+        Ok(claimed)
+    }
+
+    /// The plan's steps for one family, in order, until one gives room:
+    /// room of the node's own, a shared block, a new block, another's shared
+    /// block, a lent address. What a step got published for the attachment
+    /// goes to `granted`. None: 100 (11 without the store).
+    fn find_room(
+        &self,
+        store: &mut StoreHandle,
+        call: &AddCall,
+        snap: &mut Snapshot,
+        family: Family,
+        offline: Option<&str>,
+        granted: &mut Vec<(String, IpAddr)>,
+    ) -> Result<()> {
+        let (pools, geometries, who, sticking) = (call.pools, &call.geometries, call.who, call.sticking);
+        let watermark = snap.watermark;
+        let history = |store: &mut StoreHandle| self.check_history(store, geometries, watermark, &[]);
+        let grantee = sharing::Grantee { who, identity: sticking.map(|s| s.identity) };
+        let of_family: Vec<usize> = (0..pools.len()).filter(|&i| pools[i].family() == family).collect();
+        // An address an earlier ADD of this attachment got published and
+        // then did not lease (killed in between): it is in the view.
+        let mut found = snap.records.iter().any(|r| {
+            r.kind == Kind::Allocated
+                && r.state == RecordState::Held
+                && of_family.iter().any(|&i| pools[i].name == r.pool)
+        });
+        let mut facts = Vec::with_capacity(of_family.len());
+        for &i in &of_family {
+            let headroom = headroom(&geometries[i]);
+            let free_own = match view(&geometries[i], &snap.blocks[i], &[]) {
+                Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
+                None => 0,
+            };
+            facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty() }));
+        }
+        let plan = plan::plan(&facts, offline.is_none());
+        // Nearly full: claim the next block now. The allocators take their
+        // address after this call, so concurrent ADDs of this node that all
+        // saw its last free address would otherwise all but one fail with
+        // 100 while blocks are left. (A shared block needs none: each ADD's
+        // address is granted before it returns.)
+        if let (Some(i), false) = (plan.claim_ahead, found) {
+            match self.claim(store, &geometries[i], &snap.owned[i]) {
+                Ok(new) => file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]),
+                Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
+            }
+        }
+        for step in plan.steps {
+            if found {
+                break;
+            }
+            let address = match step {
+                // An identity's address is picked here, so that its key can
+                // list it (a node sharing it must know it).
+                Step::Room(i) if sticking.is_some() => {
+                    self.lease_in_own(store, &geometries[i], &snap.blocks[i], who, sticking)?
+                }
+                Step::Room(_) => {
+                    found = true;
+                    None
+                }
+                Step::GrantOwn(i) => {
+                    self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
+                }
+                Step::Claim(i) => {
+                    let new = self.claim(store, &geometries[i], &snap.owned[i])?;
+                    let own = new.iter().any(|b| !b.shared);
+                    file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
+                    found = own && sticking.is_none();
+                    match own {
+                        true if sticking.is_some() => {
+                            self.lease_in_own(store, &geometries[i], &snap.blocks[i], who, sticking)?
+                        }
+                        true => None,
+                        false => self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?,
+                    }
+                }
+                Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
+                Step::Borrow(i) => self.borrow(store, &geometries[i], &snap.owned[i], who)?,
+            };
+            if let Some(address) = address {
+                granted.push((pools[step.pool()].name.clone(), address));
+                found = true;
+            }
+        }
+        if found {
+            return Ok(());
+        }
+        let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
+        Err(match offline {
+            Some(why) => CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "etcd is unreachable and no {family} block of this node confirmed within offlineGrace has a free \
+                     address (cluster pools {names}; shared blocks are used only with etcd): {why}"
+                ),
+            ),
+            None => CniError::new(
+                Code::NoFreeAddress,
+                format!(
+                    "no free {family} address in the cluster pools ({names}): this node's blocks are full, no block \
+                     is left to claim, no shared block has room and no node has an address lent out; nodes with room \
+                     of their own lend some at their next ADD"
+                ),
+            ),
+        })
+    }
+
+    /// Pool `i` as the allocators see it: the node's blocks with room, and
+    /// as single addresses what the attachment holds elsewhere.
+    fn pool_view(&self, call: &AddCall, snap: &Snapshot, i: usize, granted: &[(String, IpAddr)]) -> Option<Pool> {
+        let pool = call.geometries[i].pool;
+        // Only records etcd is known to have: a `writing` row may be of a
+        // call killed before its etcd write, whose address anyone may be
+        // granted (DEL and GC release such rows).
+        let mut singles: Vec<IpAddr> = snap
+            .records
+            .iter()
+            .filter(|r| r.pool == pool.name && r.state == RecordState::Held)
+            .map(|r| r.address)
+            .collect();
+        singles.extend(granted.iter().filter(|(p, _)| *p == pool.name).map(|(_, a)| *a));
+        singles.extend(snap.held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
+        singles.extend(call.requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
+        view(&call.geometries[i], &snap.blocks[i], &singles)
+    }
+}
