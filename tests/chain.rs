@@ -51,8 +51,9 @@
 //!
 //! # Isolation
 //!
-//! The runtime (tests/runtime/libcni-run.go, built once per run into a temp
-//! directory) runs inside a network namespace of its own that plays the host,
+//! The runtime (tests/runtime/libcni-run.go, a Go module pinning libcni's
+//! release, built with the machine's Go into target/libcni-run/ once:
+//! `support::go`) runs inside a network namespace of its own that plays the host,
 //! through `ip netns exec`, and so do the plugins it starts: the bridge, the
 //! host ends of the veths, the macvlan master (a veth pair made there; this
 //! kernel has no dummy links) and any sysctl a plugin writes live in it, not
@@ -65,9 +66,10 @@
 //! before and compares after, also when the scenario fails; guards remove the
 //! namespaces, and with them everything in them, either way.
 //!
-//! Needs root, iproute2, Debian's containernetworking-plugins, golang-go and
-//! golang-github-appc-cni-dev, so it is `#[ignore]`d like tests/e2e.rs, run by
-//! scripts/test with `--ignored`, and fails loudly when something is missing.
+//! Needs root, iproute2, Debian's containernetworking-plugins, and Go with the
+//! Go module proxy (or libcni's module in Go's module cache), so it is
+//! `#[ignore]`d like tests/e2e.rs, run by scripts/test with `--ignored`, and
+//! fails loudly when something is missing.
 
 mod netns;
 mod stack;
@@ -75,7 +77,6 @@ mod support;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use netns::{ip_ok, subnet_tag, PLUGINS};
@@ -85,65 +86,20 @@ use stack::{addresses, LeaseRow};
 use support::FULL_STACK;
 use support::{bin_dir, run_args, Outcome, Sandbox};
 
-/// Where golang-github-appc-cni-dev puts libcni's sources (GOPATH layout).
-const GOPATH: &str = "/usr/share/gocode";
-const LIBCNI: &str = "/usr/share/gocode/src/github.com/containernetworking/cni/libcni";
 /// The spec version of the lists: the newest Debian's plugins (1.1.1) speak.
 const VERSION: &str = "1.0.0";
 
-/// Fails the test, naming the packages to install, unless Go, libcni's sources
-/// and the `loopback` plugin are at hand (root, `ip`, `bridge` and `macvlan`
-/// are [`prerequisites`]).
+/// Fails the test, naming the package to install, unless the `loopback`
+/// plugin is at hand (root, `ip`, `bridge` and `macvlan` are
+/// [`prerequisites`]; Go, [`support::go::build`]).
 fn runtime_prerequisites() {
-    let mut missing = Vec::new();
-    let go = Command::new("go").arg("version").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if !go.is_ok_and(|s| s.success()) {
-        missing.push("the go command (apt-get install golang-go)".to_string());
-    }
-    if !Path::new(LIBCNI).join("api.go").is_file() {
-        missing.push(format!("libcni's sources in {LIBCNI} (apt-get install golang-github-appc-cni-dev)"));
-    }
     let loopback = Path::new(PLUGINS).join("loopback");
-    if !loopback.is_file() {
-        missing.push(format!("{} (apt-get install containernetworking-plugins)", loopback.display()));
-    }
     assert!(
-        missing.is_empty(),
-        "this end-to-end test cannot run; missing: {}. Run it as root with golang-go, golang-github-appc-cni-dev, \
-         containernetworking-plugins and iproute2 installed (bash scripts/test does).",
-        missing.join(", ")
+        loopback.is_file(),
+        "this end-to-end test cannot run; missing: {} (apt-get install containernetworking-plugins). Run it as root \
+         with containernetworking-plugins and iproute2 installed and Go at hand (bash scripts/test does).",
+        loopback.display()
     );
-}
-
-/// Builds tests/runtime/libcni-run.go into `dir`, offline: GOPATH mode on
-/// Debian's packaged sources, no module proxy, no cgo, a cache inside `dir`.
-fn build_runtime(dir: &Path) -> PathBuf {
-    let exe = dir.join("libcni-run");
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtime/libcni-run.go");
-    let out = Command::new("go")
-        .arg("build")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&source)
-        .env("GO111MODULE", "off")
-        .env("GOPATH", GOPATH)
-        .env("GOFLAGS", "")
-        .env("GOPROXY", "off")
-        .env("CGO_ENABLED", "0")
-        .env("GOCACHE", dir.join("gocache"))
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running go build");
-    assert!(
-        out.status.success(),
-        "go build of {} failed ({}):\n{}{}",
-        source.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
 }
 
 /// The runtime: libcni-run inside the host namespace, plugins from
@@ -357,10 +313,7 @@ fn fixed_mac_bridge_in(netns: &Netns) -> String {
 /// Two containers, each on both networks; CHECK; DEL of one, then the other.
 fn scenario() {
     let sb = Sandbox::new();
-    let go = tempfile::Builder::new().prefix("ipam-chain-go-").tempdir().expect("tempdir");
-    let started = Instant::now();
-    let exe = build_runtime(go.path());
-    eprintln!("chain: built the libcni runtime in {:?}", started.elapsed());
+    let exe = support::go::build("tests/runtime", "libcni-run", "libcni-run");
     let cache = sb.path().join("cni-cache");
     std::fs::create_dir(&cache).expect("creating the libcni cache directory");
     let rt = Runtime { exe, host: Netns::new(), cache };
@@ -426,7 +379,7 @@ fn scenario() {
 }
 
 #[test]
-#[ignore = "needs root, network namespaces, /usr/lib/cni, Go and libcni: run by scripts/test"]
+#[ignore = "needs root, network namespaces, /usr/lib/cni and Go: run by scripts/test"]
 fn two_interfaces_of_one_container_from_one_database_through_libcni() {
     prerequisites();
     runtime_prerequisites();

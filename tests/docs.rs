@@ -1,7 +1,9 @@
 //! The docs hold together: every relative link and `#anchor` of every
 //! Markdown file of the repository (the README, ARCHITECTURE.md, docs/, each
 //! crate's README, examples/README.md, the benchmarks) points at a file or
-//! directory that exists, and at a heading of it that exists; and the README
+//! directory that exists, and at a heading of it that exists; every path of
+//! the repository that they name in code (`scripts/test`, `tests/e2e.rs`, …)
+//! exists; and the README
 //! gives the two commands first (tests/prerequisites.rs: CI runs the second). A doc moved or a heading renamed without
 //! its links fails here, before a reader follows them.
 
@@ -10,7 +12,7 @@ mod support;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use support::markdown::{anchors, is_local, link_targets, normalize, slug};
+use support::markdown::{anchors, code_spans, is_local, link_targets, normalize, slug};
 use support::repo;
 
 /// Every `.md` file of the repository, outside `target/` and hidden directories.
@@ -76,6 +78,46 @@ fn every_relative_link_and_anchor_of_the_docs_points_at_something() {
     }
     assert!(broken.is_empty(), "links to nothing:\n{}", broken.join("\n"));
     assert!(links >= 100, "only {links} local links read in {} files", docs.len());
+}
+
+/// The paths of the repository that `text` names in code: a span that is one
+/// word starting with a top-level directory of the repository and a `/`
+/// (`shared/src/store/`, `tests/walkthrough.rs`), but not what a build makes
+/// (`target/`) nor a pattern (`examples/*.conflist`, `<name>`, `$PREFIX/bin`).
+fn repository_paths(text: &str) -> Vec<String> {
+    let top_level: Vec<String> = fs::read_dir(repo())
+        .expect("reading the repository")
+        .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+        .filter(|name| !name.starts_with('.') && name != "target")
+        .collect();
+    code_spans(text)
+        .into_iter()
+        .filter(|span| !span.contains(|c: char| c.is_whitespace() || "<>*$…{}|".contains(c)))
+        .filter(|span| span.split_once('/').is_some_and(|(first, _)| top_level.iter().any(|t| t == first)))
+        .collect()
+}
+
+#[test]
+fn every_repository_path_the_docs_name_exists() {
+    let (mut missing, mut named) = (Vec::new(), 0);
+    for doc in markdown_files() {
+        let text = fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+        for path in repository_paths(&text) {
+            named += 1;
+            if !repo().join(&path).exists() {
+                missing.push(format!("{}: `{path}`", doc.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "paths that do not exist:\n{}", missing.join("\n"));
+    assert!(named >= 100, "only {named} repository paths named in the docs");
+}
+
+#[test]
+fn a_named_path_is_read_from_code_and_only_there() {
+    let text = "`scripts/test` and `tests/nothing.rs`, `target/debian/`, `examples/*.conflist`, `cat scripts/x`\n\
+                ```sh\n`scripts/in-a-block`\n```\nnot code: scripts/plain\n";
+    assert_eq!(repository_paths(text), ["scripts/test", "tests/nothing.rs"]);
 }
 
 #[test]

@@ -11,45 +11,14 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use serde::Deserialize;
 use serde_json::{json, Value};
+use support::manifests::objects;
 
 const NAMESPACE: &str = "ipam-delegated";
 const DELEGATES: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"];
-
-fn deploy() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes")
-}
-
-/// Every object of every file, with its file's name.
-fn objects() -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = fs::read_dir(deploy())
-        .expect("deploy/kubernetes")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty());
-    let mut objects = Vec::new();
-    for file in files {
-        let text = fs::read_to_string(&file).expect("manifest");
-        let name = file.file_name().expect("name").to_string_lossy().into_owned();
-        for document in serde_yaml::Deserializer::from_str(&text) {
-            let value = Value::deserialize(document).unwrap_or_else(|e| panic!("{name}: not YAML: {e}"));
-            if value.is_null() {
-                continue;
-            }
-            for key in ["apiVersion", "kind", "metadata"] {
-                assert!(value.get(key).is_some(), "{name}: an object without {key}: {value}");
-            }
-            objects.push((name.clone(), value));
-        }
-    }
-    objects
-}
 
 fn find(kind: &str, name: &str) -> Value {
     let found: Vec<Value> =

@@ -14,9 +14,10 @@
 // nothing. On failure it prints the error on stderr and, when the cause is a
 // plugin's CNI error object, that object as JSON on stdout; it exits 1.
 //
-// Build (offline, Debian's golang-go and golang-github-appc-cni-dev):
+// Built by the test (tests/support/go.rs) from this module, whose go.mod and
+// go.sum pin libcni's release; by hand, in this directory:
 //
-//	GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= go build -o libcni-run tests/runtime/libcni-run.go
+//	CGO_ENABLED=0 go build -o libcni-run .
 package main
 
 import (

@@ -20,6 +20,11 @@ pub fn link_targets(text: &str) -> Vec<String> {
     targets
 }
 
+/// The inline code spans (`` `…` ``) of `text`, outside code blocks, in order.
+pub fn code_spans(text: &str) -> Vec<String> {
+    prose_lines(text).into_iter().flat_map(|line| line.split('`').skip(1).step_by(2).map(String::from)).collect()
+}
+
 /// Whether a link's target is a file or a place in this repository (or the
 /// installed docs): not a URL, not an e-mail address.
 pub fn is_local(target: &str) -> bool {

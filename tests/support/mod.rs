@@ -7,6 +7,8 @@
 //! used by every one of them.
 #![allow(dead_code)]
 
+pub mod go;
+pub mod manifests;
 pub mod markdown;
 pub mod sticky;
 

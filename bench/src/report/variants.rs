@@ -4,6 +4,7 @@
 use crate::figures::durability::FsyncProbe;
 use crate::figures::Figures;
 
+/// The figure of the first variant in `list` whose name starts with `prefix`.
 pub fn find<'a, T>(list: &'a [(String, T)], prefix: &str) -> Option<&'a T> {
     list.iter().find(|(name, _)| name.starts_with(prefix)).map(|(_, v)| v)
 }
@@ -21,6 +22,8 @@ pub const SUITE_FLOOR: &str = "ipam-da-sequential, CNI_COMMAND=VERSION";
 pub const FLOOR: &str = "floor: ipam-bench-floor";
 pub const NULL: &str = "ipam-bench-null";
 
+/// The fsync-family calls of the variant whose name starts with `variant`, in
+/// `case` (one of [`FsyncProbe`]'s cases).
 pub fn fsync_probe<'a>(fig: &'a Figures, variant: &str, case: &str) -> Option<&'a FsyncProbe> {
     fig.fsyncs.iter().find(|p| p.variant.starts_with(variant) && p.case == case)
 }

@@ -1,5 +1,5 @@
 //! The scenarios, one module each. Each takes the run's [`Ctx`] and adds its
-//! figures to the report's [`Figures`]; each works in its own temporary
+//! figures to the run's [`Figures`]; each works in its own temporary
 //! directory with a fresh database / dataDir, removed when it returns.
 //!
 //! [`Ctx`]: crate::setup::Ctx

@@ -2,7 +2,8 @@
 
 use shared::store::AllocationStore;
 
-use super::{Failure, Report};
+use super::failure::Failure;
+use super::report::Report;
 
 pub fn run(store: &mut AllocationStore) -> Result<Report, Failure> {
     let problems = store.read(|tx| tx.integrity_problems())?;
@@ -10,5 +11,5 @@ pub fn run(store: &mut AllocationStore) -> Result<Report, Failure> {
         return Ok(Report::fine("ok\n".to_string()));
     }
     let stdout = problems.into_iter().map(|p| p + "\n").collect();
-    Ok(Report { stdout, failure: Some(format!("integrity check of {} failed", store.path().display())) })
+    Ok(Report { stdout, failure: Some(Failure::IntegrityCheck { database: store.path().to_path_buf() }) })
 }

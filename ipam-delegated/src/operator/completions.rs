@@ -4,7 +4,7 @@
 use clap_complete::aot::{generate, Bash, Fish, Zsh};
 
 use super::cli::{definition, Shell};
-use super::NAME;
+use super::report::NAME;
 
 pub fn script(shell: Shell) -> String {
     let mut cmd = definition();

@@ -4,13 +4,18 @@
 
 use shared::store::AllocationStore;
 
-use super::{Failure, Report};
+use super::failure::Failure;
+use super::report::Report;
 
 pub fn run(store: &mut AllocationStore, network: &str, pool: &str) -> Result<Report, Failure> {
     let (released, was_registered) = store.write(|tx| tx.forget_pool(network, pool))?;
     let which = format!("pool {pool:?} of network {network:?}");
     if !was_registered && released.is_empty() {
-        return Err(Failure(format!("{which} is not registered and holds no lease in {}", store.path().display())));
+        return Err(Failure::UnknownPool {
+            network: network.to_string(),
+            pool: pool.to_string(),
+            database: store.path().to_path_buf(),
+        });
     }
     let mut out = String::new();
     for lease in &released {

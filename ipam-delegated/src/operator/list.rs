@@ -7,9 +7,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use shared::addr::to_key;
 use shared::store::{AllocationStore, Lease, LeaseFilter, Share, Tx};
+use shared::utc;
 
+use super::failure::Failure;
+use super::report::{to_json, Report};
 use super::table::{Align, Table};
-use super::{utc, Failure, Report};
 
 /// What an address is to the attachment a row names.
 #[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +117,7 @@ pub fn run(
     let now = now_unix();
     let rows = store.read(|tx| rows(tx, filter, identity, now))?;
     if json {
-        return Ok(Report::fine(super::to_json(&rows)?));
+        return Ok(Report::fine(to_json(&rows)?));
     }
     if rows.is_empty() {
         let narrowed = *filter != LeaseFilter::default() || identity.is_some();

@@ -7,11 +7,16 @@ use std::path::{Path, PathBuf};
 use clap_mangen::Man;
 
 use super::cli::definition;
-use super::{Failure, Report, NAME};
+use super::failure::{Failure, FileAction};
+use super::report::{Report, NAME};
 
 /// Writes the pages into `dir`, creating it, and reports the paths written.
 pub fn run(dir: &Path) -> Result<Report, Failure> {
-    fs::create_dir_all(dir).map_err(|e| Failure(format!("cannot create {}: {e}", dir.display())))?;
+    fs::create_dir_all(dir).map_err(|error| Failure::File {
+        action: FileAction::Create,
+        path: dir.to_path_buf(),
+        error,
+    })?;
     // `help` is no page of its own; building gives each command its
     // "ipam-delegated-list" name and "ipam-delegated list" synopsis.
     let mut root = definition().disable_help_subcommand(true);
@@ -36,9 +41,11 @@ fn page(command: &clap::Command, dir: &Path) -> Result<PathBuf, Failure> {
         Man::new(command.clone().override_usage(synopsis)).source(format!("{NAME} {}", env!("CARGO_PKG_VERSION")));
     let path = dir.join(man.get_filename());
     let mut roff = Vec::new();
-    man.render(&mut roff)
-        .and_then(|()| fs::write(&path, roff))
-        .map_err(|e| Failure(format!("cannot write {}: {e}", path.display())))?;
+    man.render(&mut roff).and_then(|()| fs::write(&path, roff)).map_err(|error| Failure::File {
+        action: FileAction::Write,
+        path: path.clone(),
+        error,
+    })?;
     Ok(path)
 }
 
@@ -95,7 +102,7 @@ mod tests {
     fn one_page_per_command_and_none_for_help() {
         let dir = tempfile::tempdir().expect("tempdir");
         let out = dir.path().join("man");
-        let report = run(&out).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let report = run(&out).unwrap_or_else(|failure| panic!("{failure}"));
         let names: Vec<String> = report
             .stdout
             .lines()
@@ -134,7 +141,7 @@ mod tests {
     #[test]
     fn a_synopsis_names_the_value_every_option_takes() {
         let dir = tempfile::tempdir().expect("tempdir");
-        run(dir.path()).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        run(dir.path()).unwrap_or_else(|failure| panic!("{failure}"));
         let read = |name: &str| synopsis_of(&fs::read_to_string(dir.path().join(name)).expect(name));
         assert_eq!(
             read("ipam-delegated.1").trim(),

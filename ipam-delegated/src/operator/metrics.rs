@@ -2,6 +2,7 @@
 //! for node_exporter's textfile collector (or any scraper of a file).
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -10,8 +11,11 @@ use ipam_ds_cluster::rows::{BlockState, ClusterRows, RecordKind};
 use ipam_ds_cluster::tables;
 use shared::store::{AllocationStore, LeaseFilter};
 
+use super::atomic_file::{self, Replacement};
+use super::database::open_for_reading;
+use super::failure::{Failure, FileAction};
+use super::report::Report;
 use super::survey::{survey, PoolSurvey};
-use super::{atomic_file, open_for_reading, Failure, Report};
 
 /// One metric family: every sample of it is printed together, after its
 /// `# HELP` and `# TYPE` lines, as the format requires.
@@ -151,6 +155,16 @@ fn render_cluster(out: &mut String, survey: &ClusterSurvey) {
     }
 }
 
+/// `--output`: written as `FILE.tmp-<pid>` and renamed over FILE; the
+/// textfile collector reads only `*.prom`, so it skips the temporary file.
+const FOR_THE_COLLECTOR: Replacement = Replacement { temporary: tmp_pid, mode: None, durable: false };
+
+fn tmp_pid(name: &OsStr) -> OsString {
+    let mut tmp = name.to_os_string();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    tmp
+}
+
 const DATABASE_OK: &str = "ipam_delegated_database_ok";
 const DATABASE_OK_HELP: &str =
     "1 if the allocation database could be read, 0 if not (no integrity check: see ipam-delegated check).";
@@ -169,17 +183,17 @@ pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
     if let Ok((_, cluster)) = &surveyed {
         render_cluster(&mut text, cluster);
     }
-    let problem = surveyed.err().map(|Failure(problem)| problem);
+    let problem = surveyed.err();
     let Some(output) = output else {
         return Ok(Report { stdout: text, failure: problem });
     };
-    let written = atomic_file::write(output, text.as_bytes())
-        .map_err(|e| format!("cannot write the metrics to {}: {e}", output.display()));
+    let written = atomic_file::write(output, text.as_bytes(), &FOR_THE_COLLECTOR)
+        .map_err(|e| Failure::unwritten(FileAction::WriteMetrics, output, e));
     match (problem, written) {
         (None, Ok(())) => Ok(Report::fine(String::new())),
         (Some(problem), Ok(())) => Ok(Report { stdout: String::new(), failure: Some(problem) }),
-        (None, Err(unwritten)) => Err(Failure(unwritten)),
-        (Some(problem), Err(unwritten)) => Err(Failure(format!("{problem}; {unwritten}"))),
+        (None, Err(unwritten)) => Err(unwritten),
+        (Some(problem), Err(unwritten)) => Err(Failure::Several(vec![problem, unwritten])),
     }
 }
 
@@ -284,7 +298,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = AllocationStore::open(&dir.path().join("db.sqlite"), DEFAULT_LOCK_TIMEOUT).expect("store");
         // A node-local database has no cluster tables, and so no cluster rows.
-        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|failure| panic!("{failure}"));
         assert!(survey.blocks.is_empty() && survey.records.is_empty());
         store.write(tables::make).expect("cluster tables");
         let block = |text: &str, state| NodeBlock {
@@ -326,7 +340,7 @@ mod tests {
                 tx.insert_lease("10.40.0.7".parse().unwrap(), "blue", &lender)
             })
             .expect("cluster rows");
-        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|Failure(problem)| panic!("{problem}"));
+        let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|failure| panic!("{failure}"));
         let mut text = String::new();
         render_cluster(&mut text, &survey);
         let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();

@@ -10,6 +10,8 @@ mod check;
 mod cli;
 mod cluster;
 mod completions;
+mod database;
+mod failure;
 mod forget_pool;
 mod install_cni;
 mod list;
@@ -17,54 +19,20 @@ mod man;
 mod metrics;
 mod pools;
 mod release;
+mod report;
 mod survey;
 mod table;
-use shared::utc;
 
 use std::ffi::OsString;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use shared::logging::{self, LogSettings};
-use shared::store::{AllocationStore, DEFAULT_LOCK_TIMEOUT};
-use shared::CniError;
 
 use cli::{Command, Invocation};
-
-const NAME: &str = "ipam-delegated";
-
-/// Usage errors exit 2 (clap's own code), operational failures (and
-/// problems found by check) 1.
-const EXIT_FAILURE: u8 = 1;
-const EXIT_USAGE: u8 = 2;
-
-/// What a command prints on stdout, and whether it failed anyway (check
-/// finding problems prints them and exits 1 with this one line on stderr).
-pub struct Report {
-    pub stdout: String,
-    pub failure: Option<String>,
-}
-
-impl Report {
-    fn fine(stdout: String) -> Self {
-        Report { stdout, failure: None }
-    }
-}
-
-/// An operational failure, already worded for the operator.
-pub struct Failure(String);
-
-impl From<CniError> for Failure {
-    fn from(e: CniError) -> Self {
-        if e.details.is_empty() {
-            Failure(e.msg)
-        } else {
-            Failure(format!("{}: {}", e.msg, e.details))
-        }
-    }
-}
+use database::{absolute, open, open_for_reading};
+use failure::Failure;
+use report::{finish, print, Report, EXIT_USAGE, NAME};
 
 /// Runs the tool on the arguments after the executable's name. Cold and
 /// never inlined, so that the executable's `main`, which the plugin runs at
@@ -114,64 +82,4 @@ fn execute(database: &Path, command: Command) -> Result<Report, Failure> {
         }
         Command::Check => check::run(&mut open_for_reading(database)?),
     }
-}
-
-/// Prints what a command reported; its failure, or the command's own, is
-/// one line on stderr and exit 1.
-fn finish(outcome: Result<Report, Failure>) -> ExitCode {
-    let problem = match outcome {
-        Ok(Report { stdout, failure: None }) => return print(&stdout),
-        Ok(Report { stdout, failure: Some(problem) }) => {
-            print(&stdout);
-            problem
-        }
-        Err(Failure(problem)) => problem,
-    };
-    eprintln!("{NAME}: {problem}");
-    ExitCode::from(EXIT_FAILURE)
-}
-
-/// Readers take no lock, so the lock timeout is the default one of opening.
-fn open_for_reading(database: &Path) -> Result<AllocationStore, Failure> {
-    open(database, DEFAULT_LOCK_TIMEOUT)
-}
-
-/// The store, refusing to create one: the plugins create the database on
-/// their first ADD, and an operator who typed the wrong path must be told so.
-fn open(database: &Path, lock_timeout: Duration) -> Result<AllocationStore, Failure> {
-    match std::fs::metadata(database) {
-        Ok(meta) if meta.is_file() => {}
-        Ok(_) => return Err(Failure(format!("{} is not a file", database.display()))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(Failure(format!("no allocation database at {}", database.display())))
-        }
-        Err(e) => return Err(Failure(format!("cannot read {}: {e}", database.display()))),
-    }
-    Ok(AllocationStore::open(database, lock_timeout)?)
-}
-
-/// The store wants an absolute path; a relative one is taken from the
-/// working directory, as any command-line tool would.
-fn absolute(path: &Path) -> Result<PathBuf, Failure> {
-    std::path::absolute(path).map_err(|e| Failure(format!("database path {}: {e}", path.display())))
-}
-
-/// Writes to stdout; a reader that went away (`| head`) is not our failure.
-fn print(text: &str) -> ExitCode {
-    let mut out = io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{NAME}: cannot write to stdout: {e}");
-            ExitCode::from(EXIT_FAILURE)
-        }
-    }
-}
-
-/// Pretty JSON with a final newline; serde_json writes u128 figures exactly.
-fn to_json(value: &impl serde::Serialize) -> Result<String, Failure> {
-    serde_json::to_string_pretty(value)
-        .map(|text| text + "\n")
-        .map_err(|e| Failure(format!("bug: cannot render JSON: {e}")))
 }

@@ -3,9 +3,10 @@
 use serde::Serialize;
 use shared::store::AllocationStore;
 
+use super::failure::Failure;
+use super::report::{exact_option, to_json, Report};
 use super::survey::{survey, PoolSurvey};
 use super::table::{Align, Table};
-use super::{Failure, Report};
 
 /// One pool as scripts see it (`--json`). The figures are null, and `error`
 /// says why, when the stored definition no longer reads as a pool.
@@ -14,11 +15,11 @@ struct PoolRow {
     network: String,
     name: String,
     subnets: Vec<String>,
-    #[serde(serialize_with = "exact_figure")]
+    #[serde(serialize_with = "exact_option")]
     size: Option<u128>,
-    #[serde(serialize_with = "exact_figure")]
+    #[serde(serialize_with = "exact_option")]
     used: Option<u128>,
-    #[serde(serialize_with = "exact_figure")]
+    #[serde(serialize_with = "exact_option")]
     free: Option<u128>,
     /// Held for workload identities (in used, not in free).
     held: u64,
@@ -51,21 +52,10 @@ impl PoolRow {
     }
 }
 
-/// Figures above 2^53 (an IPv6 pool's size) become strings: most JSON
-/// readers (jq, JavaScript) hold numbers as doubles and would round them.
-fn exact_figure<S: serde::Serializer>(figure: &Option<u128>, out: S) -> Result<S::Ok, S::Error> {
-    const EXACT_IN_A_DOUBLE: u128 = 1 << 53;
-    match figure {
-        Some(n) if *n > EXACT_IN_A_DOUBLE => out.serialize_str(&n.to_string()),
-        Some(n) => out.serialize_u128(*n),
-        None => out.serialize_none(),
-    }
-}
-
 pub fn run(store: &mut AllocationStore, json: bool) -> Result<Report, Failure> {
     let rows: Vec<PoolRow> = survey(store)?.into_iter().map(PoolRow::new).collect();
     if json {
-        return Ok(Report::fine(super::to_json(&rows)?));
+        return Ok(Report::fine(to_json(&rows)?));
     }
     if rows.is_empty() {
         return Ok(Report::fine("no registered pools\n".to_string()));

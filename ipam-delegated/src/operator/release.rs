@@ -4,9 +4,11 @@
 //! StatefulSet scaled down for good. Under the plugins' lock.
 
 use shared::store::AllocationStore;
+use shared::utc;
 use shared::Attachment;
 
-use super::{utc, Failure, Report};
+use super::failure::Failure;
+use super::report::Report;
 
 pub fn run(store: &mut AllocationStore, owner: &Attachment) -> Result<Report, Failure> {
     let released = store.write(|tx| tx.release(owner, None))?;

@@ -14,7 +14,7 @@ use shared::addr::to_u128;
 use shared::pool::{LeaseIndex, Pool};
 use shared::store::{AllocationStore, Lease, RegisteredPool, Tx};
 
-use super::Failure;
+use super::failure::Failure;
 
 pub struct PoolSurvey {
     pub network: String,

@@ -15,16 +15,17 @@ use shared::config::DEFAULT_DATABASE;
 use shared::store::{LeaseFilter, DEFAULT_LOCK_TIMEOUT};
 use shared::Attachment;
 
+mod cluster_notes;
 mod notes;
 
+use cluster_notes::{BLOCKS_NOTES, CLUSTER_NOTES, RELEASE_NODE_NOTES};
 use notes::{
     ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, INSTALL_CNI_NOTES, LIST_NOTES, MAN_NOTES,
     METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES, RELEASE_USAGE,
 };
 
 use super::install_cni::{self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE};
-
-use super::cluster::notes::{BLOCKS_NOTES, CLUSTER_NOTES, RELEASE_NODE_NOTES};
+use super::report::NAME;
 
 /// What the command line asks for, once clap has accepted it.
 #[derive(Debug, PartialEq)]
@@ -78,7 +79,7 @@ pub enum Shell {
 /// the version is an `Err` too, as clap has it: its `print` and `exit_code`
 /// do the right thing for both (stdout and 0; stderr and 2 for a usage error).
 pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
-    let argv = std::iter::once(OsString::from(super::NAME)).chain(args.iter().cloned());
+    let argv = std::iter::once(OsString::from(NAME)).chain(args.iter().cloned());
     let cli = Cli::try_parse_from(argv)?;
     let top = cli.database.database;
     let top_given = top.is_some();
@@ -160,7 +161,7 @@ pub fn definition() -> clap::Command {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = super::NAME, version, about = ABOUT, after_help = AFTER_HELP, subcommand_required = true)]
+#[command(name = NAME, version, about = ABOUT, after_help = AFTER_HELP, subcommand_required = true)]
 struct Cli {
     #[command(flatten)]
     database: DatabaseArg,

@@ -9,11 +9,14 @@ use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
 use ipam_ds_cluster::etcd;
 use ipam_ds_cluster::records::{shown, shown_bytes, to_bytes, Kind, PoolRecord};
 use serde::Serialize;
+use shared::utc;
 
+use super::super::database::open_for_reading;
+use super::super::failure::Failure;
+use super::super::report::{count, exact_figure, exact_option, to_json, Report};
 use super::super::table::{Align, Table};
-use super::super::{open_for_reading, to_json, utc, Failure, Report};
 use super::conf::ClusterConf;
-use super::{count, exact_figure, exact_option, read_pool, Block};
+use super::pool_in_etcd::{read_pool, Block};
 
 const OWNED: &str = "owned";
 const RELEASED: &str = "released";
@@ -163,7 +166,7 @@ pub fn run(conf: &ClusterConf, client: &etcd::Client, json: bool) -> Result<Repo
 /// Fills in `used` of this node's blocks from its database, opened only
 /// when there are some (an operator may run this on no node at all). A
 /// database that cannot be read leaves them unknown and fails the command.
-fn fill_usage(conf: &ClusterConf, pools: &mut [PoolDocument]) -> Option<String> {
+fn fill_usage(conf: &ClusterConf, pools: &mut [PoolDocument]) -> Option<Failure> {
     let mine: Vec<&mut BlockRow> =
         pools.iter_mut().flat_map(|p| p.blocks.iter_mut()).filter(|row| row.block_at.is_some()).collect();
     if mine.is_empty() {
@@ -182,7 +185,9 @@ fn fill_usage(conf: &ClusterConf, pools: &mut [PoolDocument]) -> Option<String> 
             }
             None
         }
-        Err(Failure(problem)) => Some(format!("the use of node {}'s blocks is unknown: {problem}", conf.settings.node)),
+        Err(failure) => {
+            Some(Failure::BlocksUseUnknown { node: conf.settings.node.clone(), because: Box::new(failure) })
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use shared::pool::{self, Pool};
 use shared::{CniError, NetConf};
 
-use super::super::Failure;
+use super::super::failure::{Failure, FileAction};
 
 pub struct ClusterConf {
     /// As given on the command line, for messages.
@@ -30,14 +30,15 @@ pub struct ClusterConf {
 
 impl ClusterConf {
     pub fn read(path: &Path) -> Result<ClusterConf, Failure> {
-        let bytes = std::fs::read(path).map_err(|e| Failure(format!("cannot read {}: {e}", path.display())))?;
-        let (network, plugin) =
-            cluster_plugin(&bytes).map_err(|problem| Failure(format!("{}: {problem}", path.display())))?;
-        let invalid = |e: CniError| {
-            let Failure(problem) = Failure::from(e);
-            Failure(format!("{}: {problem}", path.display()))
-        };
-        let config = serde_json::to_vec(&Value::Object(plugin)).map_err(|e| Failure(format!("bug: {e}")))?;
+        let bytes = std::fs::read(path).map_err(|error| Failure::File {
+            action: FileAction::Read,
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let unusable = |problem: String| Failure::ClusterConf { conf: path.to_path_buf(), problem };
+        let (network, plugin) = cluster_plugin(&bytes).map_err(unusable)?;
+        let invalid = |e: CniError| unusable(Failure::from(e).to_string());
+        let config = serde_json::to_vec(&Value::Object(plugin)).map_err(|e| Failure::Bug(e.to_string()))?;
         let netconf = NetConf::parse(&config).map_err(invalid)?;
         let ipam = netconf.ipam().map_err(invalid)?;
         let cluster = ipam.other.get("cluster").cloned().unwrap_or_default();

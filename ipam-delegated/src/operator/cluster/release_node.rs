@@ -38,10 +38,12 @@ use ipam_ds_cluster::node::release_node_identities;
 use ipam_ds_cluster::records::{shown, to_bytes, BlockRecord, Kind, NodeEntry};
 use serde::Serialize;
 use shared::store::unix_now;
+use shared::utc;
 
-use super::super::{to_json, utc, Failure, Report};
+use super::super::failure::Failure;
+use super::super::report::{count, to_json, Report};
 use super::conf::ClusterConf;
-use super::{count, etcd_failure, read_pool, seconds};
+use super::pool_in_etcd::{etcd_failure, protocol_failure, read_pool};
 
 /// How many times a pool is read again when records changed under the
 /// changes (each change compares the record's mod_revision).
@@ -146,22 +148,19 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
                 // Its records may be the identity's: none of the node's is
                 // deleted while it is unsettled.
                 if !r.settled {
-                    failure = Some(format!(
-                        "identity key {} kept changing while it was released (is node {node} alive?): the node's blocks \
-                         and address records are left as they are; run release-node again",
-                        shown(&r.identity_key)
-                    ));
+                    failure =
+                        Some(Failure::IdentityKeptChanging { key: shown(&r.identity_key), node: node.to_string() });
                 }
                 done.identities.push(ReleasedIdentity { key: r.identity_key, outcome: r.outcome });
             }
         }
-        Err(e) => failure = Some(super::failure(conf, e).0),
+        Err(e) => failure = Some(protocol_failure(conf, e)),
     }
     for pool in conf.pools.iter().filter(|_| failure.is_none()) {
         // A lease of its own per pool: one granted for an earlier pool would
         // end before the full wait for this pool's tombstones.
         let mut lease = None;
-        if let Err(Failure(problem)) = release_pool(conf, client, pool, node, ttl, &mut lease, &mut done) {
+        if let Err(problem) = release_pool(conf, client, pool, node, ttl, &mut lease, &mut done) {
             failure = Some(problem);
             break;
         }
@@ -176,7 +175,7 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
         match client.txn(&txn) {
             Ok(answer) if answer.succeeded => tracing::info!("operator release-node: deleted {entry_key}"),
             Ok(_) => tracing::warn!("operator release-node: {entry_key} changed meanwhile (is {node} alive?): kept"),
-            Err(e) => failure = Some(etcd_failure(conf, e).0),
+            Err(e) => failure = Some(etcd_failure(conf, e)),
         }
     }
     if !done.blocks.is_empty() {
@@ -190,7 +189,7 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
     };
     match (failure, done.blocks.is_empty() && done.records.is_empty() && done.identities.is_empty()) {
         // Nothing was done: the failure alone.
-        (Some(problem), true) => Err(Failure(problem)),
+        (Some(problem), true) => Err(problem),
         (failure, _) => Ok(Report { stdout, failure }),
     }
 }
@@ -298,11 +297,7 @@ fn release_pool(
             return Ok(());
         }
     }
-    Err(Failure(format!(
-        "records of node {node} in pool {} kept changing while they were released (is the node alive?): run \
-         release-node again",
-        pool.name
-    )))
+    Err(Failure::RecordsKeptChanging { node: node.to_string(), pool: pool.name.clone() })
 }
 
 fn render(done: &Document, wait: &Wait, ttl: i64, claimable_at: &str) -> String {
@@ -362,4 +357,25 @@ fn render(done: &Document, wait: &Wait, ttl: i64, claimable_at: &str) -> String 
         seconds(wait.call_timeout),
     ));
     out
+}
+
+/// Seconds as people write them: `30`, `2.5`.
+fn seconds(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        return d.as_secs().to_string();
+    }
+    let text = format!("{:.3}", d.as_secs_f64());
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_read_as_written() {
+        assert_eq!(seconds(Duration::from_secs(300)), "300");
+        assert_eq!(seconds(Duration::from_millis(2500)), "2.5");
+        assert_eq!(seconds(Duration::from_millis(1)), "0.001");
+    }
 }

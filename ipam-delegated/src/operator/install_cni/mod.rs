@@ -1,0 +1,120 @@
+//! `install-cni`: the installer a Kubernetes DaemonSet runs on every node
+//! (deploy/kubernetes/). It copies this very program into the host's CNI
+//! plugin directory, with the delegates' names as symlinks to it (the fast
+//! layout of scripts/install), writes the node's name where ipam.cluster.nodeFile
+//! reads it, copies etcd's TLS files and password and any network
+//! configurations, then waits for SIGTERM as DaemonSets expect.
+//!
+//! It reads what it copies ([`sources`]) and what is in place ([`found`]),
+//! decides every change before making one ([`plan`]), then makes them
+//! ([`apply`]), each file replaced whole so that a runtime starting the
+//! plugin meanwhile runs the old program or the new one.
+//!
+//! What is ours: a program file that holds the build [`marker`] (every
+//! build of this program does, and nothing else should), a symlink whose
+//! target is exactly `ipam-delegated`, and a data file whose content is what
+//! the [`manifest`] `<bin-dir>/.ipam-delegated-installed` says this installer
+//! wrote. Nothing else is replaced without `--force`, and `--uninstall`
+//! removes only files that are still ours. A foreign file is never run to
+//! find out what it is.
+
+mod apply;
+mod found;
+mod manifest;
+mod marker;
+mod plan;
+mod signals;
+mod sources;
+mod uninstall;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::failure::Failure;
+use super::report::{self, Report, NAME};
+use crate::builtin;
+use plan::{At, DataFile, Wanted};
+
+pub const DEFAULT_BIN_DIR: &str = "/host/opt/cni/bin";
+pub const DEFAULT_NODE_FILE: &str = "/host/etc/cni/ipam-delegated/node-name";
+pub const DEFAULT_CONF_DIR: &str = "/host/etc/cni/net.d";
+pub const DEFAULT_ETCD_DIR: &str = "/host/etc/cni/ipam-delegated/etcd";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub bin_dir: PathBuf,
+    pub node_file: PathBuf,
+    pub conflists: Vec<PathBuf>,
+    pub conf_dir: PathBuf,
+    pub etcd_secret: Option<PathBuf>,
+    pub etcd_dir: PathBuf,
+    pub force: bool,
+    pub once: bool,
+    pub uninstall: bool,
+}
+
+/// Installs (or uninstalls), prints what it did, then waits for SIGTERM or
+/// SIGINT unless `--once`. The signals are blocked first, so that one that
+/// comes during the installation ends the wait at once instead of the
+/// installation halfway.
+pub fn main(options: &Options) -> ExitCode {
+    let signals = if options.once { None } else { Some(signals::block()) };
+    let outcome = if options.uninstall { uninstall::uninstall(&options.bin_dir) } else { install(options) };
+    let report = match outcome {
+        Ok(report) => report,
+        Err(failure) => return report::finish(Err(failure)),
+    };
+    let code = report::print(&report.stdout);
+    match signals {
+        None => code,
+        Some(Err(e)) => report::finish(Err(Failure::BlockSignals(e))),
+        Some(Ok(blocked)) => {
+            println!("{NAME} install-cni: done; waiting for SIGTERM or SIGINT");
+            match blocked.wait() {
+                Ok(signal) => {
+                    println!("{NAME} install-cni: signal {signal}, exiting");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => report::finish(Err(Failure::WaitForSignal(e))),
+            }
+        }
+    }
+}
+
+fn install(options: &Options) -> Result<Report, Failure> {
+    let node = sources::node_name()?;
+    let program = sources::own_program()?;
+    let manifest_file = manifest::path(&options.bin_dir);
+    let recorded = manifest::read(&manifest_file)?.unwrap_or_default().recorded();
+
+    let program_path = options.bin_dir.join(NAME);
+    let mut wanted = Wanted {
+        bin_dir: options.bin_dir.clone(),
+        private_dir: options.etcd_dir.clone(),
+        program: At { found: found::program(&program_path, &program)?, path: program_path },
+        links: Vec::new(),
+        files: Vec::new(),
+    };
+    for delegate in builtin::names() {
+        let path = options.bin_dir.join(delegate);
+        wanted.links.push(At { found: found::link(&path)?, path });
+    }
+    let mut data_file = |path: PathBuf, contents: Vec<u8>, mode: u32| -> Result<(), Failure> {
+        wanted.files.push(DataFile { at: At { found: found::data_file(&path)?, path }, contents, mode });
+        Ok(())
+    };
+    data_file(options.node_file.clone(), format!("{node}\n").into_bytes(), 0o644)?;
+    if let Some(secret) = &options.etcd_secret {
+        for (name, contents) in sources::secret_files(secret)? {
+            data_file(options.etcd_dir.join(name), contents, 0o600)?;
+        }
+    }
+    for (name, contents) in sources::network_configurations(&options.conflists)? {
+        data_file(options.conf_dir.join(name), contents, 0o644)?;
+    }
+
+    let plan = plan::plan(wanted, &recorded, options.force)?;
+    let mut out = apply::install(&plan, recorded, &program, &manifest_file)?;
+    out += &format!("node name {node} in {}\n", options.node_file.display());
+    Ok(Report::fine(out))
+}

@@ -1,0 +1,34 @@
+//! SIGTERM and SIGINT, awaited as a DaemonSet's container is expected to.
+//! They are blocked before the installation, so that one that comes during
+//! it ends the wait at once instead of the installation halfway.
+
+use std::io;
+
+pub struct Blocked(libc::sigset_t);
+
+pub fn block() -> io::Result<Blocked> {
+    // SAFETY: sigset_t is plain data that sigemptyset initialises; the
+    // calls only read and write the set given and this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        match libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) {
+            0 => Ok(Blocked(set)),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+impl Blocked {
+    /// The signal that came.
+    pub fn wait(&self) -> io::Result<libc::c_int> {
+        let mut signal: libc::c_int = 0;
+        // SAFETY: the set was initialised by block; signal is written by sigwait.
+        match unsafe { libc::sigwait(&self.0, &mut signal) } {
+            0 => Ok(signal),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
