@@ -255,9 +255,14 @@ pub struct ObjectList<K> {
 pub struct ListMeta {
     #[serde(default)]
     pub resource_version: Option<String>,
-    /// The `continue` of the next page's request; absent on the last page.
-    #[serde(default, rename = "continue")]
+    /// The `continue` of the next page's request; None on the last page
+    /// (which the server may write as absent or as `""`).
+    #[serde(default, rename = "continue", deserialize_with = "non_empty")]
     pub continue_token: Option<String>,
+}
+
+fn non_empty<'de, D: Deserializer<'de>>(input: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(input)?.filter(|text| !text.is_empty()))
 }
 
 /// `IPDNetwork`: a network's cluster pools and, while it lasts, the recovery.
