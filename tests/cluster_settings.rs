@@ -5,7 +5,9 @@
 //!
 //! What is checked: every bad `ipam.cluster` setting (and a blockSize the
 //! pool cannot take) is error 7 naming the field, before any etcd write or
-//! lease; the same ADD with good settings does write.
+//! lease; so is choosing the Kubernetes datastore, which is not implemented
+//! yet, once its settings are checked; the same ADD with good settings does
+//! write.
 
 mod cluster_harness;
 mod stack;
@@ -23,13 +25,52 @@ fn bad_settings_are_7_and_write_nothing() {
     type Change = Box<dyn Fn(&mut Value)>;
     let cluster = |v: Value| -> Change { Box::new(move |conf: &mut Value| conf["ipam"]["cluster"] = v.clone()) };
     let etcd = |v: Value| -> Change { Box::new(move |conf: &mut Value| conf["ipam"]["cluster"]["etcd"] = v.clone()) };
+    let ca = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ipam-ds-cluster/src/kube/testdata/ca.crt");
+    let kubeconfig = dir.join("node.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "current-context: c\ncontexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n\
+             clusters: [{{name: k, cluster: {{server: 'https://10.0.0.1:6443', certificate-authority: '{}'}}}}]\n\
+             users: [{{name: u, user: {{tokenFile: /nonexistent/token}}}}]\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let good_kubeconfig = dir.join("good.kubeconfig");
+    std::fs::write(
+        &good_kubeconfig,
+        std::fs::read_to_string(&kubeconfig).unwrap().replace("tokenFile: /nonexistent/token", "token: abc"),
+    )
+    .unwrap();
     let cases: Vec<(&str, Change, &str)> = vec![
+        (
+            "etcd and kubernetes",
+            cluster(json!({"etcd": {"endpoints": [endpoint]}, "kubernetes": {"kubeconfig": good_kubeconfig},
+                "node": "n1"})),
+            "ipam.cluster.etcd and ipam.cluster.kubernetes: are both set",
+        ),
+        (
+            "kubernetes: typo kubeconfig",
+            cluster(json!({"kubernetes": {"kubeconfg": good_kubeconfig}, "node": "n1"})),
+            "ipam.cluster.kubernetes.kubeconfg: unknown key `kubeconfg`: did you mean `kubeconfig`?",
+        ),
+        (
+            "kubernetes: a token file missing",
+            cluster(json!({"kubernetes": {"kubeconfig": kubeconfig}, "node": "n1"})),
+            "user \"u\" tokenFile (/nonexistent/token): unreadable",
+        ),
+        (
+            "kubernetes, not implemented yet",
+            cluster(json!({"kubernetes": {"kubeconfig": good_kubeconfig, "timeout": 3}, "node": "n1"})),
+            "ipam.cluster.kubernetes: the Kubernetes datastore is not implemented yet",
+        ),
         (
             "no cluster",
             Box::new(|conf: &mut Value| drop(conf["ipam"].as_object_mut().unwrap().remove("cluster"))),
             "ipam.cluster",
         ),
-        ("missing etcd", cluster(json!({"node": "n1"})), "ipam.cluster.etcd"),
+        ("no datastore", cluster(json!({"node": "n1"})), "ipam.cluster.etcd or ipam.cluster.kubernetes: is required"),
         ("no endpoints", etcd(json!({"endpoints": []})), "ipam.cluster.etcd.endpoints"),
         (
             "endpoint not a URL",

@@ -10,6 +10,7 @@ pub mod blocks;
 pub mod clock;
 pub mod datastore;
 pub mod etcd;
+pub mod kube;
 pub mod node;
 pub mod records;
 pub mod rows;

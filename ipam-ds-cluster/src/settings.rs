@@ -1,6 +1,7 @@
-//! `ipam.cluster`: where etcd is, who this node is, and how long it may work
-//! without etcd. Every problem is error 7 naming the field, found before any
-//! etcd request, so that bad settings never write anything.
+//! `ipam.cluster`: where the datastore is (etcd, or the Kubernetes API),
+//! who this node is, and how long it may work without the datastore. Every
+//! problem is error 7 naming the field, found before any request, so that
+//! bad settings never write anything.
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -13,11 +14,12 @@ use serde_json::{Map, Value};
 use shared::config::{keys, typed, AbsolutePath, NetConf, Seconds};
 use shared::{CniError, Result};
 
-use crate::etcd;
+use crate::{etcd, kube};
 
 pub const FIELD: &str = "ipam.cluster";
 pub const DEFAULT_PREFIX: &str = "/ipam-delegated";
 pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_KUBERNETES_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_OFFLINE_GRACE: Duration = Duration::from_secs(300);
 pub const DEFAULT_EMPTY_BLOCK_HOLD: Duration = Duration::from_secs(600);
 /// The longest a confirmation stands while etcd answers: how late a node
@@ -28,7 +30,8 @@ pub const CONFIRMATION_CACHE_MAX: Duration = Duration::from_secs(2);
 /// the call reading until its deadline.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 
-const CLUSTER_KEYS: &[&str] = &["etcd", "node", "nodeFile", "offlineGrace", "emptyBlockHold", "shareBlocks"];
+const CLUSTER_KEYS: &[&str] =
+    &["etcd", "kubernetes", "node", "nodeFile", "offlineGrace", "emptyBlockHold", "shareBlocks"];
 
 /// Pools of at most this many blocks share them under `shareBlocks: "auto"`.
 pub const AUTO_SHARE_MAX_BLOCKS: u128 = 64;
@@ -47,11 +50,13 @@ pub enum ShareBlocks {
 }
 const ETCD_KEYS: &[&str] = &["endpoints", "prefix", "timeout", "username", "passwordFile", "tls"];
 const TLS_KEYS: &[&str] = &["ca", "cert", "key"];
+const KUBERNETES_KEYS: &[&str] = &["kubeconfig", "timeout"];
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ClusterConf {
     etcd: Option<EtcdConf>,
+    kubernetes: Option<KubernetesConf>,
     node: Option<String>,
     node_file: Option<AbsolutePath>,
     offline_grace: Option<GraceSeconds>,
@@ -68,6 +73,12 @@ struct EtcdConf {
     username: Option<String>,
     password_file: Option<AbsolutePath>,
     tls: Option<TlsConf>,
+}
+
+#[derive(Deserialize)]
+struct KubernetesConf {
+    kubeconfig: Option<AbsolutePath>,
+    timeout: Option<Seconds>,
 }
 
 #[derive(Deserialize)]
@@ -134,7 +145,8 @@ impl Settings {
         let Some(value) = ipam.other.get("cluster") else {
             return Err(CniError::config(
                 FIELD,
-                "is required by ipam-ds-cluster (an object with at least etcd.endpoints); see ipam-ds-cluster's README",
+                "is required by ipam-ds-cluster (an object with at least etcd.endpoints or kubernetes.kubeconfig); see \
+                 ipam-ds-cluster's README",
             ));
         };
         let settings = Settings { call_timeout: ipam.delegate_timeout(), ..Settings::from_value(value)? };
@@ -159,10 +171,43 @@ impl Settings {
     pub fn from_value(value: &Value) -> Result<Settings> {
         let object = as_object(value, FIELD)?;
         keys::refuse_unknown(object, CLUSTER_KEYS, FIELD)?;
+        for store in ["etcd", "kubernetes"] {
+            if let Some(settings) = object.get(store) {
+                as_object(settings, &format!("{FIELD}.{store}"))?;
+            }
+        }
         let conf: ClusterConf = typed(value, FIELD)?;
         let etcd_field = format!("{FIELD}.etcd");
-        let etcd_value = object.get("etcd").ok_or_else(|| CniError::config(&etcd_field, "is required"))?;
-        let etcd_object = as_object(etcd_value, &etcd_field)?;
+        let kubernetes_field = format!("{FIELD}.kubernetes");
+        let etcd_conf = match (conf.etcd, conf.kubernetes) {
+            (Some(_), Some(_)) => {
+                return Err(CniError::config(
+                    &format!("{etcd_field} and {kubernetes_field}"),
+                    "are both set: the cluster's datastore is one of them",
+                ))
+            }
+            (None, None) => {
+                return Err(CniError::config(
+                    &format!("{etcd_field} or {kubernetes_field}"),
+                    "is required: the cluster's datastore, etcd (endpoints) or the Kubernetes API (a kubeconfig)",
+                ))
+            }
+            (None, Some(kubernetes)) => {
+                keys::refuse_unknown(
+                    as_object(&object["kubernetes"], &kubernetes_field)?,
+                    KUBERNETES_KEYS,
+                    &kubernetes_field,
+                )?;
+                kubernetes_settings(kubernetes, &kubernetes_field)?;
+                node_name(conf.node, conf.node_file)?;
+                return Err(CniError::config(
+                    &kubernetes_field,
+                    "the Kubernetes datastore is not implemented yet: use ipam.cluster.etcd",
+                ));
+            }
+            (Some(etcd), None) => etcd,
+        };
+        let etcd_object = as_object(&object["etcd"], &etcd_field)?;
         keys::refuse_unknown(etcd_object, ETCD_KEYS, &etcd_field)?;
         if let Some(tls) = etcd_object.get("tls") {
             keys::refuse_unknown(
@@ -171,7 +216,6 @@ impl Settings {
                 &format!("{etcd_field}.tls"),
             )?;
         }
-        let etcd_conf = conf.etcd.ok_or_else(|| CniError::config(&etcd_field, "is required"))?;
         let mut weak = Vec::new();
         Ok(Settings {
             prefix: check_prefix(etcd_conf.prefix.as_deref().unwrap_or(DEFAULT_PREFIX), &etcd_field)?,
@@ -272,6 +316,19 @@ fn etcd_settings(conf: EtcdConf, field: &str, weak: &mut Vec<String>) -> Result<
         password,
         tls,
     })
+}
+
+/// The kubeconfig is read and checked (its current context's server, CA
+/// and credentials) so that its problems are told now, naming the file.
+fn kubernetes_settings(conf: KubernetesConf, field: &str) -> Result<kube::Settings> {
+    let Some(AbsolutePath(kubeconfig)) = conf.kubeconfig else {
+        return Err(CniError::config(
+            &format!("{field}.kubeconfig"),
+            "is required: the absolute path of the kubeconfig that gives the API server and this node's credentials",
+        ));
+    };
+    kube::Kubeconfig::read(&kubeconfig).map_err(|e| CniError::config(&format!("{field}.kubeconfig"), e))?;
+    Ok(kube::Settings { kubeconfig, timeout: conf.timeout.map_or(DEFAULT_KUBERNETES_TIMEOUT, |s| s.0) })
 }
 
 /// `http://host:port` or `https://host:port`, nothing after the authority.
@@ -396,7 +453,7 @@ mod tests {
     #[test]
     fn each_bad_setting_is_named() {
         let base = |etcd: Value| json!({"etcd": etcd, "node": "n1"});
-        assert!(error(json!({"node": "n1"})).contains("ipam.cluster.etcd: is required"));
+        assert!(error(json!({"node": "n1"})).contains("ipam.cluster.etcd or ipam.cluster.kubernetes: is required"));
         assert!(error(base(json!({"endpoints": []}))).contains("ipam.cluster.etcd.endpoints: is required"));
         assert!(error(base(json!({"endpoints": ["127.0.0.1:2379"]}))).contains("ipam.cluster.etcd.endpoints[0]"));
         assert!(error(base(json!({"endpoints": ["http://a:1", "ftp://b"]}))).contains("endpoints[1]"));
@@ -417,6 +474,58 @@ mod tests {
         assert!(e.contains("ipam.cluster.nodeFile") && e.contains("/nonexistent/node"), "{e}");
         let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "shareBlocks": "sometimes"}));
         assert!(e.contains("ipam.cluster.shareBlocks") && e.contains("sometimes"), "{e}");
+    }
+
+    /// A kubeconfig the kube module reads, with a token.
+    fn good_kubeconfig(dir: &tempfile::TempDir) -> PathBuf {
+        let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/src/kube/testdata/ca.crt");
+        let path = dir.path().join("node.kubeconfig");
+        let yaml = format!(
+            "current-context: c\ncontexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n\
+             clusters: [{{name: k, cluster: {{server: 'https://10.0.0.1:6443', certificate-authority: {ca}}}}}]\n\
+             users: [{{name: u, user: {{token: abc}}}}]\n"
+        );
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_datastore_is_one_of_etcd_and_kubernetes() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = good_kubeconfig(&dir);
+        let e = error(json!({"etcd": {"endpoints": ["http://a:1"]}, "kubernetes": {"kubeconfig": kubeconfig},
+            "node": "n"}));
+        assert!(e.contains("ipam.cluster.etcd and ipam.cluster.kubernetes: are both set"), "{e}");
+        let e = error(json!({"node": "n"}));
+        assert!(e.contains("ipam.cluster.etcd or ipam.cluster.kubernetes: is required"), "{e}");
+        let e = error(json!({"kubernetes": {"kubeconfig": kubeconfig}, "node": "n"}));
+        assert!(e.contains("ipam.cluster.kubernetes: the Kubernetes datastore is not implemented yet"), "{e}");
+        let e = error(json!({"kubernetes": {"kubeconfig": kubeconfig, "timeout": 5}, "node": "n"}));
+        assert!(e.contains("not implemented yet"), "good settings, a timeout included: {e}");
+    }
+
+    #[test]
+    fn each_bad_kubernetes_setting_is_named_before_it_is_refused_as_not_implemented() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = good_kubeconfig(&dir);
+        let kube = |k: Value| error(json!({"kubernetes": k, "node": "n"}));
+        let e = kube(json!({"kubeconfg": kubeconfig}));
+        assert!(e.contains("ipam.cluster.kubernetes.kubeconfg: unknown key") && e.contains("`kubeconfig`"), "{e}");
+        let e = kube(json!({}));
+        assert!(e.contains("ipam.cluster.kubernetes.kubeconfig: is required"), "{e}");
+        let e = kube(json!("/etc/kubeconfig"));
+        assert!(e.contains("ipam.cluster.kubernetes: must be an object"), "{e}");
+        let e = kube(json!({"kubeconfig": "node.kubeconfig"}));
+        assert!(e.contains("ipam.cluster.kubernetes.kubeconfig: must be an absolute path"), "{e}");
+        let e = kube(json!({"kubeconfig": kubeconfig, "timeout": 0}));
+        assert!(e.contains("ipam.cluster.kubernetes.timeout"), "{e}");
+        let e = kube(json!({"kubeconfig": "/nonexistent/node.kubeconfig"}));
+        assert!(e.contains("ipam.cluster.kubernetes.kubeconfig: /nonexistent/node.kubeconfig: "), "{e}");
+        std::fs::write(&kubeconfig, "current-context: gone\n").unwrap();
+        let e = kube(json!({"kubeconfig": kubeconfig}));
+        assert!(e.contains(&format!("{}: current-context names context \"gone\"", kubeconfig.display())), "{e}");
+        let e = error(json!({"kubernetes": {"kubeconfig": good_kubeconfig(&dir)}, "node": "a/b"}));
+        assert!(e.contains("ipam.cluster.node") && e.contains("a/b"), "{e}");
     }
 
     #[test]
