@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ipnet::IpNet;
 use serde::de::DeserializeOwned;
@@ -108,6 +108,24 @@ impl Time {
         };
         let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset;
         Some(Time(seconds + i64::from(fraction)))
+    }
+
+    /// The time of an answer's `Date` (whole seconds, as HTTP dates are).
+    pub fn of(date: SystemTime) -> Time {
+        match date.duration_since(UNIX_EPOCH) {
+            Ok(after) => Time(i64::try_from(after.as_secs()).unwrap_or(i64::MAX)),
+            Err(before) => {
+                let before = before.duration();
+                let whole = i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
+                Time(-whole - i64::from(before.subsec_nanos() > 0))
+            }
+        }
+    }
+
+    /// Whether this deadline is past by an answer whose `Date` is `date`:
+    /// a `Date` is whole seconds, so only from the second after it.
+    pub fn is_past_at(self, date: Time) -> bool {
+        date.0 > self.0
     }
 
     pub fn plus(self, d: Duration) -> Time {
@@ -239,30 +257,6 @@ impl<'de, K: Kind> Deserialize<'de> for Object<K> {
         }
         Ok(Object { metadata: read.metadata, spec: read.spec })
     }
-}
-
-/// A LIST's answer: the items, and where the next page starts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(bound = "K: Kind")]
-pub struct ObjectList<K> {
-    pub metadata: ListMeta,
-    #[serde(default = "Vec::new")]
-    pub items: Vec<Object<K>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ListMeta {
-    #[serde(default)]
-    pub resource_version: Option<String>,
-    /// The `continue` of the next page's request; None on the last page
-    /// (which the server may write as absent or as `""`).
-    #[serde(default, rename = "continue", deserialize_with = "non_empty")]
-    pub continue_token: Option<String>,
-}
-
-fn non_empty<'de, D: Deserializer<'de>>(input: D) -> Result<Option<String>, D::Error> {
-    Ok(Option::<String>::deserialize(input)?.filter(|text| !text.is_empty()))
 }
 
 /// `IPDNetwork`: a network's cluster pools and, while it lasts, the recovery.

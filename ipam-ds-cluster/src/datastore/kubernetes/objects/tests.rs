@@ -256,20 +256,6 @@ fn metadata_the_server_sets_reads_back_and_an_update_keeps_it() {
 }
 
 #[test]
-fn a_list_reads_its_items_and_its_next_page() {
-    let object = serde_json::to_value(Object::new(node())).expect("serializes");
-    let page = json!({"apiVersion": API_VERSION, "kind": "IPDNodeList",
-        "metadata": {"resourceVersion": "90", "continue": "eyJ2Ijo"}, "items": [object]});
-    let list: ObjectList<NodeSpec> = serde_json::from_value(page).expect("reads");
-    assert_eq!(list.items, vec![Object::new(node())]);
-    assert_eq!(list.metadata.continue_token.as_deref(), Some("eyJ2Ijo"));
-    for last in [json!({"resourceVersion": "91"}), json!({"resourceVersion": "91", "continue": ""})] {
-        let last: ObjectList<NodeSpec> = serde_json::from_value(json!({"metadata": last, "items": []})).expect("reads");
-        assert_eq!(last.metadata.continue_token, None);
-    }
-}
-
-#[test]
 fn times_are_rfc3339_judged_to_the_later_second() {
     assert_eq!(time("1970-01-01T00:00:00Z"), Time(0));
     assert_eq!(time("2023-11-14T22:13:20Z"), Time(1_700_000_000));
@@ -296,4 +282,9 @@ fn times_are_rfc3339_judged_to_the_later_second() {
         assert_eq!(Time::parse(bad), None, "{bad:?}");
     }
     assert_eq!(Time(10).plus(Duration::from_millis(1500)), Time(12), "a deadline rounds up");
+    assert_eq!(Time::of(UNIX_EPOCH + Duration::from_millis(1_700_000_000_900)), Time(1_700_000_000));
+    assert_eq!(Time::of(UNIX_EPOCH - Duration::from_millis(1500)), Time(-2));
+    let until = Time(1_700_000_000);
+    assert!(!until.is_past_at(Time(1_700_000_000)), "a Date of the same second may be before it");
+    assert!(until.is_past_at(Time(1_700_000_001)));
 }
