@@ -338,6 +338,19 @@ pub struct BlockSpec {
 
 /// At most this many records in a block (the schema's `maxProperties`).
 pub const MAX_RECORDS: usize = 2048;
+/// At most this many bytes of JSON in a block's object: under the 1.5 MiB
+/// that the API server's etcd takes in one request, with room for metadata.
+pub const MAX_OBJECT_BYTES: usize = 1 << 20;
+
+impl Object<BlockSpec> {
+    /// Whether the block may be written as it is: at most [`MAX_RECORDS`]
+    /// records and [`MAX_OBJECT_BYTES`] of JSON. A write that would pass
+    /// either is refused before it is sent (docs/kubernetes.md).
+    pub fn within_limits(&self) -> bool {
+        self.spec.records.len() <= MAX_RECORDS
+            && serde_json::to_vec(self).is_ok_and(|json| json.len() <= MAX_OBJECT_BYTES)
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlockState {

@@ -288,3 +288,23 @@ fn times_are_rfc3339_judged_to_the_later_second() {
     assert!(!until.is_past_at(Time(1_700_000_000)), "a Date of the same second may be before it");
     assert!(until.is_past_at(Time(1_700_000_001)));
 }
+
+#[test]
+fn a_block_within_the_limits_is_at_most_2048_records_and_1_mib() {
+    let full_records = |count: usize, container: &str| -> BTreeMap<IpAddr, Record> {
+        (0..count)
+            .map(|n| {
+                let address = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + u32::try_from(n).expect("small")));
+                let record =
+                    NodeRecord { node: "node-b".into(), container: Some(container.into()), ..NodeRecord::default() };
+                (address, Record::Allocated(record))
+            })
+            .collect()
+    };
+    let block =
+        |records| Object::new(BlockSpec { cidr: "10.0.0.0/20".parse().expect("cidr"), records, ..shared_block() });
+    let container_id = "0f".repeat(32);
+    assert!(block(full_records(MAX_RECORDS, &container_id)).within_limits(), "2048 records of 64-digit ids");
+    assert!(!block(full_records(MAX_RECORDS + 1, &container_id)).within_limits(), "2049 records");
+    assert!(!block(full_records(1024, &"c".repeat(1024))).within_limits(), "over 1 MiB of JSON");
+}
