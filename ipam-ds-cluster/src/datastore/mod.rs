@@ -11,9 +11,11 @@
 //! Kubernetes API, by `resourceVersion`) implements each operation on the
 //! object that carries what it compares.
 //!
-//! [`etcd`] is the store of today.
+//! [`etcd`] is the store of today; [`kubernetes`] holds the Kubernetes
+//! store's objects, for the implementation to come.
 
 pub mod etcd;
+pub mod kubernetes;
 #[cfg(test)]
 pub mod memory;
 
