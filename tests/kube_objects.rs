@@ -16,10 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipam_ds_cluster::datastore::kubernetes::objects::{
-    collection, Attachment, BlockSpec, BlockState, IdentityRecord, IdentitySpec, IdentityState, Kind, NetworkSpec,
-    NodeRecord, NodeSpec, Object, Owner, PoolDefinition, Record, Recovery, Time, Wanted, LABEL_KIND, LABEL_NETWORK,
+    collection, sample_network, Attachment, BlockSpec, BlockState, IdentityRecord, IdentitySpec, IdentityState, Kind,
+    NetworkSpec, NodeRecord, NodeSpec, Object, Owner, Record, Recovery, Time, Wanted, LABEL_KIND, LABEL_NETWORK,
 };
-use ipam_ds_cluster::records::PoolRecord;
 use kube_harness::KubeApi;
 
 const DB: &str = "5f0c2a9e4b7d41c3a1e0f2b3c4d5e6f7";
@@ -112,26 +111,6 @@ fn blocks() -> Vec<BlockSpec> {
         },
         block("cluster6", "fd00:80::/122", BlockState::Owned(owner("ip-10-0-0-1.ec2.internal", false))),
     ]
-}
-
-fn network() -> NetworkSpec {
-    NetworkSpec {
-        network: "cluster-net".into(),
-        pools: vec![
-            PoolDefinition {
-                name: "cluster4".into(),
-                cut: PoolRecord { ranges: vec!["10.80.0.0/16 10.80.0.1-10.80.255.254".into()], block_size: 26 },
-            },
-            PoolDefinition {
-                name: "cluster6".into(),
-                cut: PoolRecord {
-                    ranges: vec!["fd00:80::/64 fd00:80::1-fd00:80::ffff:ffff:ffff:ffff".into()],
-                    block_size: 122,
-                },
-            },
-        ],
-        recovery: None,
-    }
 }
 
 fn identities() -> Vec<IdentitySpec> {
@@ -232,7 +211,7 @@ fn each_kind_in_each_state_is_accepted_and_reads_back_as_sent() {
     let admin = api.admin_kubeconfig();
     api.apply(&[&crds_file()]);
 
-    create_read_update(&api, &admin, vec![network()], |spec| NetworkSpec {
+    create_read_update(&api, &admin, vec![sample_network()], |spec| NetworkSpec {
         recovery: Some(Recovery {
             node: "node-a".into(),
             seen: "block 10.80.0.0/26 at generation 2, written at 5".into(),

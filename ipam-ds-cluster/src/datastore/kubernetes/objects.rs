@@ -731,5 +731,28 @@ mod seconds {
     }
 }
 
+/// A network of two pools, one IPv4 and one IPv6, that the unit tests and
+/// the API server's schema test (tests/kube_objects.rs) both round-trip.
+#[cfg(any(test, feature = "testing"))]
+pub fn sample_network() -> NetworkSpec {
+    NetworkSpec {
+        network: "cluster-net".into(),
+        pools: vec![
+            PoolDefinition {
+                name: "cluster4".into(),
+                cut: PoolRecord { ranges: vec!["10.80.0.0/16 10.80.0.1-10.80.255.254".into()], block_size: 26 },
+            },
+            PoolDefinition {
+                name: "cluster6".into(),
+                cut: PoolRecord {
+                    ranges: vec!["fd00:80::/64 fd00:80::1-fd00:80::ffff:ffff:ffff:ffff".into()],
+                    block_size: 122,
+                },
+            },
+        ],
+        recovery: None,
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -12,26 +12,6 @@ fn owner(node: &str, shared: bool) -> Owner {
     Owner { node: node.into(), db: DB.into(), claim: 7_340_032_117, shared, since: time("2026-11-23T19:28:52Z") }
 }
 
-fn network() -> NetworkSpec {
-    NetworkSpec {
-        network: "cluster-net".into(),
-        pools: vec![
-            PoolDefinition {
-                name: "cluster4".into(),
-                cut: PoolRecord { ranges: vec!["10.80.0.0/16 10.80.0.1-10.80.255.254".into()], block_size: 26 },
-            },
-            PoolDefinition {
-                name: "cluster6".into(),
-                cut: PoolRecord {
-                    ranges: vec!["fd00:80::/64 fd00:80::1-fd00:80::ffff:ffff:ffff:ffff".into()],
-                    block_size: 122,
-                },
-            },
-        ],
-        recovery: None,
-    }
-}
-
 fn shared_block() -> BlockSpec {
     BlockSpec {
         network: "cluster-net".into(),
@@ -85,7 +65,7 @@ fn round_trip<K: Kind + fmt::Debug + PartialEq + Clone>(spec: K) -> Value {
 /// accepts), written from the types: the same JSON but for the labels.
 #[test]
 fn each_kind_writes_what_the_schema_accepts() {
-    let written = round_trip(network());
+    let written = round_trip(sample_network());
     assert_eq!(written["apiVersion"], "ipam-delegated.io/v1alpha1");
     assert_eq!(written["kind"], "IPDNetwork");
     assert_eq!(written["metadata"], json!({"name": "cluster-net", "labels": {LABEL_NETWORK: "cluster-net"}}));
