@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ipam_ds_cluster::kube::{
-    Client, Counts, Created, Deleted, Error, Object, Preconditions, Replaced, Resource, Selectors, Settings,
+    Client, Counts, Created, Deleted, Error, Kubeconfig, Object, Preconditions, Replaced, Resource, Selectors, Settings,
 };
 use kube_harness::KubeApi;
 use serde_json::{json, Value};
@@ -84,7 +84,8 @@ subjects:
 ";
 
 fn client(kubeconfig: &Path, timeout: Duration) -> Client {
-    Client::new(&Settings { kubeconfig: kubeconfig.to_path_buf(), timeout })
+    Kubeconfig::read(kubeconfig)
+        .and_then(|k| Client::new(&Settings { kubeconfig: k.into(), timeout }))
         .unwrap_or_else(|e| panic!("a client of {}: {e}", kubeconfig.display()))
 }
 

@@ -13,7 +13,7 @@
 //! Built with `--features testing` (the test etcd).
 
 use std::io::Read as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipam_ds_cluster::{etcd, kube};
@@ -25,7 +25,8 @@ fn main() -> Result<(), String> {
     let timeout = Duration::from_secs(5);
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["kube", kubeconfig] => {
-            let settings = kube::Settings { kubeconfig: PathBuf::from(kubeconfig), timeout };
+            let kubeconfig = kube::Kubeconfig::read(Path::new(kubeconfig)).map_err(|e| e.to_string())?;
+            let settings = kube::Settings { kubeconfig: kubeconfig.into(), timeout };
             let client = kube::Client::new(&settings).map_err(|e| e.to_string())?;
             client.get(&PROBES, "cold").map_err(|e| e.to_string())?;
         }
@@ -40,7 +41,7 @@ fn main() -> Result<(), String> {
             let times: u32 = times.parse().map_err(|_| format!("{times:?} is not a count"))?;
             let started = std::time::Instant::now();
             for _ in 0..times {
-                kube::Kubeconfig::read(std::path::Path::new(file)).map_err(|e| e.to_string())?;
+                kube::Kubeconfig::read(Path::new(file)).map_err(|e| e.to_string())?;
             }
             println!("{:?} per read", started.elapsed() / times);
         }

@@ -327,8 +327,12 @@ fn kubernetes_settings(conf: KubernetesConf, field: &str) -> Result<kube::Settin
             "is required: the absolute path of the kubeconfig that gives the API server and this node's credentials",
         ));
     };
-    kube::Kubeconfig::read(&kubeconfig).map_err(|e| CniError::config(&format!("{field}.kubeconfig"), e))?;
-    Ok(kube::Settings { kubeconfig, timeout: conf.timeout.map_or(DEFAULT_KUBERNETES_TIMEOUT, |s| s.0) })
+    let kubeconfig =
+        kube::Kubeconfig::read(&kubeconfig).map_err(|e| CniError::config(&format!("{field}.kubeconfig"), e))?;
+    Ok(kube::Settings {
+        kubeconfig: kubeconfig.into(),
+        timeout: conf.timeout.map_or(DEFAULT_KUBERNETES_TIMEOUT, |s| s.0),
+    })
 }
 
 /// `http://host:port` or `https://host:port`, nothing after the authority.

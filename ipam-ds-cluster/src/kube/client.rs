@@ -19,7 +19,7 @@ use super::{
 type Connection = BufReader<StreamOwned<ClientConnection, DeadlineStream>>;
 
 pub struct Client {
-    kubeconfig: Kubeconfig,
+    kubeconfig: Arc<Kubeconfig>,
     /// `host:port` as the Host header says it.
     host: String,
     tls: Arc<ClientConfig>,
@@ -30,16 +30,16 @@ pub struct Client {
 }
 
 impl Client {
-    /// Reads the kubeconfig and makes the TLS configuration: every problem
+    /// Makes the TLS configuration of the kubeconfig read: every problem
     /// with them is reported here, as a setting, before any request.
     pub fn new(settings: &Settings) -> Result<Client, Error> {
         if settings.timeout.is_zero() {
             return Err(Error::Settings {
-                kubeconfig: settings.kubeconfig.clone(),
+                kubeconfig: settings.kubeconfig.path.clone(),
                 message: "the timeout must be more than 0".into(),
             });
         }
-        let kubeconfig = Kubeconfig::read(&settings.kubeconfig)?;
+        let kubeconfig = settings.kubeconfig.clone();
         let tls = tls_config(&kubeconfig)?;
         let server = &kubeconfig.server;
         let host = if server.host.contains(':') {

@@ -14,7 +14,7 @@
 //! create then finds the object, a replace its new version).
 //!
 //! Where to connect and as whom comes from a kubeconfig (`kubeconfig.rs`),
-//! read once per client; its problems are settings errors naming the file.
+//! read once per call (by the settings); its problems are settings errors naming the file.
 
 mod client;
 pub mod kubeconfig;
@@ -22,6 +22,7 @@ mod wire;
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -30,10 +31,11 @@ use shared::{CniError, Code};
 pub use client::Client;
 pub use kubeconfig::Kubeconfig;
 
-/// What a client needs, as read from the `cluster.kubernetes` settings.
-#[derive(Debug, Clone)]
+/// What a client needs, as read from the `cluster.kubernetes` settings: the
+/// kubeconfig already read and checked there, so that a call reads it once.
+#[derive(Clone)]
 pub struct Settings {
-    pub kubeconfig: PathBuf,
+    pub kubeconfig: Arc<Kubeconfig>,
     /// Per request, connecting and the TLS handshake included.
     pub timeout: Duration,
 }
