@@ -89,7 +89,7 @@ pub struct Node<'s> {
 }
 
 /// One call of this node on the cluster: the node, and its database for
-/// the call. It always finishes, however the verb ends: what the next call
+/// the call. It finishes however the verb returns (not on a panic): what the next call
 /// can reuse (the datastore's auth token) is kept and what the call cost
 /// the datastore is logged, when it is dropped.
 pub struct Session<'s> {
@@ -118,7 +118,12 @@ impl<'s> Session<'s> {
 
 impl Drop for Session<'_> {
     fn drop(&mut self) {
-        self.node.finish(self.store);
+        // Not while a panic unwinds (the plugin turns it into an error
+        // object): nothing is written then, and a second panic here would
+        // abort before that answer.
+        if !std::thread::panicking() {
+            self.node.finish(self.store);
+        }
     }
 }
 

@@ -143,6 +143,15 @@ impl<C: Api> EtcdStore<C> {
             })
             .collect()
     }
+
+    /// The address records a claim's transaction read in the block it put
+    /// (its second operation).
+    fn claimed_records(&self, keys: &PoolKeys, responses: Vec<OpResponse>) -> Vec<super::AddressEntry> {
+        match responses.into_iter().nth(1) {
+            Some(OpResponse::Range(addresses)) => self.address_entries(keys, addresses.kvs),
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl<C: Api> Datastore for EtcdStore<C> {
@@ -220,10 +229,7 @@ impl<C: Api> Datastore for EtcdStore<C> {
         ])?;
         Ok(PoolRead {
             definition: first(definition),
-            blocks: blocks
-                .into_iter()
-                .filter_map(|kv| Some(BlockEntry { block: keys.parse_block(&kv.key)?, stored: versioned(kv) }))
-                .collect(),
+            blocks: block_entries(&keys, blocks),
             entry: first(entry),
             indexed: !indexed.is_empty(),
             recovery: first(recovery),
@@ -287,10 +293,7 @@ impl<C: Api> Datastore for EtcdStore<C> {
             let [definition] = ranges(answer.responses)?;
             return Ok(BlockClaim::Lost { definition: first(definition) });
         }
-        let records = match answer.responses.into_iter().nth(1) {
-            Some(OpResponse::Range(addresses)) => self.address_entries(&keys, addresses.kvs),
-            _ => Vec::new(),
-        };
+        let records = self.claimed_records(&keys, answer.responses);
         Ok(BlockClaim::Claimed { created: answer.revision, records })
     }
 
@@ -476,10 +479,7 @@ impl<C: Api> Datastore for EtcdStore<C> {
             RangeRequest::key(self.net_keys().recovery()).keys_only(),
         ])?;
         Ok(PoolRecords {
-            blocks: blocks
-                .into_iter()
-                .filter_map(|kv| Some(BlockEntry { block: keys.parse_block(&kv.key)?, stored: versioned(kv) }))
-                .collect(),
+            blocks: block_entries(&keys, blocks),
             records: self.address_entries(&keys, addresses),
             recovering: !recovery.is_empty(),
         })
@@ -526,13 +526,7 @@ impl<C: Api> Datastore for EtcdStore<C> {
         let reads =
             which.iter().map(|(pool, block)| vec![Op::Range(RangeRequest::key(self.pool_keys(pool).block(block)))]);
         let answers = self.client.read_in_txns(reads.collect()).map_err(failure)?;
-        Ok(answers
-            .into_iter()
-            .map(|answer| match answer {
-                OpResponse::Range(r) => first(r.kvs),
-                _ => None,
-            })
-            .collect())
+        Ok(firsts(answers))
     }
 
     fn create_record(&self, key: &str, value: &[u8]) -> Answer<Created> {
@@ -553,13 +547,7 @@ impl<C: Api> Datastore for EtcdStore<C> {
         // One group: one transaction, so one revision (when it fits one).
         let reads = vec![keys.iter().map(|k| Op::Range(RangeRequest::key(k.clone()))).collect()];
         let answers = self.client.read_in_txns(reads).map_err(failure)?;
-        Ok(answers
-            .into_iter()
-            .map(|answer| match answer {
-                OpResponse::Range(r) => first(r.kvs),
-                _ => None,
-            })
-            .collect())
+        Ok(firsts(answers))
     }
 
     fn identity_key(&self, ifname: &str, identity: &str) -> String {
@@ -635,10 +623,7 @@ impl<C: Api> Datastore for EtcdStore<C> {
         if !answer.succeeded {
             return Ok(None);
         }
-        let records = match answer.responses.into_iter().nth(1) {
-            Some(OpResponse::Range(addresses)) => self.address_entries(&keys, addresses.kvs),
-            _ => Vec::new(),
-        };
+        let records = self.claimed_records(&keys, answer.responses);
         Ok(Some((answer.revision, records)))
     }
 
@@ -706,6 +691,24 @@ pub(crate) fn versioned(kv: Kv) -> Versioned {
 
 fn first(kvs: Vec<Kv>) -> Option<Versioned> {
     kvs.into_iter().next().map(versioned)
+}
+
+/// The first key-value of each range answered (none for another response).
+fn firsts(answers: Vec<OpResponse>) -> Vec<Option<Versioned>> {
+    answers
+        .into_iter()
+        .map(|answer| match answer {
+            OpResponse::Range(r) => first(r.kvs),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The block records among `kvs` (keys under the pool's `blocks/`).
+fn block_entries(keys: &PoolKeys, kvs: Vec<Kv>) -> Vec<BlockEntry> {
+    kvs.into_iter()
+        .filter_map(|kv| Some(BlockEntry { block: keys.parse_block(&kv.key)?, stored: versioned(kv) }))
+        .collect()
 }
 
 /// The key-values of each response of a transaction of `N` ranges (its
