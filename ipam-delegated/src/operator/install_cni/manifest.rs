@@ -7,6 +7,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use ipam_ds_cluster::blocks::fnv1a;
 use serde::{Deserialize, Serialize};
 
 use super::super::failure::{Failure, FileAction};
@@ -96,15 +97,10 @@ pub fn read(path: &Path) -> Result<Option<Manifest>, Failure> {
     }
 }
 
-/// FNV-1a, 64 bits: stable across builds (std's hasher is not), and enough
-/// to tell the file written from one edited since.
+/// FNV-1a, 64 bits, in hex: stable across builds (std's hasher is not), and
+/// enough to tell the file written from one edited since.
 fn fnv1a64(bytes: &[u8]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", fnv1a(bytes))
 }
 
 #[cfg(test)]
