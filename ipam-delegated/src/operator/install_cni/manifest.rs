@@ -11,7 +11,7 @@ use ipam_ds_cluster::blocks::fnv1a;
 use serde::{Deserialize, Serialize};
 
 use super::super::failure::{Failure, FileAction};
-use super::super::report::NAME;
+use super::super::report::{to_json, NAME};
 
 pub const MANIFEST: &str = ".ipam-delegated-installed";
 
@@ -75,11 +75,9 @@ impl Manifest {
         self.entries.iter().map(|e| (e.path.clone(), e.clone())).collect()
     }
 
-    /// The file's text: pretty JSON and a final newline.
+    /// The file's text: pretty JSON and a final newline, as every report's.
     pub fn text(&self) -> Result<String, Failure> {
-        let text =
-            serde_json::to_string_pretty(self).map_err(|e| Failure::Bug(format!("cannot render the manifest: {e}")))?;
-        Ok(format!("{text}\n"))
+        to_json(self)
     }
 }
 
