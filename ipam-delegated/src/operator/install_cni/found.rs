@@ -17,13 +17,19 @@ use super::plan::{Build, Current, Found};
 pub fn program(path: &Path, program: &[u8]) -> Result<Found<Build>, Failure> {
     Ok(match lstat(path)? {
         None => Found::Nothing,
-        Some(meta) if meta.is_file() => {
-            if meta.len() == program.len() as u64 && fs::read(path).map_err(unreadable(path))? == program {
-                Found::File(Build::Identical)
+        // A file of the program's size is read whole once, to compare and
+        // then to search; any other is only searched, in pieces.
+        Some(meta) if meta.is_file() && meta.len() == program.len() as u64 => {
+            let bytes = fs::read(path).map_err(unreadable(path))?;
+            Found::File(if bytes == program {
+                Build::Identical
+            } else if marker::in_bytes(&bytes) {
+                Build::Ours
             } else {
-                Found::File(build(path)?)
-            }
+                Build::Foreign
+            })
         }
+        Some(meta) if meta.is_file() => Found::File(build(path)?),
         Some(meta) if meta.file_type().is_symlink() => Found::Symlink(target(path)),
         Some(_) => Found::Other,
     })
