@@ -94,6 +94,7 @@ fn target(path: &Path) -> Result<PathBuf, String> {
     fs::read_link(path).map_err(|e| e.to_string())
 }
 
-fn unreadable(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
+/// The failure to read `path`, for `map_err`.
+pub fn unreadable(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
     move |error| Failure::File { action: FileAction::Read, path: path.to_path_buf(), error }
 }
