@@ -13,11 +13,11 @@
 mod kube_harness;
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kube_harness::{Headers, KubeApi};
-use serde::Deserialize;
 use serde_json::{json, Value};
+use support::manifests;
 
 const GROUP: &str = "ipam-delegated.io";
 
@@ -29,16 +29,15 @@ const KINDS: [(&str, &str); 4] = [
     ("IPDNode", "ipdnodes"),
 ];
 
+const CRDS: &str = "crds.yaml";
+
 fn crds_file() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/crds.yaml")
+    manifests::deploy_dir().join(CRDS)
 }
 
+/// The objects of crds.yaml, as support::manifests reads every manifest.
 fn crds() -> Vec<Value> {
-    let text = std::fs::read_to_string(crds_file()).expect("deploy/kubernetes/crds.yaml");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|document| Value::deserialize(document).unwrap_or_else(|e| panic!("crds.yaml: not YAML: {e}")))
-        .filter(|value| !value.is_null())
-        .collect()
+    manifests::objects().into_iter().filter(|(file, _)| file == CRDS).map(|(_, crd)| crd).collect()
 }
 
 /// The schema of the property a `.a.b.c` path names, from `schema` (an

@@ -11,6 +11,12 @@ use crate::harness::{call_env, Env, Plugin};
 
 pub const STRACE: &str = "/usr/bin/strace";
 
+/// Why nothing can be traced here, for the report's note; `None`: strace is
+/// installed.
+pub fn missing() -> Option<String> {
+    (!Path::new(STRACE).is_file()).then(|| "strace is not installed: apt-get install strace".into())
+}
+
 /// One call of `plugin` under `strace -f`, as a runtime would start it: the
 /// fsync-family calls of its processes (with CNI_ARGS `cni_args`, if any).
 /// A call that fails is a bug in the benchmark (panics); strace that cannot

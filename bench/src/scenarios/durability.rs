@@ -13,7 +13,7 @@ use crate::figures::durability::FsyncProbe;
 use crate::figures::Figures;
 use crate::harness::{phase, stats, Plugin};
 use crate::setup::Ctx;
-use crate::strace::{strace, STRACE};
+use crate::strace::{self, strace};
 
 const SUBNET: &str = "10.25.0.0/16";
 
@@ -22,8 +22,8 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let dir = scratch.path();
     let started = phase("durability: fsync-family calls per call (strace -f), and the cost of one fdatasync");
     fig.sync_cost = Some(stats(&sync_cost(dir)));
-    if !Path::new(STRACE).is_file() {
-        fig.fsync_note = Some("strace is not installed: apt-get install strace".into());
+    if let Some(note) = strace::missing() {
+        fig.fsync_note = Some(note);
         return;
     }
     let n = ctx.counts.fsync_probes;

@@ -59,7 +59,7 @@ use crate::figures::sticky::{
 use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run};
 use crate::setup::Ctx;
-use crate::strace::{strace, STRACE};
+use crate::strace::{self, strace};
 
 const SUBNET: &str = "10.27.0.0/16";
 const CLUSTER_SUBNET: &str = "10.33.0.0/16";
@@ -225,8 +225,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
          (as many under strace -f), the suite's variants"
     ));
     let mut probes = Vec::new();
-    let mut fsync_note =
-        (!Path::new(STRACE).is_file()).then(|| "strace is not installed: apt-get install strace".into());
+    let mut fsync_note = strace::missing();
     for (v, config) in variants[1..].iter().zip(&configs) {
         let held = v.prepare("log", m);
         let mut logged = Vec::new();

@@ -2,11 +2,9 @@
 //! and every attachment sharing a lease, optionally narrowed by network,
 //! pool, container or identity.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::Serialize;
 use shared::addr::to_key;
-use shared::store::{AllocationStore, Lease, LeaseFilter, Share, Tx};
+use shared::store::{unix_now, AllocationStore, Lease, LeaseFilter, Share, Tx};
 use shared::utc;
 
 use super::failure::Failure;
@@ -114,7 +112,7 @@ pub fn run(
     identity: Option<&str>,
     json: bool,
 ) -> Result<Report, Failure> {
-    let now = now_unix();
+    let now = unix_now();
     let rows = store.read(|tx| rows(tx, filter, identity, now))?;
     if json {
         return Ok(Report::fine(to_json(&rows)?));
@@ -167,8 +165,4 @@ fn rows(tx: &Tx, filter: &LeaseFilter, identity: Option<&str>, now: i64) -> shar
     }
     rows.sort_by_key(|row| row.key);
     Ok(rows)
-}
-
-fn now_unix() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }

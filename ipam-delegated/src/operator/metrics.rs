@@ -88,12 +88,12 @@ const CLUSTER_RECORDS_HELP: &str = "Address records this node holds in etcd (its
 /// Static and borrowed records are rows of their attachments; addresses lent
 /// out are leases this node holds under the network's lent network.
 fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<ClusterSurvey, Failure> {
-    // A database that cluster mode never used has no cluster tables.
-    if !store.read(tables::exist)? {
-        return Ok(ClusterSurvey::default());
-    }
     Ok(store.read(|tx| {
         let mut survey = ClusterSurvey::default();
+        // A database that cluster mode never used has no cluster tables.
+        if !tables::exist(tx)? {
+            return Ok(survey);
+        }
         let blocks = tx.all_node_blocks()?;
         // A lent network holds a real network's lent addresses.
         let lent_suffix = lent_network("");

@@ -16,14 +16,17 @@ use super::super::atomic_file::{self, Replacement};
 use super::super::failure::{Failure, FileAction};
 use super::super::report::NAME;
 use super::found::lstat;
-use super::manifest::Entry;
+use super::manifest::{Entry, Manifest};
 use super::plan::{Plan, Step};
 
-/// Makes the plan so, with `program`'s bytes for the program; the report's
-/// lines: what was created, written and linked, then what was left as it is.
+/// Makes the plan so, with `program`'s bytes for the program, writing the
+/// manifest unless `installed` (as read for the plan) already says it all;
+/// the report's lines: what was created, written and linked, then what was
+/// left as it is.
 pub fn install(
     plan: &Plan,
     recorded: BTreeMap<PathBuf, Entry>,
+    installed: Option<&Manifest>,
     program: &[u8],
     manifest_file: &Path,
 ) -> Result<String, Failure> {
@@ -31,9 +34,9 @@ pub fn install(
     for (dir, mode) in &plan.dirs {
         created.extend(create_dirs(dir, *mode)?);
     }
-    let text = plan.manifest(recorded, &created).text()?;
-    if fs::read(manifest_file).ok().as_deref() != Some(text.as_bytes()) {
-        write(manifest_file, text.as_bytes(), 0o644)?;
+    let manifest = plan.manifest(recorded, &created);
+    if installed != Some(&manifest) {
+        write(manifest_file, manifest.text()?.as_bytes(), 0o644)?;
     }
 
     let mut out = String::new();

@@ -17,13 +17,19 @@ use super::plan::{Build, Current, Found};
 pub fn program(path: &Path, program: &[u8]) -> Result<Found<Build>, Failure> {
     Ok(match lstat(path)? {
         None => Found::Nothing,
-        Some(meta) if meta.is_file() => {
-            if meta.len() == program.len() as u64 && fs::read(path).map_err(unreadable(path))? == program {
-                Found::File(Build::Identical)
+        // A file of the program's size is read whole once, to compare and
+        // then to search; any other is only searched, in pieces.
+        Some(meta) if meta.is_file() && meta.len() == program.len() as u64 => {
+            let bytes = fs::read(path).map_err(unreadable(path))?;
+            Found::File(if bytes == program {
+                Build::Identical
+            } else if marker::in_bytes(&bytes) {
+                Build::Ours
             } else {
-                Found::File(build(path)?)
-            }
+                Build::Foreign
+            })
         }
+        Some(meta) if meta.is_file() => Found::File(build(path)?),
         Some(meta) if meta.file_type().is_symlink() => Found::Symlink(target(path)),
         Some(_) => Found::Other,
     })
@@ -88,6 +94,7 @@ fn target(path: &Path) -> Result<PathBuf, String> {
     fs::read_link(path).map_err(|e| e.to_string())
 }
 
-fn unreadable(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
+/// The failure to read `path`, for `map_err`.
+pub fn unreadable(path: &Path) -> impl Fn(io::Error) -> Failure + '_ {
     move |error| Failure::File { action: FileAction::Read, path: path.to_path_buf(), error }
 }

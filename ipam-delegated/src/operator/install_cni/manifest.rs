@@ -7,10 +7,11 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use ipam_ds_cluster::blocks::fnv1a;
 use serde::{Deserialize, Serialize};
 
 use super::super::failure::{Failure, FileAction};
-use super::super::report::NAME;
+use super::super::report::{to_json, NAME};
 
 pub const MANIFEST: &str = ".ipam-delegated-installed";
 
@@ -74,11 +75,9 @@ impl Manifest {
         self.entries.iter().map(|e| (e.path.clone(), e.clone())).collect()
     }
 
-    /// The file's text: pretty JSON and a final newline.
+    /// The file's text: pretty JSON and a final newline, as every report's.
     pub fn text(&self) -> Result<String, Failure> {
-        let text =
-            serde_json::to_string_pretty(self).map_err(|e| Failure::Bug(format!("cannot render the manifest: {e}")))?;
-        Ok(format!("{text}\n"))
+        to_json(self)
     }
 }
 
@@ -96,15 +95,10 @@ pub fn read(path: &Path) -> Result<Option<Manifest>, Failure> {
     }
 }
 
-/// FNV-1a, 64 bits: stable across builds (std's hasher is not), and enough
-/// to tell the file written from one edited since.
+/// FNV-1a, 64 bits, in hex: stable across builds (std's hasher is not), and
+/// enough to tell the file written from one edited since.
 fn fnv1a64(bytes: &[u8]) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &byte in bytes {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", fnv1a(bytes))
 }
 
 #[cfg(test)]

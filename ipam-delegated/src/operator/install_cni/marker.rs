@@ -10,7 +10,8 @@ use std::path::Path;
 /// so that the optimiser keeps them as one run of bytes in the file.
 pub const MARKER: &[u8] = b"ipam-delegated build marker: 6f1d2c84-install-cni-v1";
 
-/// Whether `bytes` (this program's own, as read) hold the marker.
+/// Whether `bytes` (a file read whole: this program, or one of its size) hold
+/// the marker.
 pub fn in_bytes(bytes: &[u8]) -> bool {
     contains(bytes, std::hint::black_box(MARKER))
 }

@@ -85,7 +85,8 @@ fn install(options: &Options) -> Result<Report, Failure> {
     let node = sources::node_name()?;
     let program = sources::own_program()?;
     let manifest_file = manifest::path(&options.bin_dir);
-    let recorded = manifest::read(&manifest_file)?.unwrap_or_default().recorded();
+    let installed = manifest::read(&manifest_file)?;
+    let recorded = installed.as_ref().map(manifest::Manifest::recorded).unwrap_or_default();
 
     let program_path = options.bin_dir.join(NAME);
     let mut wanted = Wanted {
@@ -114,7 +115,7 @@ fn install(options: &Options) -> Result<Report, Failure> {
     }
 
     let plan = plan::plan(wanted, &recorded, options.force)?;
-    let mut out = apply::install(&plan, recorded, &program, &manifest_file)?;
+    let mut out = apply::install(&plan, recorded, installed.as_ref(), &program, &manifest_file)?;
     out += &format!("node name {node} in {}\n", options.node_file.display());
     Ok(Report::fine(out))
 }

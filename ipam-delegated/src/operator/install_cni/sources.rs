@@ -9,6 +9,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::super::failure::{ConflistProblem, Failure, FileAction};
+use super::found::unreadable;
 use super::marker;
 
 /// Where the program is read from: the running process's own file.
@@ -39,10 +40,10 @@ pub fn own_program() -> Result<Vec<u8>, Failure> {
 /// which is followed; the `..`-names themselves and anything not a file are
 /// skipped. In name order.
 pub fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, Failure> {
-    let unreadable = |error| Failure::File { action: FileAction::ReadEtcdSecret, path: dir.to_path_buf(), error };
+    let unlisted = |error| Failure::File { action: FileAction::ReadEtcdSecret, path: dir.to_path_buf(), error };
     let mut files = Vec::new();
-    for entry in fs::read_dir(dir).map_err(unreadable)? {
-        let entry = entry.map_err(unreadable)?;
+    for entry in fs::read_dir(dir).map_err(unlisted)? {
+        let entry = entry.map_err(unlisted)?;
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
             return Err(Failure::NotUtf8Name(entry.path()));
         };
@@ -50,7 +51,7 @@ pub fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, Failure> {
             continue;
         }
         let path = entry.path();
-        let meta = fs::metadata(&path).map_err(|error| read_failure(&path, error))?;
+        let meta = fs::metadata(&path).map_err(unreadable(&path))?;
         if !meta.is_file() {
             continue;
         }
@@ -103,15 +104,11 @@ fn network_configuration(source: &Path) -> Result<(String, Vec<u8>), Failure> {
 }
 
 fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
-    let file = File::open(path).map_err(|error| read_failure(path, error))?;
+    let file = File::open(path).map_err(unreadable(path))?;
     let mut bytes = Vec::new();
-    file.take(MAX_DATA_FILE + 1).read_to_end(&mut bytes).map_err(|error| read_failure(path, error))?;
+    file.take(MAX_DATA_FILE + 1).read_to_end(&mut bytes).map_err(unreadable(path))?;
     if bytes.len() as u64 > MAX_DATA_FILE {
         return Err(Failure::TooLarge { path: path.to_path_buf(), limit: MAX_DATA_FILE });
     }
     Ok(bytes)
-}
-
-fn read_failure(path: &Path, error: std::io::Error) -> Failure {
-    Failure::File { action: FileAction::Read, path: path.to_path_buf(), error }
 }
