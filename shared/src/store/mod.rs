@@ -334,6 +334,14 @@ impl AllocationStore {
         }
     }
 
+    /// Whether every table of `names` is in the database, asked on the bare
+    /// connection: no transaction, so a delegate that checks for its own
+    /// tables at every call (cluster mode) pays three lookups, not a
+    /// BEGIN and ROLLBACK around them.
+    pub fn has_tables(&self, names: &[&str]) -> Result<bool> {
+        names.iter().try_fold(true, |all, &name| Ok(all && self.conn.table_exists(None, name).in_db(&self.path)?))
+    }
+
     /// Ok when the database can be written now (for STATUS): takes the lock,
     /// begins a write transaction and rolls it back.
     pub fn probe_writable(&mut self) -> Result<()> {
