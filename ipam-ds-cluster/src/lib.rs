@@ -182,7 +182,7 @@ impl Plugin for ClusterSelector {
         let call = Session::open(&settings, network, &mut store)?;
         let unreachable = match call.node.reachable() {
             Ok(()) => return Ok(Reply::Nothing),
-            Err(datastore::Error::Unavailable(why)) => why,
+            Err(datastore::Error::Unavailable(unreachable)) => unreachable,
             // Refused credentials, a certificate that does not verify: not
             // an outage that blocks confirmed within offlineGrace can bridge.
             Err(e) => return Err(e.into()),
@@ -200,16 +200,12 @@ impl Plugin for ClusterSelector {
             Ok(false)
         })?;
         if room {
-            tracing::warn!(
-                "etcd is unreachable ({unreachable}); ADD is served from blocks confirmed within offlineGrace"
-            );
+            tracing::warn!("{unreachable}; ADD is served from blocks confirmed within offlineGrace");
             return Ok(Reply::Nothing);
         }
         Err(CniError::new(
             Code::NotReady,
-            format!(
-                "etcd is unreachable and no block of this node confirmed within offlineGrace has room: {unreachable}"
-            ),
+            format!("no block of this node confirmed within offlineGrace has room, and {unreachable}"),
         ))
     }
 }

@@ -18,6 +18,7 @@ use std::path::Path;
 
 use ipam_ds_cluster::datastore::etcd::EtcdStore;
 use ipam_ds_cluster::etcd;
+use ipam_ds_cluster::settings::Store;
 use shared::logging::{self, LogSettings};
 
 use super::cli::ClusterCommand;
@@ -32,10 +33,18 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     // operator changed in etcd is on record beside the plugins' own lines.
     let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, conf.netconf.ipam().ok()));
     conf.settings.warn_weak();
-    let client = etcd::Client::new(conf.settings.etcd.clone()).map_err(|e| etcd_failure(&conf, e))?;
-    let datastore = EtcdStore::over(client, &conf.settings, &conf.network);
+    let Store::Etcd { client, prefix } = &conf.settings.store else {
+        return Err(Failure::ClusterConf {
+            conf: conf.path.clone(),
+            problem: "ipam.cluster.kubernetes: the cluster commands work on the etcd datastore only, for now; on the \
+                      Kubernetes API, `kubectl get ipam-delegated` shows the blocks and their nodes"
+                .to_string(),
+        });
+    };
+    let client = etcd::Client::new(client.clone()).map_err(|e| etcd_failure(&conf, e))?;
+    let datastore = EtcdStore::over(client, prefix, &conf.settings, &conf.network);
     match command {
-        ClusterCommand::Blocks { json } => blocks::run(&conf, datastore.client(), json),
+        ClusterCommand::Blocks { json } => blocks::run(&conf, prefix, datastore.client(), json),
         ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &datastore, &node, json, gone),
     }
 }

@@ -79,32 +79,39 @@ impl EtcdStore<Client> {
     /// The client of `settings`, with the auth token an earlier call saved
     /// in the node database.
     pub fn open(
+        client: &etcd::Settings,
+        prefix: &str,
         settings: &crate::settings::Settings,
         network: &str,
         store: &mut StoreHandle,
     ) -> shared::Result<EtcdStore> {
-        let token_note = settings.etcd.token_note();
+        let token_note = client.token_note();
         let cached_token = match &token_note {
             Some(note) => store.read(|tx| tx.note(note))?,
             None => None,
         };
-        let client = Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(EtcdStore { cached_token, token_note, ..EtcdStore::over(client, settings, network) })
+        let client = Client::new(client.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
+        Ok(EtcdStore { cached_token, token_note, ..EtcdStore::over(client, prefix, settings, network) })
     }
 }
 
 impl<C: Api> EtcdStore<C> {
     /// The store over `client`, with no token kept between calls (the
     /// operator's tool).
-    pub fn over(client: C, settings: &crate::settings::Settings, network: &str) -> EtcdStore<C> {
+    pub fn over(client: C, prefix: &str, settings: &crate::settings::Settings, network: &str) -> EtcdStore<C> {
         EtcdStore {
             client,
-            prefix: settings.prefix.clone(),
+            prefix: prefix.to_string(),
             network: network.to_string(),
             node: settings.node.clone(),
             cached_token: None,
             token_note: None,
         }
+    }
+
+    /// The key prefix, for the operator's commands that read etcd's layout.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The client, for the operator's commands that read etcd's layout
@@ -736,7 +743,7 @@ fn not_ranges() -> etcd::Error {
 /// may bridge it); anything else is an error of the contract.
 fn failure(e: etcd::Error) -> Error {
     match e {
-        etcd::Error::Unavailable(why) => Error::Unavailable(why),
+        etcd::Error::Unavailable(why) => Error::Unavailable(super::Unreachable { store: "etcd", why }),
         e => Error::Failed(etcd_error(e)),
     }
 }
@@ -747,7 +754,7 @@ fn failure(e: etcd::Error) -> Error {
 /// which trying again does not). The one mapping, the operator's tool's too.
 pub fn etcd_error(e: etcd::Error) -> CniError {
     match e {
-        etcd::Error::Unavailable(why) => Error::Unavailable(why).into(),
+        etcd::Error::Unavailable(why) => Error::Unavailable(super::Unreachable { store: "etcd", why }).into(),
         etcd::Error::Refused { code: 3, message } if message.contains("authentication failed") => CniError::config(
             "ipam.cluster.etcd.passwordFile",
             format!(

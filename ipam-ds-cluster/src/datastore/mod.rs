@@ -82,7 +82,7 @@ pub struct AddressEntry {
 pub enum Error {
     /// It did not answer (or has no quorum): try again later. Within
     /// offlineGrace a node allocates in its confirmed blocks meanwhile.
-    Unavailable(String),
+    Unavailable(Unreachable),
     /// Anything else, in the contract's words (a setting to fix, 7; a
     /// refusal or an unexpected answer, 11).
     Failed(CniError),
@@ -91,9 +91,23 @@ pub enum Error {
 impl From<Error> for CniError {
     fn from(e: Error) -> CniError {
         match e {
-            Error::Unavailable(why) => CniError::new(Code::TryAgainLater, format!("etcd is unreachable: {why}")),
+            Error::Unavailable(e) => CniError::new(Code::TryAgainLater, e.to_string()),
             Error::Failed(e) => e,
         }
+    }
+}
+
+/// Which store did not answer, and how it failed.
+#[derive(Debug, Clone)]
+pub struct Unreachable {
+    /// `etcd`, `the Kubernetes API server`.
+    pub store: &'static str,
+    pub why: String,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is unreachable: {}", self.store, self.why)
     }
 }
 

@@ -89,12 +89,12 @@ impl RecordCounts {
     }
 }
 
-pub fn run(conf: &ClusterConf, client: &etcd::Client, json: bool) -> Result<Report, Failure> {
+pub fn run(conf: &ClusterConf, prefix: &str, client: &etcd::Client, json: bool) -> Result<Report, Failure> {
     let node = conf.settings.node.as_str();
     let mut pools = Vec::with_capacity(conf.pools.len());
     for pool in &conf.pools {
         let g = Geometry::of(pool);
-        let keys = PoolKeys::new(&conf.settings.prefix, &conf.network, &pool.name);
+        let keys = PoolKeys::new(prefix, &conf.network, &pool.name);
         let found = read_pool(conf, client, &keys, &g)?;
         let ours = to_bytes(&PoolRecord::of(pool, g.block_size));
         let warning = found.definition.as_ref().filter(|kv| kv.value != ours).map(|kv| {

@@ -111,7 +111,7 @@ impl Wait {
 
 pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, gone: bool) -> Result<Report, Failure> {
     let client = datastore.client();
-    let entry_key = NetworkKeys::new(&conf.settings.prefix, &conf.network).node(node);
+    let entry_key = NetworkKeys::new(datastore.prefix(), &conf.network).node(node);
     let entry = client.range(&RangeRequest::key(entry_key.clone())).map_err(|e| etcd_failure(conf, e))?.kvs.pop();
     let operators =
         Wait { offline_grace: conf.settings.offline_grace, call_timeout: conf.call_timeout, nodes_own: false };
@@ -160,7 +160,7 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
         // A lease of its own per pool: one granted for an earlier pool would
         // end before the full wait for this pool's tombstones.
         let mut lease = None;
-        if let Err(problem) = release_pool(conf, client, pool, node, ttl, &mut lease, &mut done) {
+        if let Err(problem) = release_pool(conf, datastore.prefix(), client, pool, node, ttl, &mut lease, &mut done) {
             failure = Some(problem);
             break;
         }
@@ -196,8 +196,10 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
 
 /// One pool: reads it, then releases NODE's blocks and deletes its records,
 /// each only if unchanged since read; what changed meanwhile is read again.
+#[allow(clippy::too_many_arguments)]
 fn release_pool(
     conf: &ClusterConf,
+    prefix: &str,
     client: &etcd::Client,
     pool: &shared::pool::Pool,
     node: &str,
@@ -206,7 +208,7 @@ fn release_pool(
     done: &mut Document,
 ) -> Result<(), Failure> {
     let g = Geometry::of(pool);
-    let keys = PoolKeys::new(&conf.settings.prefix, &conf.network, &pool.name);
+    let keys = PoolKeys::new(prefix, &conf.network, &pool.name);
     for _ in 0..ROUNDS {
         let found = read_pool(conf, client, &keys, &g)?;
         let blocks: Vec<_> = found.owners.iter().filter(|o| o.record.node == node && !o.record.released).collect();
