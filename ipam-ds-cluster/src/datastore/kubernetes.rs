@@ -806,7 +806,7 @@ impl Datastore for KubeStore {
 
     fn create_record(&self, key: &str, value: &[u8]) -> Answer<Created> {
         if key.starts_with(IDENTITY_KEY_PREFIX) {
-            return Err(Error::Failed(sticky_not_here()));
+            return Err(Error::Failed(crate::sticky_not_on_kubernetes()));
         }
         let (pool, block, address) = parse_record_key(key)?;
         let record = address_record(value, &pool)?;
@@ -889,7 +889,7 @@ impl Datastore for KubeStore {
         _hold_seconds: Option<i64>,
         _not_recovering: bool,
     ) -> Answer<Option<Version>> {
-        Err(Error::Failed(sticky_not_here()))
+        Err(Error::Failed(crate::sticky_not_on_kubernetes()))
     }
 
     fn release(&self, releases: &[RecordRelease]) -> Vec<Answer<bool>> {
@@ -1029,13 +1029,6 @@ fn not_ours(name: &str, expected: &str) -> Error {
     ))
 }
 
-fn sticky_not_here() -> CniError {
-    CniError::config(
-        KUBECONFIG_FIELD,
-        "workload identities (ipam-da-sticky) in cluster mode are kept on the etcd datastore only, for now: use \
-         ipam.cluster.etcd for a sticky stack",
-    )
-}
 
 /// A version from the digest of `parts`: equal for equal contents.
 fn digest_version(parts: &[&[u8]]) -> Version {
