@@ -5,6 +5,7 @@
 pub mod layout;
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use shared::store::{StoreHandle, Tx};
@@ -16,7 +17,7 @@ use super::{
     Swap, Then, Version, Versioned,
 };
 use crate::etcd::{self, Client, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
-use crate::records::{shown, to_bytes, NodeEntry, RecoveryRecord};
+use crate::records::{shown, to_bytes, BlockRecord, NodeEntry, RecoveryRecord};
 use crate::rows::ClusterRows;
 use layout::{NetworkKeys, PoolKeys};
 
@@ -644,6 +645,43 @@ impl<C: Api> Datastore for EtcdStore<C> {
         let txn = Txn {
             compare: vec![Compare::absent(key.clone())],
             success: vec![Op::Put { key: key.into_bytes(), value: to_bytes(record), lease }],
+            failure: Vec::new(),
+        };
+        Ok(self.txn(&txn)?.succeeded)
+    }
+
+    fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>> {
+        let answer = self.client.range(&RangeRequest::key(self.net_keys().node(node))).map_err(failure)?;
+        Ok(first(answer.kvs))
+    }
+
+    fn forget_node(&self, node: &str, read: &Versioned) -> Answer<bool> {
+        let key = self.net_keys().node(node);
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(key.clone(), read.version.0)],
+            success: vec![Op::Delete { key: key.into_bytes(), range_end: None }],
+            failure: Vec::new(),
+        };
+        Ok(self.txn(&txn)?.succeeded)
+    }
+
+    fn release_block(&self, pool: &str, block: IpNet, read: &Versioned, wait: Option<Duration>) -> Answer<bool> {
+        let key = self.pool_keys(pool).block(&block);
+        let op = match wait {
+            None => Op::Delete { key: key.clone().into_bytes(), range_end: None },
+            Some(wait) => {
+                // The tombstone lives under a lease of the wait: when it
+                // ends, etcd deletes it and the block is claimable.
+                let Ok(mut tombstone) = serde_json::from_slice::<BlockRecord>(&read.value) else { return Ok(false) };
+                (tombstone.released, tombstone.at) = (true, shared::store::unix_now());
+                let ttl = (wait.as_secs_f64().ceil() as i64).max(1);
+                let lease = self.client.lease_grant(ttl).map_err(failure)?;
+                Op::Put { key: key.clone().into_bytes(), value: to_bytes(&tombstone), lease }
+            }
+        };
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(key, read.version.0)],
+            success: vec![op],
             failure: Vec::new(),
         };
         Ok(self.txn(&txn)?.succeeded)

@@ -892,6 +892,37 @@ impl Datastore for KubeStore {
         Err(Error::Failed(crate::sticky_not_on_kubernetes()))
     }
 
+    fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>> {
+        let found = self.get::<NodeSpec>(&names::node_name(&self.network, node))?;
+        Ok(found.filter(|f| f.spec.node == node && f.spec.network == self.network).as_ref().map(node_entry))
+    }
+
+    fn forget_node(&self, node: &str, read: &Versioned) -> Answer<bool> {
+        let found = self.get::<NodeSpec>(&names::node_name(&self.network, node))?;
+        match found.filter(|f| node_entry(f).version == read.version) {
+            Some(found) => self.delete(&found),
+            None => Ok(false),
+        }
+    }
+
+    fn release_block(&self, pool: &str, block: IpNet, read: &Versioned, wait: Option<Duration>) -> Answer<bool> {
+        self.change_block(pool, block, |found, now| {
+            let as_read =
+                found.and_then(|f| Self::block_entry(f, now)).is_some_and(|e| e.stored.version == read.version);
+            let (Some(found), true) = (found, as_read) else { return Ok(Step::Answer(false)) };
+            let mut spec = found.spec.clone();
+            spec.wanted = None;
+            match (wait, spec.state.owner().cloned()) {
+                // The end is the API server's time: the Date of the answer
+                // this is decided from, plus the wait (rounded up).
+                (Some(wait), Some(owner)) => spec.state = BlockState::Released { owner, until: now.plus(wait) },
+                (None, _) if spec.records.is_empty() => return Ok(Step::Delete(true)),
+                _ => spec.state = BlockState::Unclaimed,
+            }
+            Ok(Step::Write(Box::new(spec), true))
+        })
+    }
+
     fn release(&self, releases: &[RecordRelease]) -> Vec<Answer<bool>> {
         let mut outcomes: Vec<Option<Answer<bool>>> = vec![None; releases.len()];
         let mut by: BTreeMap<(String, IpNet), Vec<(usize, IpAddr)>> = BTreeMap::new();
@@ -1028,7 +1059,6 @@ fn not_ours(name: &str, expected: &str) -> Error {
         ),
     ))
 }
-
 
 /// A version from the digest of `parts`: equal for equal contents.
 fn digest_version(parts: &[&[u8]]) -> Version {

@@ -20,6 +20,7 @@ pub mod kubernetes;
 pub mod memory;
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use shared::store::StoreHandle;
@@ -449,6 +450,19 @@ pub trait Datastore {
         hold_seconds: Option<i64>,
         not_recovering: bool,
     ) -> Answer<Option<Version>>;
+
+    /// `node`'s entry (release-node reads the wait that node recorded).
+    fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>>;
+
+    /// Deletes `node`'s entry while it is as `read`. False: it changed
+    /// (the node registered again: it is alive).
+    fn forget_node(&self, node: &str, read: &Versioned) -> Answer<bool>;
+
+    /// release-node: while `block`'s record is as `read`, the block becomes
+    /// released, unclaimable for `wait` (a tombstone that ends by itself,
+    /// timed by the store), or, with no wait (gone for good), nobody's at
+    /// once. False: it changed.
+    fn release_block(&self, pool: &str, block: IpNet, read: &Versioned, wait: Option<Duration>) -> Answer<bool>;
 
     /// Releases records this node wrote, each on its own: per record, true
     /// when released, false when it is no longer as written (left as it is),
