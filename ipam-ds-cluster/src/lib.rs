@@ -1,6 +1,6 @@
 //! ipam-ds-cluster: the selection delegate that makes one address space span
 //! many nodes. Placed after ipam-ds-pool, it turns the cluster pools it is
-//! given into the blocks of them this node owns, claimed on etcd, and hands
+//! given into the blocks of them this node owns, claimed on etcd or the Kubernetes API, and hands
 //! those to the allocators as `pools`, so that they allocate inside them from
 //! the node's own database. Addresses asked for by name are reserved
 //! cluster-wide first. DEL and GC release what this node recorded in etcd;
@@ -28,7 +28,7 @@ use settings::{Settings, Store};
 pub const ABOUT: About = About {
     name: "ipam-ds-cluster",
     version: env!("CARGO_PKG_VERSION"),
-    summary: "IPAM selection delegate: this node's blocks of cluster-wide pools, claimed on etcd",
+    summary: "IPAM selection delegate: this node's blocks of cluster-wide pools, claimed on etcd or the Kubernetes API",
 };
 
 pub struct ClusterSelector;
