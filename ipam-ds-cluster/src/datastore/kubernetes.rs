@@ -1184,3 +1184,6 @@ fn spread(node: &str, n: usize) -> usize {
     let Version(v) = digest_version(&[node.as_bytes()]);
     (v as u64 % n as u64) as usize
 }
+
+#[cfg(test)]
+mod tests;
