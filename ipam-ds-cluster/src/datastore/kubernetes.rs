@@ -17,14 +17,29 @@
 //! version is a digest of what it holds, and an object's `resourceVersion`
 //! is compared by the API server itself, never by this code.
 //!
+//! The parts: [`requests`] (typed requests, the `Date` as the store's clock,
+//! refusals in the protocol's terms), [`blocks`] (the read-decide-write step
+//! on a block, and a block as etcd's layout would hold it), [`shapes`]
+//! (records in the node database's and etcd's terms).
+//!
 //! Not yet on this store (refused with error 7 naming the setting, before
 //! anything is written): workload identities (ipam-da-sticky in cluster
 //! mode). Not yet detected on it: the API server's etcd restored from an
 //! older backup (`marks` has no global revision here; docs/kubernetes.md
 //! says what the per-object check will compare).
 
+mod blocks;
 pub mod names;
 pub mod objects;
+mod requests;
+mod shapes;
+
+use blocks::Step;
+use requests::{bug, not_ours};
+use shapes::{
+    address_record, by_block, digest_version, identity_record, node_entry, parse_record_key, random_claim, record_key,
+    record_versioned, same_record, seconds, spread, IDENTITY_KEY_PREFIX,
+};
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
@@ -32,21 +47,18 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use ring::digest::{digest, SHA256};
-use serde::de::DeserializeOwned;
 use shared::store::StoreHandle;
 use shared::{CniError, Code};
 
 use super::{
-    Answer, BlockClaim, BlockEntry, BlockIs, ConfirmRead, Created, Datastore, Error, GrantRefusal, IndexedPool,
-    Outcome, PoolConfirm, PoolIndex, PoolRead, PoolRecords, RecordChange, RecordRelease, Reservation, ReserveRefusal,
-    Swap, Unreachable, Version, Versioned,
+    Answer, BlockClaim, BlockIs, ConfirmRead, Created, Datastore, Error, GrantRefusal, IndexedPool, Outcome,
+    PoolConfirm, PoolIndex, PoolRead, PoolRecords, RecordChange, RecordRelease, Reservation, ReserveRefusal, Swap,
+    Version, Versioned,
 };
-use crate::kube::{self, Client, Preconditions, Resource, Selectors};
-use crate::records::{shown, to_bytes, AddressRecord, BlockRecord, IdentityRecord, Kind, NodeEntry, PoolRecord};
+use crate::kube::{self, Client};
+use crate::records::{to_bytes, BlockRecord, NodeEntry, PoolRecord};
 use objects::{
-    BlockSpec, BlockState, IdentitySpec, IdentityState, Kind as ObjectKind, NetworkSpec, NodeRecord, NodeSpec, Object,
-    Owner, PoolDefinition, Record, Time, Wanted,
+    BlockSpec, BlockState, IdentitySpec, NetworkSpec, NodeSpec, Object, Owner, PoolDefinition, Time, Wanted,
 };
 
 /// How the store is named in messages.
@@ -77,17 +89,6 @@ pub struct KubeStore {
     now: Cell<Time>,
 }
 
-/// What one round of [`KubeStore::change_block`] decided from the block as
-/// read (none: it has no object).
-enum Step<T> {
-    /// Write the block so (created when it has no object), then `T`.
-    Write(Box<BlockSpec>, T),
-    /// Delete its object, then `T`.
-    Delete(T),
-    /// Write nothing: `T` (taken only on a fresh read).
-    Answer(T),
-}
-
 impl KubeStore {
     pub fn open(settings: &kube::Settings, cluster: &crate::settings::Settings, network: &str) -> shared::Result<Self> {
         let client = Client::new(settings).map_err(|e| e.to_cni(KUBECONFIG_FIELD))?;
@@ -100,57 +101,6 @@ impl KubeStore {
             node_object: RefCell::new(None),
             now: Cell::new(Time(0)),
         })
-    }
-
-    // ---- requests, typed
-
-    fn answered<T>(&self, answer: kube::Answer<T>) -> T {
-        self.now.set(Time::of(answer.date));
-        answer.outcome
-    }
-
-    fn get<K: ObjectKind>(&self, name: &str) -> Answer<Option<Object<K>>> {
-        let found = self.client.get(&resource::<K>(), name).map_err(failure)?;
-        self.answered(found).map(|o| typed::<K>(o.0)).transpose()
-    }
-
-    fn list<K: ObjectKind>(&self, labels: &str) -> Answer<Vec<Object<K>>> {
-        let selectors = Selectors { labels: Some(labels), fields: None };
-        let list = self.client.list(&resource::<K>(), &selectors).map_err(failure)?;
-        self.answered(list).items.into_iter().map(|o| typed::<K>(o.0)).collect()
-    }
-
-    /// Creates `object`; none: one of its name exists.
-    fn create<K: ObjectKind>(&self, object: &Object<K>) -> Answer<Option<Object<K>>> {
-        let body = serde_json::to_value(object).map_err(|e| bug(&object.metadata.name, e))?;
-        let created = self.client.create(&resource::<K>(), &body).map_err(failure)?;
-        match self.answered(created) {
-            kube::Created::Created(o) => typed::<K>(o.0).map(Some),
-            kube::Created::AlreadyExists => Ok(None),
-        }
-    }
-
-    /// Replaces `object` at the resourceVersion it was read at; none: it
-    /// changed or went since.
-    fn replace<K: ObjectKind>(&self, object: &Object<K>) -> Answer<Option<Object<K>>> {
-        let name = &object.metadata.name;
-        let version = object.metadata.resource_version.as_deref().unwrap_or_default();
-        let body = serde_json::to_value(object).map_err(|e| bug(name, e))?;
-        let replaced = self.client.replace(&resource::<K>(), name, version, &body).map_err(failure)?;
-        match self.answered(replaced) {
-            kube::Replaced::Replaced(o) => typed::<K>(o.0).map(Some),
-            kube::Replaced::Conflict | kube::Replaced::NotFound => Ok(None),
-        }
-    }
-
-    /// Deletes `object` while it is as read; false: it changed or went since.
-    fn delete<K: ObjectKind>(&self, object: &Object<K>) -> Answer<bool> {
-        let preconditions = Preconditions {
-            uid: object.metadata.uid.as_deref(),
-            resource_version: object.metadata.resource_version.as_deref(),
-        };
-        let deleted = self.client.delete(&resource::<K>(), &object.metadata.name, &preconditions).map_err(failure)?;
-        Ok(matches!(self.answered(deleted), kube::Deleted::Deleted))
     }
 
     // ---- the network, the node
@@ -199,188 +149,6 @@ impl KubeStore {
         }
         self.node_object.replace(found.clone());
         Ok(found.as_ref().map(node_entry))
-    }
-
-    // ---- blocks
-
-    fn block_name(&self, pool: &str, block: IpNet) -> String {
-        names::block_name(&self.network, pool, block)
-    }
-
-    /// Checks a block read is the one its name says (a hash collision, or
-    /// an object made by hand, is refused), and keeps it for later writes.
-    fn keep_block(&self, object: Object<BlockSpec>) -> Answer<Object<BlockSpec>> {
-        let spec = &object.spec;
-        let expected = self.block_name(&spec.pool, spec.cidr);
-        if spec.network != self.network || object.metadata.name != expected {
-            return Err(not_ours(&object.metadata.name, &format!("{expected} of network {:?}", self.network)));
-        }
-        self.blocks.borrow_mut().insert(object.metadata.name.clone(), (object.clone(), self.now.get()));
-        Ok(object)
-    }
-
-    fn read_block(&self, pool: &str, block: IpNet) -> Answer<Option<Object<BlockSpec>>> {
-        let name = self.block_name(pool, block);
-        match self.get::<BlockSpec>(&name)? {
-            Some(found) => self.keep_block(found).map(Some),
-            None => {
-                self.blocks.borrow_mut().remove(&name);
-                Ok(None)
-            }
-        }
-    }
-
-    /// Every block object of `pool` (by label; each checked by its spec).
-    fn pool_blocks(&self, pool: &str) -> Answer<Vec<Object<BlockSpec>>> {
-        let labels = format!(
-            "{}={},{}={}",
-            objects::LABEL_NETWORK,
-            names::text(&self.network),
-            objects::LABEL_POOL,
-            names::text(pool)
-        );
-        let found = self.list::<BlockSpec>(&labels)?;
-        found.into_iter().filter(|b| b.spec.pool == pool).map(|b| self.keep_block(b)).collect()
-    }
-
-    /// One read-decide-write step on a block: `decide` sees the block as
-    /// last read (or as read now) and the `Date` of that answer. A write
-    /// that loses a race (409), or a decision to write nothing taken on an
-    /// earlier read, reads the block again and decides again.
-    fn change_block<T>(
-        &self,
-        pool: &str,
-        block: IpNet,
-        mut decide: impl FnMut(Option<&Object<BlockSpec>>, Time) -> Answer<Step<T>>,
-    ) -> Answer<T> {
-        let name = self.block_name(pool, block);
-        let mut current = self.blocks.borrow().get(&name).map(|(o, at)| (Some(o.clone()), *at, false));
-        for round in 0..ROUNDS {
-            if round > 1 {
-                pause(round);
-            }
-            let (object, at, fresh) = match current.take() {
-                Some(known) => known,
-                None => (self.read_block(pool, block)?, self.now.get(), true),
-            };
-            let done = match decide(object.as_ref(), at)? {
-                Step::Answer(answer) if fresh => return Ok(answer),
-                Step::Answer(_) => None,
-                Step::Write(spec, answer) => {
-                    let written = match &object {
-                        Some(o) => o.with_spec(*spec),
-                        None => Object::new(*spec),
-                    };
-                    if !written.within_limits() {
-                        return Err(Error::Failed(CniError::new(
-                            Code::TryAgainLater,
-                            format!(
-                                "IPDBlock {name} would pass {} records or {} bytes: not written",
-                                objects::MAX_RECORDS,
-                                objects::MAX_OBJECT_BYTES
-                            ),
-                        )));
-                    }
-                    let answered = match object {
-                        Some(_) => self.replace(&written)?,
-                        None => self.create(&written)?,
-                    };
-                    match answered {
-                        Some(now) => {
-                            self.keep_block(now)?;
-                            Some(answer)
-                        }
-                        None => None,
-                    }
-                }
-                Step::Delete(answer) => match &object {
-                    Some(o) if self.delete(o)? => {
-                        self.blocks.borrow_mut().remove(&name);
-                        Some(answer)
-                    }
-                    Some(_) => None,
-                    None => Some(answer),
-                },
-            };
-            if let Some(answer) = done {
-                return Ok(answer);
-            }
-        }
-        Err(Error::Failed(CniError::new(
-            Code::TryAgainLater,
-            format!("IPDBlock {name} kept changing under this call ({ROUNDS} tries): try again"),
-        )))
-    }
-
-    /// The block's record as etcd's layout would hold it (none: nobody's,
-    /// or a release whose end is past by `now`, which etcd's lease would
-    /// have deleted).
-    fn block_entry(object: &Object<BlockSpec>, now: Time) -> Option<BlockEntry> {
-        let record = |owner: &Owner, released: bool| BlockRecord {
-            node: owner.node.clone(),
-            at: owner.since.0,
-            released,
-            db: owner.db.clone(),
-            shared: owner.shared,
-        };
-        let (value, version, claim) = match &object.spec.state {
-            BlockState::Owned(owner) => (to_bytes(&record(owner, false)), Version(owner.claim), owner.claim),
-            BlockState::Claiming(owner) => {
-                let value = to_bytes(&record(owner, false));
-                (value.clone(), digest_version(&[b"claiming", &value]), owner.claim)
-            }
-            BlockState::Released { owner, until } if !until.is_past_at(now) => {
-                let value = to_bytes(&record(owner, true));
-                (value.clone(), digest_version(&[b"released", &value, &until.0.to_be_bytes()]), owner.claim)
-            }
-            BlockState::Released { .. } | BlockState::Unclaimed => return None,
-        };
-        Some(BlockEntry { block: object.spec.cidr, stored: Versioned { value, version, created: claim } })
-    }
-
-    fn address_entries(&self, object: &Object<BlockSpec>) -> Vec<super::AddressEntry> {
-        let spec = &object.spec;
-        spec.records
-            .iter()
-            .map(|(address, record)| super::AddressEntry {
-                key: record_key(&spec.pool, spec.cidr, *address),
-                block: spec.cidr,
-                address: *address,
-                stored: record_versioned(record),
-            })
-            .collect()
-    }
-
-    /// Whether a block is nobody's: no object, `Unclaimed`, or released
-    /// with its end past.
-    fn nobodys(object: Option<&Object<BlockSpec>>, now: Time) -> bool {
-        object.is_none_or(|o| Self::block_entry(o, now).is_none())
-    }
-
-    fn blank_block(&self, pool: &str, block: IpNet) -> BlockSpec {
-        BlockSpec {
-            network: self.network.clone(),
-            pool: pool.to_string(),
-            cidr: block,
-            state: BlockState::Unclaimed,
-            wanted: None,
-            recovering: None,
-            records: BTreeMap::new(),
-        }
-    }
-
-    /// The block's spec without its record of `address`: an object left
-    /// nobody's and empty is deleted rather than kept.
-    fn without(object: &Object<BlockSpec>, addresses: &[IpAddr], now: Time) -> Step<()> {
-        let mut spec = object.spec.clone();
-        for a in addresses {
-            spec.records.remove(a);
-        }
-        if spec.records.is_empty() && Self::nobodys(Some(object), now) {
-            Step::Delete(())
-        } else {
-            Step::Write(Box::new(spec), ())
-        }
     }
 }
 
@@ -979,210 +747,6 @@ impl Datastore for KubeStore {
         }
         outcomes.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
     }
-}
-
-const IDENTITY_KEY_PREFIX: &str = "ipdidentities/";
-const RECORD_KEY_PREFIX: &str = "ipdblocks/";
-
-/// A record's name in the node database's rows: its pool, block and
-/// address in clear (`ipdblocks/blue/10.50.0.0/27/10.50.0.9`).
-fn record_key(pool: &str, block: IpNet, address: IpAddr) -> String {
-    format!("{RECORD_KEY_PREFIX}{pool}/{block}/{address}")
-}
-
-fn parse_record_key(key: &str) -> Answer<(String, IpNet, IpAddr)> {
-    let parsed = (|| {
-        let rest = key.strip_prefix(RECORD_KEY_PREFIX)?;
-        let mut parts = rest.rsplitn(4, '/');
-        let address: IpAddr = parts.next()?.parse().ok()?;
-        let prefix = parts.next()?;
-        let net = parts.next()?;
-        let pool = parts.next()?;
-        let block: IpNet = format!("{net}/{prefix}").parse().ok()?;
-        Some((pool.to_string(), block, address))
-    })();
-    parsed.ok_or_else(|| {
-        Error::Failed(CniError::new(
-            Code::Io,
-            format!("{} does not name a record of the Kubernetes datastore", shown(key)),
-        ))
-    })
-}
-
-type BlockKeys = Vec<((String, IpNet), Vec<(String, IpAddr)>)>;
-
-/// `keys` grouped by their block, in order.
-fn by_block(keys: &[String]) -> Answer<BlockKeys> {
-    let mut grouped: BlockKeys = Vec::new();
-    for key in keys {
-        let (pool, block, address) = parse_record_key(key)?;
-        match grouped.iter_mut().find(|(b, _)| b.0 == pool && b.1 == block) {
-            Some((_, of_block)) => of_block.push((key.clone(), address)),
-            None => grouped.push(((pool, block), vec![(key.clone(), address)])),
-        }
-    }
-    Ok(grouped)
-}
-
-fn resource<K: ObjectKind>() -> Resource {
-    Resource { group: objects::GROUP, version: objects::VERSION, plural: K::PLURAL }
-}
-
-fn typed<K: ObjectKind + DeserializeOwned>(value: serde_json::Value) -> Answer<Object<K>> {
-    let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    serde_json::from_value(value).map_err(|e| {
-        Error::Failed(CniError::new(
-            Code::TryAgainLater,
-            format!("{} {} does not read as this plugin writes it: {e}", K::KIND, shown(&name)),
-        ))
-    })
-}
-
-fn failure(e: kube::Error) -> Error {
-    match e {
-        kube::Error::Unavailable(why) => Error::Unavailable(Unreachable { store: STORE, why }),
-        e => Error::Failed(e.to_cni(KUBECONFIG_FIELD)),
-    }
-}
-
-fn bug(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Failed(CniError::new(Code::Io, format!("{}: {e}", shown(what))))
-}
-
-fn not_ours(name: &str, expected: &str) -> Error {
-    Error::Failed(CniError::new(
-        Code::TryAgainLater,
-        format!(
-            "object {} is not the one its name stands for ({expected}): a hash collision, or made by hand; remove \
-             it",
-            shown(name)
-        ),
-    ))
-}
-
-/// A version from the digest of `parts`: equal for equal contents.
-fn digest_version(parts: &[&[u8]]) -> Version {
-    let mut all = Vec::new();
-    for p in parts {
-        all.extend_from_slice(&(p.len() as u64).to_be_bytes());
-        all.extend_from_slice(p);
-    }
-    let hash = digest(&SHA256, &all);
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&hash.as_ref()[..8]);
-    Version((i64::from_be_bytes(first) & i64::MAX).max(1))
-}
-
-/// Sleeps a random time of up to 2^`round` ms, at most [`MAX_PAUSE_MS`].
-fn pause(round: u32) {
-    let most = (1u64 << round.min(16)).min(MAX_PAUSE_MS);
-    let Ok(random) = random_claim() else { return };
-    std::thread::sleep(Duration::from_micros(random as u64 % (most * 1000)));
-}
-
-/// A claim's id: a random positive number, as unique as etcd's revisions
-/// are for the claims of one block.
-fn random_claim() -> Answer<i64> {
-    use std::io::Read as _;
-    let mut bytes = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| Error::Failed(CniError::new(Code::Io, format!("/dev/urandom: {e}"))))?;
-    Ok((i64::from_be_bytes(bytes) & i64::MAX).max(1))
-}
-
-fn seconds(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s).unwrap_or_default()
-}
-
-fn node_entry(object: &Object<NodeSpec>) -> Versioned {
-    let entry = NodeEntry {
-        db: object.spec.db.clone(),
-        offline_grace: object.spec.offline_grace.as_secs_f64(),
-        timeout: object.spec.timeout.as_secs_f64(),
-    };
-    let value = to_bytes(&entry);
-    Versioned {
-        version: digest_version(&[object.metadata.uid.as_deref().unwrap_or_default().as_bytes(), &value]),
-        value,
-        created: 0,
-    }
-}
-
-/// An address record as etcd's layout holds it.
-fn etcd_record(record: &Record) -> AddressRecord {
-    let of = |kind: Kind, r: &NodeRecord| AddressRecord {
-        kind,
-        node: r.node.clone(),
-        container: r.container.clone().unwrap_or_default(),
-        ifname: r.ifname.clone().unwrap_or_default(),
-        lender: r.lender.clone().unwrap_or_default(),
-        identity: r.identity.clone().unwrap_or_default(),
-    };
-    match record {
-        Record::Static(r) => of(Kind::Static, r),
-        Record::Lent(r) => of(Kind::Lent, r),
-        Record::Borrowed(r) => of(Kind::Borrowed, r),
-        Record::Allocated(r) => of(Kind::Allocated, r),
-        Record::Identity(r) => AddressRecord::held_for(&r.identity),
-    }
-}
-
-fn record_versioned(record: &Record) -> Versioned {
-    let value = to_bytes(&etcd_record(record));
-    Versioned { version: digest_version(&[&value]), value, created: 0 }
-}
-
-/// A record's JSON as `node/` writes it, as this store's record.
-fn address_record(value: &[u8], pool: &str) -> Answer<Record> {
-    let r: AddressRecord = serde_json::from_slice(value).map_err(|e| bug(pool, e))?;
-    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let node = NodeRecord {
-        node: r.node.clone(),
-        container: text(&r.container),
-        ifname: text(&r.ifname),
-        lender: text(&r.lender),
-        identity: text(&r.identity),
-    };
-    Ok(match r.kind {
-        Kind::Static => Record::Static(node),
-        Kind::Lent => Record::Lent(node),
-        Kind::Borrowed => Record::Borrowed(node),
-        Kind::Allocated => Record::Allocated(node),
-    })
-}
-
-/// Whether the block's record is the one written as `value`.
-fn same_record(there: &Record, value: &[u8]) -> bool {
-    serde_json::from_slice::<AddressRecord>(value).is_ok_and(|written| etcd_record(there) == written)
-}
-
-fn identity_record(spec: &IdentitySpec) -> IdentityRecord {
-    let sharers =
-        spec.sharers.iter().map(|s| crate::records::Sharer { node: s.node.clone(), container: s.container.clone() });
-    match &spec.state {
-        IdentityState::Live(at) => IdentityRecord {
-            node: at.node.clone(),
-            container: at.container.clone(),
-            addresses: spec.addresses.clone(),
-            until: 0,
-            sharers: sharers.collect(),
-        },
-        IdentityState::Held { was, until } => IdentityRecord {
-            node: was.as_ref().map(|w| w.node.clone()).unwrap_or_default(),
-            container: String::new(),
-            addresses: spec.addresses.clone(),
-            until: until.0.max(1),
-            sharers: Vec::new(),
-        },
-    }
-}
-
-/// A place in `0..n` that depends on the node's name: nodes asking at once
-/// ask different owners first.
-fn spread(node: &str, n: usize) -> usize {
-    let Version(v) = digest_version(&[node.as_bytes()]);
-    (v as u64 % n as u64) as usize
 }
 
 #[cfg(test)]

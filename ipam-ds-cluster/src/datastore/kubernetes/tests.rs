@@ -1,7 +1,11 @@
 //! What the Kubernetes store decides without a server: names of records,
 //! records in both shapes, and the versions that writes compare.
 
+use super::blocks::Step;
+use super::objects::{NodeRecord, Record};
+use super::shapes::{etcd_record, parse_record_key};
 use super::*;
+use crate::records::{AddressRecord, Kind};
 
 fn block_object(state: BlockState, records: &[(&str, Record)]) -> Object<BlockSpec> {
     Object::new(BlockSpec {
