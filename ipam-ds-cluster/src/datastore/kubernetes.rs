@@ -8,7 +8,7 @@
 //! block's `IPDBlock` carries its owner and every address record of the
 //! block, so a claim, a grant, a reservation, a borrowing and a release in
 //! one block are writes of one object, and of two racing writes one gets
-//! 409 and decides again from what it reads ([`KubeStore::change_block`]).
+//! 409 and decides again from what it reads (`KubeStore::change_block`).
 //! The pool definitions are one `IPDNetwork`, whose entries the schema keeps
 //! unchanged once written; who runs as a node name is its `IPDNode`.
 //!
@@ -17,9 +17,9 @@
 //! version is a digest of what it holds, and an object's `resourceVersion`
 //! is compared by the API server itself, never by this code.
 //!
-//! The parts: [`requests`] (typed requests, the `Date` as the store's clock,
-//! refusals in the protocol's terms), [`blocks`] (the read-decide-write step
-//! on a block, and a block as etcd's layout would hold it), [`shapes`]
+//! The parts: `requests` (typed requests, the `Date` as the store's clock,
+//! refusals in the protocol's terms), `blocks` (the read-decide-write step
+//! on a block, and a block as etcd's layout would hold it), `shapes`
 //! (records in the node database's and etcd's terms).
 //!
 //! Not yet on this store (refused with error 7 naming the setting, before
