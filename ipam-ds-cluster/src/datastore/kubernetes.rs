@@ -150,6 +150,39 @@ impl KubeStore {
         self.node_object.replace(found.clone());
         Ok(found.as_ref().map(node_entry))
     }
+    /// Makes `block` this node's (`record`: whose, shared or not) while it
+    /// is nobody's, with a claim id of its own: the claim id and the
+    /// records already in it. None: somebody has it.
+    fn claim_if_nobodys(
+        &self,
+        pool: &str,
+        block: IpNet,
+        record: &[u8],
+    ) -> Answer<Option<(i64, Vec<super::AddressEntry>)>> {
+        let record: BlockRecord = serde_json::from_slice(record).map_err(|e| bug(pool, e))?;
+        let claim = random_claim()?;
+        let claimed = self.change_block(pool, block, |found, now| {
+            if !Self::nobodys(found, now) {
+                return Ok(Step::Answer(false));
+            }
+            let mut spec = found.map_or_else(|| self.blank_block(pool, block), |f| f.spec.clone());
+            spec.state = BlockState::Owned(Owner {
+                node: record.node.clone(),
+                db: record.db.clone(),
+                claim,
+                shared: record.shared,
+                since: now,
+            });
+            spec.wanted = None;
+            Ok(Step::Write(Box::new(spec), true))
+        })?;
+        if !claimed {
+            return Ok(None);
+        }
+        let name = self.block_name(pool, block);
+        let records = self.blocks.borrow().get(&name).map(|(o, _)| self.address_entries(o)).unwrap_or_default();
+        Ok(Some((claim, records)))
+    }
 }
 
 impl Datastore for KubeStore {
@@ -286,29 +319,8 @@ impl Datastore for KubeStore {
                 definition: self.read_network()?.and_then(|n| Self::definition_of(&n, pool)),
             });
         }
-        let record: BlockRecord = serde_json::from_slice(record).map_err(|e| bug(pool, e))?;
-        let claim = random_claim()?;
-        let claimed = self.change_block(pool, block, |found, now| {
-            if !Self::nobodys(found, now) {
-                return Ok(Step::Answer(None));
-            }
-            let mut spec = found.map_or_else(|| self.blank_block(pool, block), |f| f.spec.clone());
-            spec.state = BlockState::Owned(Owner {
-                node: record.node.clone(),
-                db: record.db.clone(),
-                claim,
-                shared: record.shared,
-                since: now,
-            });
-            spec.wanted = None;
-            Ok(Step::Write(Box::new(spec), Some(claim)))
-        })?;
-        Ok(match claimed {
-            Some(created) => {
-                let name = self.block_name(pool, block);
-                let records = self.blocks.borrow().get(&name).map(|(o, _)| self.address_entries(o)).unwrap_or_default();
-                BlockClaim::Claimed { created, records }
-            }
+        Ok(match self.claim_if_nobodys(pool, block, record)? {
+            Some((created, records)) => BlockClaim::Claimed { created, records },
             None => BlockClaim::Lost { definition: current },
         })
     }
@@ -590,17 +602,19 @@ impl Datastore for KubeStore {
 
     fn reclaim_block(
         &self,
-        _pool: &str,
-        _block: IpNet,
-        _record: &[u8],
-        _definition: &[u8],
+        pool: &str,
+        block: IpNet,
+        record: &[u8],
+        definition: &[u8],
     ) -> Answer<Option<(i64, Vec<super::AddressEntry>)>> {
-        // Only the recovery after lost history claims back, which this
-        // store does not detect yet (`marks` is none).
-        Err(Error::Failed(CniError::new(
-            Code::TryAgainLater,
-            "claiming a block back after lost history is not done on the Kubernetes datastore",
-        )))
+        // The block holds this node's leases: claimed back whatever else is
+        // going on, as long as the pool is still cut as the node cuts it.
+        let cut: PoolRecord = serde_json::from_slice(definition).map_err(|e| bug(pool, e))?;
+        let network = self.read_network()?;
+        if !network.is_some_and(|n| n.spec.pools.iter().any(|p| p.name == pool && p.cut == cut)) {
+            return Ok(None);
+        }
+        self.claim_if_nobodys(pool, block, record)
     }
 
     fn recovery_name(&self) -> String {
