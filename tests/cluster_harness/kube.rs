@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::{AddrRec, BlockRec, Net4, Store, NETWORK, POOL};
+use super::{AddrRec, BlockRec, Cluster, Net4, Store, NETWORK, POOL};
 use crate::support::manifests::{deploy_dir, objects};
 
 #[path = "../kube_harness/mod.rs"]
@@ -77,6 +77,13 @@ impl KubeStore {
             .into_iter()
             .filter(|b| b["spec"]["network"] == NETWORK && b["spec"]["pool"] == POOL)
             .collect()
+    }
+}
+
+impl Cluster<KubeStore> {
+    /// A cluster of `pools` over a fresh API server.
+    pub fn on_kubernetes(pools: Value, grace: f64) -> Cluster<KubeStore> {
+        Cluster::over(KubeStore::start(), pools, grace)
     }
 }
 
