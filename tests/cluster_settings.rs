@@ -5,9 +5,8 @@
 //!
 //! What is checked: every bad `ipam.cluster` setting (and a blockSize the
 //! pool cannot take) is error 7 naming the field, before any etcd write or
-//! lease; so is choosing the Kubernetes datastore, which is not implemented
-//! yet, once its settings are checked; the same ADD with good settings does
-//! write.
+//! lease, the Kubernetes datastore's settings included; the same ADD with
+//! good settings does write.
 
 mod cluster_harness;
 mod stack;
@@ -59,11 +58,6 @@ fn bad_settings_are_7_and_write_nothing() {
             "kubernetes: a token file missing",
             cluster(json!({"kubernetes": {"kubeconfig": kubeconfig}, "node": "n1"})),
             "user \"u\" tokenFile (/nonexistent/token): unreadable",
-        ),
-        (
-            "kubernetes, not implemented yet",
-            cluster(json!({"kubernetes": {"kubeconfig": good_kubeconfig, "timeout": 3}, "node": "n1"})),
-            "ipam.cluster.kubernetes: the Kubernetes datastore is not implemented yet",
         ),
         (
             "no cluster",

@@ -23,7 +23,7 @@ use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Requ
 
 use node::Session;
 use rows::ClusterRows;
-use settings::Settings;
+use settings::{Settings, Store};
 
 pub const ABOUT: About = About {
     name: "ipam-ds-cluster",
@@ -40,6 +40,9 @@ impl Plugin for ClusterSelector {
         let attachment = req.attachment()?;
         let requests = suite_delegate::requested_addresses(req, &pools)?;
         let sticky = shared::sticky::Sticky::of(&req.config)?;
+        if sticky.is_some() && matches!(settings.store, Store::Kubernetes(_)) {
+            return Err(sticky_not_on_kubernetes());
+        }
         let identity = match &sticky {
             Some(s) => s.identity(&req.config, &req.env.args)?,
             None => None,
@@ -182,7 +185,7 @@ impl Plugin for ClusterSelector {
         let call = Session::open(&settings, network, &mut store)?;
         let unreachable = match call.node.reachable() {
             Ok(()) => return Ok(Reply::Nothing),
-            Err(datastore::Error::Unavailable(why)) => why,
+            Err(datastore::Error::Unavailable(unreachable)) => unreachable,
             // Refused credentials, a certificate that does not verify: not
             // an outage that blocks confirmed within offlineGrace can bridge.
             Err(e) => return Err(e.into()),
@@ -200,18 +203,24 @@ impl Plugin for ClusterSelector {
             Ok(false)
         })?;
         if room {
-            tracing::warn!(
-                "etcd is unreachable ({unreachable}); ADD is served from blocks confirmed within offlineGrace"
-            );
+            tracing::warn!("{unreachable}; ADD is served from blocks confirmed within offlineGrace");
             return Ok(Reply::Nothing);
         }
         Err(CniError::new(
             Code::NotReady,
-            format!(
-                "etcd is unreachable and no block of this node confirmed within offlineGrace has room: {unreachable}"
-            ),
+            format!("no block of this node confirmed within offlineGrace has room, and {unreachable}"),
         ))
     }
+}
+
+/// Identities across nodes are not kept on the Kubernetes API yet: refused
+/// before anything is written, never half done.
+pub fn sticky_not_on_kubernetes() -> CniError {
+    CniError::config(
+        "ipam.cluster.kubernetes",
+        "ipam-da-sticky in a cluster stack (identities across nodes) is kept on the etcd datastore only, for now: \
+         use ipam.cluster.etcd for this network, or leave ipam-da-sticky out of ipam.delegates",
+    )
 }
 
 /// With ipam-da-sticky in the stack: how long a released identity's

@@ -25,12 +25,13 @@ use shared::{suite_delegate, CniError, Code, Result};
 use crate::blocks::Geometry;
 use crate::clock::{BootClock, BOOT_NOTE};
 use crate::datastore::etcd::EtcdStore;
+use crate::datastore::kubernetes::KubeStore;
 use crate::datastore::{self, retry, Attempt, BlockClaim, Datastore, Swap, Versioned};
 use crate::records::{
     shown, shown_bytes, to_bytes, to_text, AddressRecord, BlockRecord, Kind, NodeEntry, PoolRecord, RecoveryRecord,
 };
 use crate::rows::{BlockState, ClusterRows, NodeBlock, NodeRecord, RecordState};
-use crate::settings::Settings;
+use crate::settings::{Settings, Store};
 
 // The impl of Node is split by concern; each part sees this module's imports
 // and items (`use super::*`).
@@ -173,7 +174,10 @@ impl<'s> Node<'s> {
     /// The client, with the auth token an earlier call saved.
     pub fn new(settings: &'s Settings, network: &str, store: &mut StoreHandle) -> Result<Node<'s>> {
         let db = database_id(store)?;
-        let datastore = Box::new(EtcdStore::open(settings, network, store)?);
+        let datastore: Box<dyn Datastore> = match &settings.store {
+            Store::Etcd { client, prefix } => Box::new(EtcdStore::open(client, prefix, settings, network, store)?),
+            Store::Kubernetes(kube) => Box::new(KubeStore::open(kube, settings, network)?),
+        };
         Ok(Node { settings, network: network.to_string(), datastore, clock: OnceCell::new(), db })
     }
 

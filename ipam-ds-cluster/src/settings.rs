@@ -102,12 +102,21 @@ impl<'de> Deserialize<'de> for GraceSeconds {
     }
 }
 
+/// Where the cluster's records are.
+#[derive(Debug, Clone)]
+pub enum Store {
+    Etcd {
+        client: etcd::Settings,
+        /// Key prefix, without a trailing slash.
+        prefix: String,
+    },
+    Kubernetes(kube::Settings),
+}
+
 /// The cluster settings, checked.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub etcd: etcd::Settings,
-    /// Key prefix in etcd, without a trailing slash.
-    pub prefix: String,
+    pub store: Store,
     /// This node's name in block and address records.
     pub node: String,
     pub offline_grace: Duration,
@@ -198,12 +207,15 @@ impl Settings {
                     KUBERNETES_KEYS,
                     &kubernetes_field,
                 )?;
-                kubernetes_settings(kubernetes, &kubernetes_field)?;
-                node_name(conf.node, conf.node_file)?;
-                return Err(CniError::config(
-                    &kubernetes_field,
-                    "the Kubernetes datastore is not implemented yet: use ipam.cluster.etcd",
-                ));
+                return Ok(Settings {
+                    store: Store::Kubernetes(kubernetes_settings(kubernetes, &kubernetes_field)?),
+                    node: node_name(conf.node, conf.node_file)?,
+                    offline_grace: conf.offline_grace.map_or(DEFAULT_OFFLINE_GRACE, |g| g.0),
+                    empty_block_hold: conf.empty_block_hold.map_or(DEFAULT_EMPTY_BLOCK_HOLD, |s| s.0),
+                    share_blocks: conf.share_blocks.unwrap_or_default(),
+                    call_timeout: shared::config::DEFAULT_DELEGATE_TIMEOUT,
+                    weak: Vec::new(),
+                });
             }
             (Some(etcd), None) => etcd,
         };
@@ -217,9 +229,9 @@ impl Settings {
             )?;
         }
         let mut weak = Vec::new();
+        let prefix = check_prefix(etcd_conf.prefix.as_deref().unwrap_or(DEFAULT_PREFIX), &etcd_field)?;
         Ok(Settings {
-            prefix: check_prefix(etcd_conf.prefix.as_deref().unwrap_or(DEFAULT_PREFIX), &etcd_field)?,
-            etcd: etcd_settings(etcd_conf, &etcd_field, &mut weak)?,
+            store: Store::Etcd { client: etcd_settings(etcd_conf, &etcd_field, &mut weak)?, prefix },
             node: node_name(conf.node, conf.node_file)?,
             offline_grace: conf.offline_grace.map_or(DEFAULT_OFFLINE_GRACE, |g| g.0),
             empty_block_hold: conf.empty_block_hold.map_or(DEFAULT_EMPTY_BLOCK_HOLD, |s| s.0),
@@ -447,11 +459,12 @@ mod tests {
     #[test]
     fn defaults_fill_what_is_left_out() {
         let s = Settings::from_value(&json!({"etcd": {"endpoints": ["http://127.0.0.1:2379"]}, "node": "n1"})).unwrap();
-        assert_eq!(s.prefix, DEFAULT_PREFIX);
+        let Store::Etcd { client, prefix } = &s.store else { panic!("etcd settings read as {:?}", s.store) };
+        assert_eq!(prefix, DEFAULT_PREFIX);
         assert_eq!(s.node, "n1");
         assert_eq!(s.offline_grace, DEFAULT_OFFLINE_GRACE);
-        assert_eq!(s.etcd.timeout, DEFAULT_ETCD_TIMEOUT);
-        assert!(s.etcd.username.is_none());
+        assert_eq!(client.timeout, DEFAULT_ETCD_TIMEOUT);
+        assert!(client.username.is_none());
     }
 
     #[test]
@@ -502,14 +515,20 @@ mod tests {
         assert!(e.contains("ipam.cluster.etcd and ipam.cluster.kubernetes: are both set"), "{e}");
         let e = error(json!({"node": "n"}));
         assert!(e.contains("ipam.cluster.etcd or ipam.cluster.kubernetes: is required"), "{e}");
-        let e = error(json!({"kubernetes": {"kubeconfig": kubeconfig}, "node": "n"}));
-        assert!(e.contains("ipam.cluster.kubernetes: the Kubernetes datastore is not implemented yet"), "{e}");
-        let e = error(json!({"kubernetes": {"kubeconfig": kubeconfig, "timeout": 5}, "node": "n"}));
-        assert!(e.contains("not implemented yet"), "good settings, a timeout included: {e}");
+        let s = Settings::from_value(&json!({"kubernetes": {"kubeconfig": kubeconfig}, "node": "n"})).unwrap();
+        let Store::Kubernetes(kube) = &s.store else { panic!("kubernetes settings read as {:?}", s.store) };
+        assert_eq!((kube.timeout, s.node.as_str()), (DEFAULT_KUBERNETES_TIMEOUT, "n"));
+        assert_eq!(kube.kubeconfig.path, kubeconfig);
+        let s = Settings::from_value(&json!({"kubernetes": {"kubeconfig": kubeconfig, "timeout": 5}, "node": "n",
+            "offlineGrace": 30, "shareBlocks": "never"}))
+        .unwrap();
+        let Store::Kubernetes(kube) = &s.store else { panic!("kubernetes settings read as {:?}", s.store) };
+        assert_eq!(kube.timeout, Duration::from_secs(5));
+        assert_eq!((s.offline_grace, s.share_blocks), (Duration::from_secs(30), ShareBlocks::Never));
     }
 
     #[test]
-    fn each_bad_kubernetes_setting_is_named_before_it_is_refused_as_not_implemented() {
+    fn each_bad_kubernetes_setting_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = good_kubeconfig(&dir);
         let kube = |k: Value| error(json!({"kubernetes": k, "node": "n"}));
@@ -565,7 +584,8 @@ mod tests {
         let s = Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"], "username": "u",
             "passwordFile": file}, "node": "n"}))
         .unwrap();
-        assert_eq!(s.etcd.password.as_deref(), Some("s3cret\n"));
+        let Store::Etcd { client, .. } = &s.store else { panic!("etcd settings read as {:?}", s.store) };
+        assert_eq!(client.password.as_deref(), Some("s3cret\n"));
     }
 
     #[test]

@@ -1,30 +1,34 @@
 //! `cluster --conf CONFLIST …`: cluster mode (ipam-ds-cluster) from the
-//! operator's side. The etcd settings (`ipam.cluster`), the pools
-//! (`ipam.pools`) and this node's database (`ipam.database`) are those of
-//! the network configuration named, as the plugins read them; the etcd keys
-//! are ipam-ds-cluster's own layout ([`ipam_ds_cluster::datastore::etcd::layout`]).
+//! operator's side. The datastore's settings (`ipam.cluster`: etcd or the
+//! Kubernetes API), the pools (`ipam.pools`) and this node's database
+//! (`ipam.database`) are those of the network configuration named, as the
+//! plugins read them; the store is read and written through
+//! ipam-ds-cluster's own `Datastore`, as the plugins do.
 //!
-//! `blocks` only reads. `release-node` writes etcd, each change under a
-//! compare of the record's mod_revision, so that a record that changed since
-//! it was read (its node alive after all, or a new claim) is read again
-//! rather than overwritten.
+//! `blocks` only reads. `release-node` writes, each change compared with
+//! the record as read, so that a record that changed since it was read (its
+//! node alive after all, or a new claim) is read again rather than
+//! overwritten.
 
 mod blocks;
 mod conf;
-mod pool_in_etcd;
+mod pool_in_store;
 mod release_node;
 
 use std::path::Path;
 
 use ipam_ds_cluster::datastore::etcd::EtcdStore;
+use ipam_ds_cluster::datastore::kubernetes::KubeStore;
+use ipam_ds_cluster::datastore::Datastore;
 use ipam_ds_cluster::etcd;
+use ipam_ds_cluster::settings::Store;
 use shared::logging::{self, LogSettings};
 
 use super::cli::ClusterCommand;
 use super::failure::Failure;
 use super::report::{Report, NAME};
 use conf::ClusterConf;
-use pool_in_etcd::etcd_failure;
+use pool_in_store::{cluster_failure, etcd_failure};
 
 pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     let conf = ClusterConf::read(path)?;
@@ -32,11 +36,20 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     // operator changed in etcd is on record beside the plugins' own lines.
     let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, conf.netconf.ipam().ok()));
     conf.settings.warn_weak();
-    let client = etcd::Client::new(conf.settings.etcd.clone()).map_err(|e| etcd_failure(&conf, e))?;
-    let datastore = EtcdStore::over(client, &conf.settings, &conf.network);
+    let datastore: Box<dyn Datastore> = match &conf.settings.store {
+        Store::Etcd { client, prefix } => {
+            let client = etcd::Client::new(client.clone()).map_err(|e| etcd_failure(&conf, e))?;
+            Box::new(EtcdStore::over(client, prefix, &conf.settings, &conf.network))
+        }
+        Store::Kubernetes(kube) => {
+            Box::new(KubeStore::open(kube, &conf.settings, &conf.network).map_err(|e| cluster_failure(&conf, e))?)
+        }
+    };
     match command {
-        ClusterCommand::Blocks { json } => blocks::run(&conf, datastore.client(), json),
-        ClusterCommand::ReleaseNode { node, json, gone } => release_node::run(&conf, &datastore, &node, json, gone),
+        ClusterCommand::Blocks { json } => blocks::run(&conf, datastore.as_ref(), json),
+        ClusterCommand::ReleaseNode { node, json, gone } => {
+            release_node::run(&conf, datastore.as_ref(), &node, json, gone)
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 pub mod layout;
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use shared::store::{StoreHandle, Tx};
@@ -16,7 +17,7 @@ use super::{
     Swap, Then, Version, Versioned,
 };
 use crate::etcd::{self, Client, Compare, Kv, Op, OpResponse, RangeRequest, Txn};
-use crate::records::{shown, to_bytes, NodeEntry, RecoveryRecord};
+use crate::records::{shown, to_bytes, BlockRecord, NodeEntry, RecoveryRecord};
 use crate::rows::ClusterRows;
 use layout::{NetworkKeys, PoolKeys};
 
@@ -79,32 +80,39 @@ impl EtcdStore<Client> {
     /// The client of `settings`, with the auth token an earlier call saved
     /// in the node database.
     pub fn open(
+        client: &etcd::Settings,
+        prefix: &str,
         settings: &crate::settings::Settings,
         network: &str,
         store: &mut StoreHandle,
     ) -> shared::Result<EtcdStore> {
-        let token_note = settings.etcd.token_note();
+        let token_note = client.token_note();
         let cached_token = match &token_note {
             Some(note) => store.read(|tx| tx.note(note))?,
             None => None,
         };
-        let client = Client::new(settings.etcd.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
-        Ok(EtcdStore { cached_token, token_note, ..EtcdStore::over(client, settings, network) })
+        let client = Client::new(client.clone()).map_err(etcd_error)?.with_token(cached_token.clone());
+        Ok(EtcdStore { cached_token, token_note, ..EtcdStore::over(client, prefix, settings, network) })
     }
 }
 
 impl<C: Api> EtcdStore<C> {
     /// The store over `client`, with no token kept between calls (the
     /// operator's tool).
-    pub fn over(client: C, settings: &crate::settings::Settings, network: &str) -> EtcdStore<C> {
+    pub fn over(client: C, prefix: &str, settings: &crate::settings::Settings, network: &str) -> EtcdStore<C> {
         EtcdStore {
             client,
-            prefix: settings.prefix.clone(),
+            prefix: prefix.to_string(),
             network: network.to_string(),
             node: settings.node.clone(),
             cached_token: None,
             token_note: None,
         }
+    }
+
+    /// The key prefix, for the operator's commands that read etcd's layout.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The client, for the operator's commands that read etcd's layout
@@ -642,6 +650,43 @@ impl<C: Api> Datastore for EtcdStore<C> {
         Ok(self.txn(&txn)?.succeeded)
     }
 
+    fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>> {
+        let answer = self.client.range(&RangeRequest::key(self.net_keys().node(node))).map_err(failure)?;
+        Ok(first(answer.kvs))
+    }
+
+    fn forget_node(&self, node: &str, read: &Versioned) -> Answer<bool> {
+        let key = self.net_keys().node(node);
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(key.clone(), read.version.0)],
+            success: vec![Op::Delete { key: key.into_bytes(), range_end: None }],
+            failure: Vec::new(),
+        };
+        Ok(self.txn(&txn)?.succeeded)
+    }
+
+    fn release_block(&self, pool: &str, block: IpNet, read: &Versioned, wait: Option<Duration>) -> Answer<bool> {
+        let key = self.pool_keys(pool).block(&block);
+        let op = match wait {
+            None => Op::Delete { key: key.clone().into_bytes(), range_end: None },
+            Some(wait) => {
+                // The tombstone lives under a lease of the wait: when it
+                // ends, etcd deletes it and the block is claimable.
+                let Ok(mut tombstone) = serde_json::from_slice::<BlockRecord>(&read.value) else { return Ok(false) };
+                (tombstone.released, tombstone.at) = (true, shared::store::unix_now());
+                let ttl = (wait.as_secs_f64().ceil() as i64).max(1);
+                let lease = self.client.lease_grant(ttl).map_err(failure)?;
+                Op::Put { key: key.clone().into_bytes(), value: to_bytes(&tombstone), lease }
+            }
+        };
+        let txn = Txn {
+            compare: vec![Compare::mod_revision_is(key, read.version.0)],
+            success: vec![op],
+            failure: Vec::new(),
+        };
+        Ok(self.txn(&txn)?.succeeded)
+    }
+
     fn release(&self, releases: &[RecordRelease]) -> Vec<Answer<bool>> {
         let op = |r: &RecordRelease| match &r.then {
             Some(value) => Op::Put { key: r.key.as_bytes().to_vec(), value: value.clone(), lease: 0 },
@@ -736,7 +781,7 @@ fn not_ranges() -> etcd::Error {
 /// may bridge it); anything else is an error of the contract.
 fn failure(e: etcd::Error) -> Error {
     match e {
-        etcd::Error::Unavailable(why) => Error::Unavailable(why),
+        etcd::Error::Unavailable(why) => Error::Unavailable(super::Unreachable { store: "etcd", why }),
         e => Error::Failed(etcd_error(e)),
     }
 }
@@ -747,7 +792,7 @@ fn failure(e: etcd::Error) -> Error {
 /// which trying again does not). The one mapping, the operator's tool's too.
 pub fn etcd_error(e: etcd::Error) -> CniError {
     match e {
-        etcd::Error::Unavailable(why) => Error::Unavailable(why).into(),
+        etcd::Error::Unavailable(why) => Error::Unavailable(super::Unreachable { store: "etcd", why }).into(),
         etcd::Error::Refused { code: 3, message } if message.contains("authentication failed") => CniError::config(
             "ipam.cluster.etcd.passwordFile",
             format!(

@@ -20,6 +20,7 @@ pub mod kubernetes;
 pub mod memory;
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use ipnet::IpNet;
 use shared::store::StoreHandle;
@@ -82,7 +83,7 @@ pub struct AddressEntry {
 pub enum Error {
     /// It did not answer (or has no quorum): try again later. Within
     /// offlineGrace a node allocates in its confirmed blocks meanwhile.
-    Unavailable(String),
+    Unavailable(Unreachable),
     /// Anything else, in the contract's words (a setting to fix, 7; a
     /// refusal or an unexpected answer, 11).
     Failed(CniError),
@@ -91,9 +92,23 @@ pub enum Error {
 impl From<Error> for CniError {
     fn from(e: Error) -> CniError {
         match e {
-            Error::Unavailable(why) => CniError::new(Code::TryAgainLater, format!("etcd is unreachable: {why}")),
+            Error::Unavailable(e) => CniError::new(Code::TryAgainLater, e.to_string()),
             Error::Failed(e) => e,
         }
+    }
+}
+
+/// Which store did not answer, and how it failed.
+#[derive(Debug, Clone)]
+pub struct Unreachable {
+    /// `etcd`, `the Kubernetes API server`.
+    pub store: &'static str,
+    pub why: String,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is unreachable: {}", self.store, self.why)
     }
 }
 
@@ -435,6 +450,19 @@ pub trait Datastore {
         hold_seconds: Option<i64>,
         not_recovering: bool,
     ) -> Answer<Option<Version>>;
+
+    /// `node`'s entry (release-node reads the wait that node recorded).
+    fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>>;
+
+    /// Deletes `node`'s entry while it is as `read`. False: it changed
+    /// (the node registered again: it is alive).
+    fn forget_node(&self, node: &str, read: &Versioned) -> Answer<bool>;
+
+    /// release-node: while `block`'s record is as `read`, the block becomes
+    /// released, unclaimable for `wait` (a tombstone that ends by itself,
+    /// timed by the store), or, with no wait (gone for good), nobody's at
+    /// once. False: it changed.
+    fn release_block(&self, pool: &str, block: IpNet, read: &Versioned, wait: Option<Duration>) -> Answer<bool>;
 
     /// Releases records this node wrote, each on its own: per record, true
     /// when released, false when it is no longer as written (left as it is),

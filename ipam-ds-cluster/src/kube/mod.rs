@@ -40,6 +40,13 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
+impl fmt::Debug for Settings {
+    // The kubeconfig holds credentials: only where it is.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings").field("kubeconfig", &self.kubeconfig.path).field("timeout", &self.timeout).finish()
+    }
+}
+
 /// Counts kept so that logs and the benchmark can tell what one call cost
 /// the API server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -160,15 +160,15 @@ impl Node<'_> {
                 }
                 Ok(None)
             }
-            Err(datastore::Error::Unavailable(why)) => {
+            Err(datastore::Error::Unavailable(unreachable)) => {
                 for pool_blocks in &mut snap.blocks {
                     pool_blocks.retain(|b| snap.offline_window.allows(b));
                 }
                 tracing::warn!(
-                    "etcd is unreachable ({why}): allocating only in blocks confirmed within offlineGrace ({}s)",
+                    "{unreachable}: allocating only in blocks confirmed within offlineGrace ({}s)",
                     self.settings.offline_grace.as_secs()
                 );
-                Ok(Some(why))
+                Ok(Some(unreachable.to_string()))
             }
             Err(e) => Err(e.into()),
         }
@@ -189,7 +189,7 @@ impl Node<'_> {
         if let Some(why) = offline {
             return Err(CniError::new(
                 Code::TryAgainLater,
-                format!("etcd is unreachable, and identity {:?} is known only there: {why}", s.identity),
+                format!("identity {:?} is known only in the cluster's datastore, and {why}", s.identity),
             ));
         }
         let watermark = snap.watermark;
@@ -295,8 +295,8 @@ impl Node<'_> {
             Some(why) => CniError::new(
                 Code::TryAgainLater,
                 format!(
-                    "etcd is unreachable and no {family} block of this node confirmed within offlineGrace has a free \
-                     address (cluster pools {names}; shared blocks are used only with etcd): {why}"
+                    "no {family} block of this node confirmed within offlineGrace has a free address (cluster pools \
+                     {names}; shared blocks are used only with the cluster's datastore), and {why}"
                 ),
             ),
             None => CniError::new(

@@ -62,7 +62,8 @@ impl TestNode {
     /// then the allocator's lease of the view's first free address.
     fn add(&mut self, memory: &Memory, pools: &[Pool], container: &str) -> Result<Option<IpAddr>> {
         let who = Attachment { network: NET.into(), container_id: container.into(), ifname: "eth0".into() };
-        let datastore = Box::new(EtcdStore::over(memory.client(), &self.settings, NET));
+        let datastore =
+            Box::new(EtcdStore::over(memory.client(), crate::settings::DEFAULT_PREFIX, &self.settings, NET));
         let views = {
             let call = Session::over(&self.settings, NET, &mut self.store, datastore)?;
             call.node.settle(call.store);

@@ -1,12 +1,11 @@
-//! `cluster blocks`: per cluster pool, its blocks in etcd (owner, state,
+//! `cluster blocks`: per cluster pool, its blocks in the cluster's datastore (owner, state,
 //! since when, the address records in them) and, for this node's blocks,
 //! their use in this node's database.
 
 use std::collections::BTreeMap;
 
 use ipam_ds_cluster::blocks::Geometry;
-use ipam_ds_cluster::datastore::etcd::layout::PoolKeys;
-use ipam_ds_cluster::etcd;
+use ipam_ds_cluster::datastore::Datastore;
 use ipam_ds_cluster::records::{shown, shown_bytes, to_bytes, Kind, PoolRecord};
 use serde::Serialize;
 use shared::utc;
@@ -16,7 +15,7 @@ use super::super::failure::Failure;
 use super::super::report::{count, exact_figure, exact_option, to_json, Report};
 use super::super::table::{Align, Table};
 use super::conf::ClusterConf;
-use super::pool_in_etcd::{read_pool, Block};
+use super::pool_in_store::{read_pool, Block};
 
 const OWNED: &str = "owned";
 const RELEASED: &str = "released";
@@ -89,17 +88,16 @@ impl RecordCounts {
     }
 }
 
-pub fn run(conf: &ClusterConf, client: &etcd::Client, json: bool) -> Result<Report, Failure> {
+pub fn run(conf: &ClusterConf, datastore: &dyn Datastore, json: bool) -> Result<Report, Failure> {
     let node = conf.settings.node.as_str();
     let mut pools = Vec::with_capacity(conf.pools.len());
     for pool in &conf.pools {
         let g = Geometry::of(pool);
-        let keys = PoolKeys::new(&conf.settings.prefix, &conf.network, &pool.name);
-        let found = read_pool(conf, client, &keys, &g)?;
+        let found = read_pool(conf, datastore, &g)?;
         let ours = to_bytes(&PoolRecord::of(pool, g.block_size));
         let warning = found.definition.as_ref().filter(|kv| kv.value != ours).map(|kv| {
             format!(
-                "etcd's definition of the pool ({}) differs from this configuration's ({}): nodes that cut a pool \
+                "the cluster's definition of the pool ({}) differs from this configuration's ({}): nodes that cut a pool \
                  differently hand out overlapping blocks",
                 shown_bytes(&kv.value),
                 String::from_utf8_lossy(&ours)

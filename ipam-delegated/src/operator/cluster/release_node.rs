@@ -5,9 +5,10 @@
 //! from etcd, may still allocate in a block it confirmed within offlineGrace,
 //! and an ADD that confirmed it may still be allocating for about three
 //! ipam.timeouts. So each block record becomes a `released` one (NODE's
-//! plugins stop using the block at their next etcd read) put under an etcd
-//! lease that lasts that long; when the lease ends etcd deletes it, and the
-//! block can be claimed. Address records are deleted at once: they only keep
+//! plugins stop using the block at their next read of the store) that
+//! lasts that long, timed by the store (on etcd a tombstone under a lease,
+//! on the Kubernetes API an end by the API server's clock); then the block
+//! can be claimed. Address records are deleted at once: they only keep
 //! an address from others; one of an address another node lent (borrowed,
 //! or reserved by name) goes back to its lender as lent, as NODE's own DEL
 //! would have done, since the lender still holds it.
@@ -30,12 +31,9 @@
 use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
-use ipam_ds_cluster::datastore::etcd::layout::{NetworkKeys, PoolKeys};
-use ipam_ds_cluster::datastore::etcd::EtcdStore;
-use ipam_ds_cluster::etcd::RangeRequest;
-use ipam_ds_cluster::etcd::{self, Compare, Op, Txn};
+use ipam_ds_cluster::datastore::{Datastore, RecordRelease};
 use ipam_ds_cluster::node::release_node_identities;
-use ipam_ds_cluster::records::{shown, to_bytes, BlockRecord, Kind, NodeEntry};
+use ipam_ds_cluster::records::{shown, to_bytes, Kind, NodeEntry};
 use serde::Serialize;
 use shared::store::unix_now;
 use shared::utc;
@@ -43,7 +41,7 @@ use shared::utc;
 use super::super::failure::Failure;
 use super::super::report::{count, to_json, Report};
 use super::conf::ClusterConf;
-use super::pool_in_etcd::{cluster_failure, etcd_failure, read_pool};
+use super::pool_in_store::{cluster_failure, read_pool};
 
 /// How many times a pool is read again when records changed under the
 /// changes (each change compares the record's mod_revision).
@@ -109,13 +107,18 @@ impl Wait {
     }
 }
 
-pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, gone: bool) -> Result<Report, Failure> {
-    let client = datastore.client();
-    let entry_key = NetworkKeys::new(&conf.settings.prefix, &conf.network).node(node);
-    let entry = client.range(&RangeRequest::key(entry_key.clone())).map_err(|e| etcd_failure(conf, e))?.kvs.pop();
+pub fn run(
+    conf: &ClusterConf,
+    datastore: &dyn Datastore,
+    node: &str,
+    json: bool,
+    gone: bool,
+) -> Result<Report, Failure> {
+    let failed = |e: ipam_ds_cluster::datastore::Error| cluster_failure(conf, e.into());
+    let entry = datastore.node_entry_of(node).map_err(failed)?;
     let operators =
         Wait { offline_grace: conf.settings.offline_grace, call_timeout: conf.call_timeout, nodes_own: false };
-    let nodes = entry.as_ref().and_then(|kv| serde_json::from_slice::<NodeEntry>(&kv.value).ok()).and_then(|e| {
+    let nodes = entry.as_ref().and_then(|read| serde_json::from_slice::<NodeEntry>(&read.value).ok()).and_then(|e| {
         let seconds = |s: f64| Duration::try_from_secs_f64(s).ok().filter(|d| *d <= Duration::from_secs(86_400 * 2));
         Some(Wait { offline_grace: seconds(e.offline_grace)?, call_timeout: seconds(e.timeout)?, nodes_own: true })
     });
@@ -125,6 +128,7 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
     };
     // Gone for good: nothing to wait out.
     let ttl = if gone { 0 } else { (wait.window().as_secs_f64().ceil() as i64).max(1) };
+    let block_wait = (!gone).then(|| Duration::from_secs(ttl as u64));
     let mut done = Document {
         network: &conf.network,
         node,
@@ -157,25 +161,19 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
         Err(e) => failure = Some(cluster_failure(conf, e)),
     }
     for pool in conf.pools.iter().filter(|_| failure.is_none()) {
-        // A lease of its own per pool: one granted for an earlier pool would
-        // end before the full wait for this pool's tombstones.
-        let mut lease = None;
-        if let Err(problem) = release_pool(conf, client, pool, node, ttl, &mut lease, &mut done) {
+        if let Err(problem) = release_pool(conf, datastore, pool, node, block_wait, &mut done) {
             failure = Some(problem);
             break;
         }
     }
-    if let (None, Some(kv)) = (&failure, &entry) {
+    if let (None, Some(read)) = (&failure, &entry) {
         // Compared: a node that registered again meanwhile is alive and keeps its entry.
-        let txn = Txn {
-            compare: vec![Compare::mod_revision_is(kv.key.clone(), kv.mod_revision)],
-            success: vec![Op::Delete { key: kv.key.clone(), range_end: None }],
-            failure: Vec::new(),
-        };
-        match client.txn(&txn) {
-            Ok(answer) if answer.succeeded => tracing::info!("operator release-node: deleted {entry_key}"),
-            Ok(_) => tracing::warn!("operator release-node: {entry_key} changed meanwhile (is {node} alive?): kept"),
-            Err(e) => failure = Some(etcd_failure(conf, e)),
+        match datastore.forget_node(node, read) {
+            Ok(true) => tracing::info!("operator release-node: deleted node {node}'s entry"),
+            Ok(false) => {
+                tracing::warn!("operator release-node: node {node}'s entry changed meanwhile (is it alive?): kept")
+            }
+            Err(e) => failure = Some(failed(e)),
         }
     }
     if !done.blocks.is_empty() {
@@ -194,60 +192,35 @@ pub fn run(conf: &ClusterConf, datastore: &EtcdStore, node: &str, json: bool, go
     }
 }
 
-/// One pool: reads it, then releases NODE's blocks and deletes its records,
-/// each only if unchanged since read; what changed meanwhile is read again.
+/// One pool: reads it, then releases NODE's blocks and its records, each
+/// only if unchanged since read; what changed meanwhile is read again.
 fn release_pool(
     conf: &ClusterConf,
-    client: &etcd::Client,
+    datastore: &dyn Datastore,
     pool: &shared::pool::Pool,
     node: &str,
-    ttl: i64,
-    lease: &mut Option<i64>,
+    wait: Option<Duration>,
     done: &mut Document,
 ) -> Result<(), Failure> {
     let g = Geometry::of(pool);
-    let keys = PoolKeys::new(&conf.settings.prefix, &conf.network, &pool.name);
+    let failed = |e: ipam_ds_cluster::datastore::Error| cluster_failure(conf, e.into());
     for _ in 0..ROUNDS {
-        let found = read_pool(conf, client, &keys, &g)?;
+        let found = read_pool(conf, datastore, &g)?;
         let blocks: Vec<_> = found.owners.iter().filter(|o| o.record.node == node && !o.record.released).collect();
         let records: Vec<_> = found.addresses.iter().filter(|a| a.record.node == node).collect();
         if blocks.is_empty() && records.is_empty() {
             return Ok(());
         }
-        let lease_id = match (*lease, blocks.is_empty() || ttl == 0) {
-            (Some(id), _) => id,
-            (None, true) => 0,
-            (None, false) => {
-                let id = client.lease_grant(ttl).map_err(|e| etcd_failure(conf, e))?;
-                *lease = Some(id);
-                id
-            }
-        };
         let mut changed = false;
         for o in blocks {
-            let tombstone = BlockRecord {
-                node: node.to_string(),
-                at: unix_now(),
-                released: true,
-                db: o.record.db.clone(),
-                shared: o.record.shared,
-            };
-            let op = match ttl {
-                0 => Op::Delete { key: o.kv.key.clone(), range_end: None },
-                _ => Op::Put { key: o.kv.key.clone(), value: to_bytes(&tombstone), lease: lease_id },
-            };
-            let txn = Txn {
-                compare: vec![Compare::mod_revision_is(o.kv.key.clone(), o.kv.mod_revision)],
-                success: vec![op],
-                failure: Vec::new(),
-            };
-            if !client.txn(&txn).map_err(|e| etcd_failure(conf, e))?.succeeded {
+            if !datastore.release_block(&pool.name, o.net, &o.stored, wait).map_err(failed)? {
                 changed = true;
                 continue;
             }
+            let claimable = wait.map_or("at once".to_string(), |w| format!("in {}s", w.as_secs()));
             tracing::info!(
                 "operator release-node: released block {} of pool {} of network {} (node {node}'s since {}); \
-                 claimable again in {ttl}s",
+                 claimable again {claimable}",
                 o.block.text,
                 pool.name,
                 conf.network,
@@ -262,16 +235,9 @@ fn release_pool(
         for a in records {
             let back = a.record.released();
             let lender = back.as_ref().map(|lent| &lent.node);
-            let op = match &back {
-                Some(lent) => Op::Put { key: a.kv.key.clone(), value: to_bytes(lent), lease: 0 },
-                None => Op::Delete { key: a.kv.key.clone(), range_end: None },
-            };
-            let txn = Txn {
-                compare: vec![Compare::mod_revision_is(a.kv.key.clone(), a.kv.mod_revision)],
-                success: vec![op],
-                failure: Vec::new(),
-            };
-            if !client.txn(&txn).map_err(|e| etcd_failure(conf, e))?.succeeded {
+            let release = RecordRelease { key: &a.key, value: &a.stored.value, then: back.as_ref().map(to_bytes) };
+            let released = datastore.release(std::slice::from_ref(&release)).pop().unwrap_or(Ok(false));
+            if !released.map_err(failed)? {
                 changed = true;
                 continue;
             }
