@@ -104,7 +104,7 @@ fn end_to_end_two_netns() {
 fn two_nodes_scenario() {
     use netns::{ip_ok, Netns, PLUGINS};
     let c = Cluster::blue(300.0);
-    let etcd_addr: std::net::SocketAddr = c.etcd.endpoint().trim_start_matches("http://").parse().unwrap();
+    let etcd_addr: std::net::SocketAddr = c.store.endpoint().trim_start_matches("http://").parse().unwrap();
     // Two nodes: a namespace each, with bridge cbr0, joined by a veth pair
     // (one L2 network). Forwarders go before the namespaces.
     let hosts = [Netns::host(), Netns::host()];

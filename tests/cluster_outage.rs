@@ -114,11 +114,11 @@ fn etcd_outage() {
     let out = c.add_static("n1", "n1-static-1", static1);
     assert_eq!(ipv4_of(out.result()), static1);
 
-    c.etcd.pause();
+    c.store.pause();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         while_away(&c, "paused", &mut k, ("n1-static-1", static1), &mut log)
     }));
-    c.etcd.resume();
+    c.store.resume();
     if let Err(e) = outcome {
         std::panic::resume_unwind(e);
     }
@@ -127,18 +127,18 @@ fn etcd_outage() {
     let static2: IpAddr = "10.50.3.201".parse().unwrap();
     let out = c.add_static("n1", "n1-static-2", static2);
     assert_eq!(ipv4_of(out.result()), static2);
-    c.etcd.kill();
+    c.store.kill();
     while_away(&c, "killed", &mut k, ("n1-static-2", static2), &mut log);
-    c.etcd.restart();
+    c.store.restart();
     release_completes(&c, "killed", &mut k, static2);
 
     // offlineGrace 0: without etcd, not even n1's block.
     c.grace = 0.0;
     let out = c.add("n1", "grace0-up");
     assert_eq!(out.status, 0, "offlineGrace 0 with etcd up: {}", brief(&out));
-    c.etcd.pause();
+    c.store.pause();
     let (out, took) = timed(|| c.add("n1", "grace0-down"));
-    c.etcd.resume();
+    c.store.resume();
     let (code, msg) = failure(&out);
     assert_eq!(code, 11, "offlineGrace 0, etcd paused: ADD on n1: {msg}");
     assert!(took < OFFLINE_BOUND, "offlineGrace 0: the failing ADD took {took:?}");

@@ -50,11 +50,11 @@ fn a_member_without_a_leader_grants_nothing_in_a_shared_block() {
     let _took = Took::new("a_member_without_a_leader_grants_nothing_in_a_shared_block");
     // Pool blue has 32 blocks: shared (the default).
     let mut c = Cluster::over(TestEtcdCluster::start(3), blue_pools(), 30.0);
-    c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
+    c.set_endpoints("n1", vec![c.store.endpoint(0)]);
     let first = add_eventually(&c, "n1", "up-0");
     assert!(c.addrs().iter().any(|a| a.ip == first && a.kind == "allocated"), "granted: {:?}", c.addrs());
-    c.etcd.pause(1);
-    c.etcd.pause(2);
+    c.store.pause(1);
+    c.store.pause(2);
     // A grant is a write: a member without a quorum cannot commit it, and
     // the node does not hand out the address from its database instead.
     let (out, took) = timed(|| c.add("n1", "leaderless"));
@@ -62,8 +62,8 @@ fn a_member_without_a_leader_grants_nothing_in_a_shared_block() {
     assert_eq!(code, 11, "{msg}");
     assert!(took < OFFLINE_BOUND, "the failing ADD took {took:?}");
     assert!(c.leases("n1").iter().all(|l| l.container_id != "leaderless"), "nothing leased: {:?}", c.leases("n1"));
-    c.etcd.resume(1);
-    c.etcd.resume(2);
+    c.store.resume(1);
+    c.store.resume(2);
     let again = add_eventually(&c, "n1", "up-1");
     assert_ne!(again, first);
     held_once(&c, &["n1"]);
@@ -75,22 +75,22 @@ fn a_member_without_a_leader_does_not_confirm() {
     let mut c = Cluster::over(TestEtcdCluster::start(3), blue_pools(), 0.0);
     // Blocks of each node's own (what this test is about), not shared.
     c.share_blocks = Some("never");
-    c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
+    c.set_endpoints("n1", vec![c.store.endpoint(0)]);
 
     // offlineGrace 0: nothing without a confirmation of this very ADD.
     let first = add_eventually(&c, "n1", "up-0");
     assert_eq!(c.blocks_of("n1").len(), 1, "n1 claimed a block: {:?}", c.blocks());
     c.status("n1").assert_quiet_success();
-    c.etcd.pause(1);
-    c.etcd.pause(2);
+    c.store.pause(1);
+    c.store.pause(2);
     let (out, took) = timed(|| c.add("n1", "grace0-leaderless"));
     let (code, msg) = failed(&out, "offlineGrace 0: ADD on n1 through member 0, whose quorum is paused");
     assert_eq!(code, 11, "offlineGrace 0, member 0 without a leader: ADD on n1: {msg}");
     assert!(took < OFFLINE_BOUND, "offlineGrace 0: the failing ADD took {took:?}");
     let (code, msg) = failed(&c.status("n1"), "offlineGrace 0: STATUS on n1 through a member without a leader");
     assert_eq!(code, 50, "offlineGrace 0, member 0 without a leader: STATUS on n1: {msg}");
-    c.etcd.resume(1);
-    c.etcd.resume(2);
+    c.store.resume(1);
+    c.store.resume(2);
 
     // offlineGrace 6 s: the node's block, confirmed by a read of the
     // cluster, serves ADDs for 6 s after that read and no longer, however
@@ -100,8 +100,8 @@ fn a_member_without_a_leader_does_not_confirm() {
     let confirming = Instant::now();
     add_eventually(&c, "n1", "up-1");
     let confirmed_by = Instant::now();
-    c.etcd.pause(1);
-    c.etcd.pause(2);
+    c.store.pause(1);
+    c.store.pause(2);
     let mut served = Vec::new();
     // Within the grace (less a tenth, and a second of rounding): served
     // from the node database (a few: the block has room for some only).
@@ -147,8 +147,8 @@ fn a_partitioned_member_does_not_hand_out_another_nodes_block() {
     let pools = json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/26"}], "blockSize": 28}]);
     let mut c = Cluster::over(TestEtcdCluster::start(3), pools, 1.0);
     c.call_timeout = 3;
-    c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
-    c.set_endpoints("op", vec![c.etcd.endpoint(1), c.etcd.endpoint(2)]);
+    c.set_endpoints("n1", vec![c.store.endpoint(0)]);
+    c.set_endpoints("op", vec![c.store.endpoint(1), c.store.endpoint(2)]);
 
     // n1 takes three addresses of its first block, through member 0.
     let n1_old: Vec<IpAddr> = (0..3).map(|i| add_eventually(&c, "n1", &format!("n1-old-{i}"))).collect();
@@ -162,12 +162,12 @@ fn a_partitioned_member_does_not_hand_out_another_nodes_block() {
         .find(|name| claim_order(&c, name).first() == Some(&lost))
         .expect("a node name whose first block is n1's");
     let n2 = n2.as_str();
-    c.set_endpoints(n2, vec![c.etcd.endpoint(1)]);
+    c.set_endpoints(n2, vec![c.store.endpoint(1)]);
 
     // Member 0 is cut off; the majority releases n1 and, once the
     // tombstone's lease ends, n2 claims the block.
     let cut = Instant::now();
-    c.etcd.partition(0);
+    c.store.partition(0);
     let how = release_node(&c, "n1", "op");
     assert!(c.blocks().iter().all(|b| b.node != "n1" || b.released), "n1 still owns blocks: {:?}", c.blocks());
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -77,9 +77,9 @@ fn key_requests(etcd: &TestEtcd) -> u64 {
 /// ADD of `container` with `config` and `extra`, and how many key requests
 /// etcd handled meanwhile (the test's own reads are not made meanwhile).
 fn add_counting(c: &Cluster, container: &str, config: &Value, extra: &[(&str, String)]) -> (IpAddr, u64) {
-    let before = key_requests(&c.etcd);
+    let before = key_requests(&c.store);
     let out = call(c, "ADD", container, config, extra);
-    let requests = key_requests(&c.etcd) - before;
+    let requests = key_requests(&c.store) - before;
     (added(&out, &format!("ADD {container}")), requests)
 }
 
@@ -170,10 +170,10 @@ fn a_wall_clock_set_back_does_not_stretch_offline_grace() {
     let confirmed = Instant::now();
     // Offline within offlineGrace, the wall clock a day ahead: served from
     // the block (the wall clock does not void the confirmation either).
-    c.etcd.kill();
+    c.store.kill();
     let out = call(&c, "ADD", "c2", &config, &wall_clock("+1d"));
     let within = confirmed.elapsed();
-    c.etcd.restart();
+    c.store.restart();
     assert!(within < Duration::from_millis(2500), "the machine is too slow for this test ({within:?})");
     added(&out, "n1's ADD with etcd stopped, 1 s after its confirmation, its wall clock a day ahead");
     for container in ["c1", "c2"] {
@@ -186,10 +186,10 @@ fn a_wall_clock_set_back_does_not_stretch_offline_grace() {
     // n1, etcd stopped, its wall clock set back to a second after its
     // last confirmation (and then right again).
     let set_back = format!("-{}s", confirmed.elapsed().as_secs().saturating_sub(1));
-    c.etcd.kill();
+    c.store.kill();
     let outs =
         [call(&c, "ADD", "offline-0", &config, &wall_clock(&set_back)), call(&c, "ADD", "offline-1", &config, &[])];
-    c.etcd.restart();
+    c.store.restart();
     for (i, out) in outs.iter().enumerate() {
         let (code, msg) =
             failed(out, &format!("n1's offline ADD {i} {:.1?} after its last confirmation", confirmed.elapsed()));
@@ -244,11 +244,11 @@ fn an_add_killed_while_confirming_confirms_nothing() {
 
     // etcd paused: the ADD waits for its confirming read (etcd.timeout 1 s)
     // and is killed meanwhile.
-    c.etcd.pause();
+    c.store.pause();
     let killed = killable(&c, "ADD", "killed-paused", &config, Some(Duration::from_millis(500)));
     assert!(killed.is_none(), "the ADD with etcd paused ended before the kill: {killed:?}");
     let out = call(&c, "ADD", "paused", &config, &[]);
-    c.etcd.resume();
+    c.store.resume();
     let (code, msg) = failed(&out, "n1's ADD with etcd paused, after a killed confirmation");
     assert_eq!(code, 11, "n1's ADD with etcd paused, its last confirmation past offlineGrace: {msg}");
 
@@ -308,9 +308,9 @@ fn an_etcd_restart_within_the_cache_while_another_node_borrows() {
     let lent = lent_holds(&c, &["n1"]);
     assert!(!lent.is_empty(), "n1 lent nothing to n2, which found no room");
     // etcd restarts: n1 allocates meanwhile (cache, then offlineGrace).
-    c.etcd.kill();
+    c.store.kill();
     n1_got.push(added(&call(&c, "ADD", "a-2", &n1, &[]), "n1's ADD with etcd stopped"));
-    c.etcd.restart();
+    c.store.restart();
     // n2 borrows, n1 allocates, as soon as etcd is back.
     for i in 0..3 {
         n2_got.push(added(&c.add("n2", &format!("borrow-{i}")), "n2 borrowing"));
@@ -343,7 +343,7 @@ fn an_etcd_restart_within_the_cache_while_another_node_borrows() {
 /// addresses, held).
 fn identities<E: Etcd>(c: &Cluster<E>) -> Vec<(String, String, String, Vec<IpAddr>, bool)> {
     const KEYS: &str = "/ipam-delegated/v1/cnet/_sticky/eth0/prod/";
-    c.etcd
+    c.store
         .dump(KEYS)
         .into_iter()
         .map(|(k, v)| {
@@ -368,9 +368,9 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
     // n1 and n3 talk to member 0 only, n2 to members 1 and 2.
     let pools = json!([{"name": "blue", "ranges": [{"subnet": "10.65.0.0/26"}], "blockSize": 28}]);
     let mut c = Cluster::over(TestEtcdCluster::start(3), pools, 30.0);
-    c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
-    c.set_endpoints("n3", vec![c.etcd.endpoint(0)]);
-    c.set_endpoints("n2", vec![c.etcd.endpoint(1), c.etcd.endpoint(2)]);
+    c.set_endpoints("n1", vec![c.store.endpoint(0)]);
+    c.set_endpoints("n3", vec![c.store.endpoint(0)]);
+    c.set_endpoints("n2", vec![c.store.endpoint(1), c.store.endpoint(2)]);
     const N1_GRACE: u64 = 4;
     let config = |node: &str| {
         let mut v = c.config(node);
@@ -416,7 +416,7 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
     let confirmed = Instant::now();
     let mut n1_offline = vec![eventually("n1", "p1-1", None)];
 
-    c.etcd.partition(0);
+    c.store.partition(0);
     // n3: a grant is a write, which a member without a quorum cannot
     // commit; so is a take-over. Its DEL of an address of a shared block
     // fails with 11 (the runtime tries it again), keeps its release for
@@ -464,7 +464,7 @@ fn nodes_behind_a_cut_off_member_hand_out_only_what_a_quorum_confirmed() {
     assert_eq!(failed(&out, "n1 past offlineGrace behind the cut-off member").0, 11, "{}", brief(&out));
     held_once(&c, &["n1", "n2", "n3"]);
 
-    c.etcd.heal(0);
+    c.store.heal(0);
     // Everything consistent again once each node made a call.
     eventually("n1", "p1-healed", None);
     eventually("n3", "p3-healed", None);

@@ -43,7 +43,7 @@ fn fill_own_block(c: &mut Cluster) -> BTreeSet<IpAddr> {
 
 /// Whether etcd's record of n1's one block says it is shared.
 fn block_is_shared(c: &Cluster) -> bool {
-    let blocks = c.etcd.dump(BLOCKS);
+    let blocks = c.store.dump(BLOCKS);
     let [(key, value)] = blocks.as_slice() else { panic!("one block record in etcd: {blocks:?}") };
     let record: Value = serde_json::from_str(value).unwrap_or_else(|e| panic!("block {key}: {e}: {value}"));
     assert_eq!(record["node"], "n1", "{key}: {value}");
@@ -71,7 +71,7 @@ fn a_block_claimed_back_after_etcd_lost_history_keeps_its_kind() {
     let held_by_n1 = fill_own_block(&mut c);
     // The setting changes to "always", and etcd loses its data.
     c.share_blocks = Some("always");
-    c.etcd.wipe();
+    c.store.wipe();
     let (code, msg) = failure(&c.add("n1", "after-wipe"));
     assert_eq!(code, 11, "{msg}");
     assert!(msg.contains("lost history"), "{msg}");
@@ -79,7 +79,7 @@ fn a_block_claimed_back_after_etcd_lost_history_keeps_its_kind() {
     // After the quarantine (offlineGrace 2 s + 3 × timeout 1 s).
     std::thread::sleep(Duration::from_secs(6));
     others_never_get(&c, &held_by_n1);
-    assert!(!block_is_shared(&c), "claimed back as n1's own, as it was claimed: {:?}", c.etcd.dump(BLOCKS));
+    assert!(!block_is_shared(&c), "claimed back as n1's own, as it was claimed: {:?}", c.store.dump(BLOCKS));
     // n1 goes on in its block, around its own leases.
     let out = c.add_within("n1", "after-wipe", Duration::from_secs(10));
     assert_eq!(out.status, 0, "{}", brief(&out));
@@ -95,9 +95,9 @@ fn a_block_claimed_back_after_its_key_was_deleted_keeps_its_kind() {
     c.share_blocks = Some("always");
     // Someone deletes n1's block record (not a loss of history: etcd's
     // revision goes on).
-    let [(key, _)] = c.etcd.dump(BLOCKS).try_into().expect("one block record");
+    let [(key, _)] = c.store.dump(BLOCKS).try_into().expect("one block record");
     let txn = Txn { success: vec![Op::Delete { key: key.clone().into_bytes(), range_end: None }], ..Txn::default() };
-    c.etcd.client().txn(&txn).unwrap_or_else(|e| panic!("delete {key}: {e}"));
+    c.store.client().txn(&txn).unwrap_or_else(|e| panic!("delete {key}: {e}"));
     // n1's next ADD confirms its block (its last confirmation is no longer
     // fresh), finds it gone with its leases in it, and claims it back.
     std::thread::sleep(Duration::from_millis(2500));
@@ -106,5 +106,5 @@ fn a_block_claimed_back_after_its_key_was_deleted_keeps_its_kind() {
     assert!(!held_by_n1.contains(&ipv4_of(out.result())), "{}", brief(&out));
     assert_eq!(c.blocks_of("n1").len(), 1, "n1 claimed its block back: {:?}", c.blocks());
     others_never_get(&c, &held_by_n1);
-    assert!(!block_is_shared(&c), "claimed back as n1's own, as it was claimed: {:?}", c.etcd.dump(BLOCKS));
+    assert!(!block_is_shared(&c), "claimed back as n1's own, as it was claimed: {:?}", c.store.dump(BLOCKS));
 }

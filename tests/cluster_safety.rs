@@ -97,9 +97,9 @@ fn a_confirmation_stamped_by_a_clock_ahead_is_no_confirmation() {
     // allocate in the block it lost: its last confirmation is not "a day
     // from now".
     // (Stopped, so that each ADD learns it at once, well inside ipam.timeout.)
-    c.etcd.kill();
+    c.store.kill();
     let outs: Vec<_> = (0..3).map(|i| c.add("n1", &format!("offline-{i}"))).collect();
-    c.etcd.restart();
+    c.store.restart();
     for (i, out) in outs.iter().enumerate() {
         let (code, msg) = failure(out);
         assert_eq!(code, 11, "n1's offline ADD {i} with etcd stopped: {msg}");
@@ -197,7 +197,7 @@ fn two_pool_names_over_one_range_are_refused() {
         assert!(msg.contains("green") && msg.contains("blue"), "the message names both pools: {msg}");
     }
     assert!(c.leases("n2").is_empty(), "n2 handed out nothing: {:?}", c.leases("n2"));
-    let green_keys = c.etcd.dump("/ipam-delegated/v1/cnet/green/");
+    let green_keys = c.store.dump("/ipam-delegated/v1/cnet/green/");
     assert!(green_keys.is_empty(), "nothing of pool green was written: {green_keys:?}");
     // A range beside blue's under another name is a pool of its own.
     let mut beside = green.clone();
@@ -235,8 +235,8 @@ fn etcd_wiped_blocks_are_claimed_back_by_their_nodes_first() {
     let out = c.add_static("n1", "n1-static", fixed);
     assert_eq!(out.status, 0, "n1's static ADD: {}", brief(&out));
     // etcd loses its data and comes back on the same URL.
-    c.etcd.wipe();
-    assert!(c.etcd.dump("/").is_empty(), "etcd is empty");
+    c.store.wipe();
+    assert!(c.store.dump("/").is_empty(), "etcd is empty");
     // Past the confirmation cache (a tenth of offlineGrace), within which an
     // ADD asks etcd nothing and so cannot notice.
     std::thread::sleep(Duration::from_millis(300));
@@ -291,7 +291,7 @@ fn etcd_restored_from_an_older_backup_is_noticed_and_no_claim_is_adopted_again()
     assert_eq!(out.status, 0, "n1's DEL: {}", brief(&out));
     // The backup: the block is n1's.
     let backup = c.dir.path().join("etcd.backup");
-    c.etcd.snapshot(&backup);
+    c.store.snapshot(&backup);
     // n1 gives the empty block back; n2 claims it and hands out addresses.
     let gc = |c: &Cluster, node: &str| {
         let config = stack::gc_config(&config(c, node), &[]);
@@ -312,7 +312,7 @@ fn etcd_restored_from_an_older_backup_is_noticed_and_no_claim_is_adopted_again()
     }
     assert_eq!(c.blocks_of("n2"), vec![x]);
     // etcd is restored from the backup: the block is n1's again there.
-    c.etcd.restore(&backup);
+    c.store.restore(&backup);
     assert_eq!(c.blocks_of("n1"), vec![x], "the restored etcd shows the block as n1's");
     // n1 must not take back a claim it gave back: none of n2's addresses.
     // The pool is that one block, so n1 has no address of its own to give:

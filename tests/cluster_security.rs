@@ -119,12 +119,12 @@ fn operator(c: &Cluster, config: &Value, args: &[&str]) -> Outcome {
 fn the_cached_token_is_per_user_password_and_endpoints_and_a_wrong_password_is_7() {
     let _took = Took::new("the_cached_token_is_per_user_password_and_endpoints_and_a_wrong_password_is_7");
     let c = Cluster::blue(300.0);
-    c.etcd.enable_auth("alice", "secret");
+    c.store.enable_auth("alice", "secret");
     // bob may only touch his own prefix.
-    etcdctl(&c.etcd, &["user", "add", "bob:bob-secret"]);
-    etcdctl(&c.etcd, &["role", "add", "bob-role"]);
-    etcdctl(&c.etcd, &["role", "grant-permission", "bob-role", "--prefix=true", "readwrite", "/bob/"]);
-    etcdctl(&c.etcd, &["user", "grant-role", "bob", "bob-role"]);
+    etcdctl(&c.store, &["user", "add", "bob:bob-secret"]);
+    etcdctl(&c.store, &["role", "add", "bob-role"]);
+    etcdctl(&c.store, &["role", "grant-permission", "bob-role", "--prefix=true", "readwrite", "/bob/"]);
+    etcdctl(&c.store, &["user", "grant-role", "bob", "bob-role"]);
     let dir = c.dir.path();
     let alice = file(dir, "alice.pw", "secret\n", 0o600);
     let bob = file(dir, "bob.pw", "bob-secret\n", 0o600);
@@ -193,7 +193,7 @@ impl Cluster {
 fn a_token_goes_only_to_the_etcd_it_came_from() {
     let _took = Took::new("a_token_goes_only_to_the_etcd_it_came_from");
     let c = Cluster::blue(300.0);
-    c.etcd.enable_auth("alice", "secret");
+    c.store.enable_auth("alice", "secret");
     let other = TestEtcd::start();
     other.enable_auth("alice", "secret");
     let alice = file(c.dir.path(), "alice.pw", "secret\n", 0o600);
@@ -232,7 +232,7 @@ fn lines_with<'a>(stderr: &'a str, words: &[&str]) -> Vec<&'a str> {
 fn weak_setups_are_warned_about_once_per_call() {
     let _took = Took::new("weak_setups_are_warned_about_once_per_call");
     let c = Cluster::blue(300.0);
-    c.etcd.enable_auth("alice", "secret");
+    c.store.enable_auth("alice", "secret");
     let readable = file(c.dir.path(), "alice.pw", "secret\n", 0o644);
     let config = with_user(c.config("n1"), "alice", &readable);
     // An ADD that fails after ipam-ds-cluster (102: outside every pool) and
@@ -254,7 +254,7 @@ fn weak_setups_are_warned_about_once_per_call() {
     // http mixed with https, without tls.
     let plain = Cluster::blue(300.0);
     let mut mixed = plain.config("n2");
-    mixed["ipam"]["cluster"]["etcd"]["endpoints"] = json!([plain.etcd.endpoint(), "https://127.0.0.1:1"]);
+    mixed["ipam"]["cluster"]["etcd"]["endpoints"] = json!([plain.store.endpoint(), "https://127.0.0.1:1"]);
     let out = plain.add_with(&mixed, "m1");
     assert_eq!(out.status, 0, "{}", brief(&out));
     let mixed_warnings = lines_with(&out.stderr, &["ipam.cluster.etcd.endpoints[0]", "https"]);
@@ -282,17 +282,17 @@ fn text_from_etcd_is_bounded_and_escaped() {
     let evil = "\u{1b}[2J\u{1b}]0;owned\u{7}";
     // A pool definition of 1.4 MB, with terminal escapes.
     let definition = format!("{{\"ranges\":[\"{evil}{}\"],\"blockSize\":27}}", "A".repeat(1_400_000));
-    put(&c.etcd, &format!("{POOL_KEYS}pool"), definition.as_bytes());
+    put(&c.store, &format!("{POOL_KEYS}pool"), definition.as_bytes());
     let out = c.add("n1", "c1");
     let msg = assert_7("a pool definition that differs", &out, &["blockSize"]);
     assert_tame("ADD's message", &msg, 2000);
     assert_tame("ADD's stderr", &out.stderr, 4000);
-    delete(&c.etcd, &format!("{POOL_KEYS}pool"));
+    delete(&c.store, &format!("{POOL_KEYS}pool"));
 
     // Another node's static record with a hostile container and node name.
     let record = json!({"kind": "static", "node": format!("n9{evil}"), "container": format!("{evil}{}", "C".repeat(50_000)),
                         "ifname": evil});
-    put(&c.etcd, &format!("{ADDRS}10.50.0.0-27/10.50.0.5"), record.to_string().as_bytes());
+    put(&c.store, &format!("{ADDRS}10.50.0.0-27/10.50.0.5"), record.to_string().as_bytes());
     let out = c.add_static("n1", "c2", "10.50.0.5".parse().unwrap());
     let (code, msg) = failure(&out);
     assert_eq!(code, 101, "{msg}");
@@ -301,15 +301,19 @@ fn text_from_etcd_is_bounded_and_escaped() {
 
     // A block of a node whose name is hostile, and a record of node n9 (a
     // valid name) with a hostile container: the operator's output.
-    put(&c.etcd, &format!("{BLOCKS}10.50.1.0-27"), json!({"node": format!("x{evil}"), "at": 1}).to_string().as_bytes());
+    put(
+        &c.store,
+        &format!("{BLOCKS}10.50.1.0-27"),
+        json!({"node": format!("x{evil}"), "at": 1}).to_string().as_bytes(),
+    );
     let record = json!({"kind": "static", "node": "n9", "container": format!("{evil}{}", "C".repeat(50_000)),
                         "ifname": "eth0", "lender": format!("{evil}")});
-    put(&c.etcd, &format!("{ADDRS}10.50.2.0-27/10.50.2.7"), record.to_string().as_bytes());
-    put(&c.etcd, &format!("{POOL_KEYS}pool"), definition.as_bytes());
+    put(&c.store, &format!("{ADDRS}10.50.2.0-27/10.50.2.7"), record.to_string().as_bytes());
+    put(&c.store, &format!("{POOL_KEYS}pool"), definition.as_bytes());
     let out = operator(&c, &c.config("n1"), &["blocks"]);
     assert_tame("blocks' stdout", &out.stdout, 8000);
     assert_tame("blocks' stderr", &out.stderr, 8000);
-    delete(&c.etcd, &format!("{POOL_KEYS}pool"));
+    delete(&c.store, &format!("{POOL_KEYS}pool"));
     let out = operator(&c, &c.config("n1"), &["release-node", "n9"]);
     assert_eq!(out.status, 0, "{}", brief(&out));
     assert_tame("release-node's stdout", &out.stdout, 8000);
@@ -344,7 +348,7 @@ fn password_and_node_files_are_read_up_to_a_limit() {
         let out = c.add_with(&config, "f1");
         assert_7(what, &out, &[field, "65536 bytes"]);
     }
-    assert!(c.etcd.dump("/").is_empty(), "nothing is written with such files");
+    assert!(c.store.dump("/").is_empty(), "nothing is written with such files");
 }
 
 // ---------------------------------------------------------------------------
@@ -373,7 +377,7 @@ fn a_certificate_the_node_cannot_verify_is_7_not_unreachable() {
         json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/22"}], "blockSize": 27}]),
         300.0,
     );
-    let tls = c.etcd.tls_files();
+    let tls = c.store.tls_files();
     let with_tls = |ca: &Path| {
         let mut config = c.config("n1");
         config["ipam"]["cluster"]["etcd"]["tls"] =

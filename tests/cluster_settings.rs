@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 fn bad_settings_are_7_and_write_nothing() {
     let _took = Took::new("bad_settings_are_7_and_write_nothing");
     let c = Cluster::blue(30.0);
-    let endpoint = c.etcd.endpoint();
+    let endpoint = c.store.endpoint();
     let dir = c.dir.path().to_path_buf();
     type Change = Box<dyn Fn(&mut Value)>;
     let cluster = |v: Value| -> Change { Box::new(move |conf: &mut Value| conf["ipam"]["cluster"] = v.clone()) };
@@ -122,13 +122,13 @@ fn bad_settings_are_7_and_write_nothing() {
         assert!(msg.contains(field), "{what}: the message must name {field}: {msg}");
         assert!(out.stderr.lines().all(|l| !l.contains("panicked")), "{what}: {}", out.stderr);
         seen.push(format!("{what}: {msg}"));
-        let written = c.etcd.dump("/");
+        let written = c.store.dump("/");
         assert!(written.is_empty(), "{what}: etcd was written: {written:?}");
         assert_eq!(c.leases_if_created("bad"), Vec::new(), "{what}: a lease was left");
     }
     // The same ADD with good settings does write: the checks above could see it.
     let out = c.add("bad", "good");
     assert_eq!(out.status, 0, "good settings: {}", brief(&out));
-    assert!(!c.etcd.dump(POOL_KEYS).is_empty(), "a good ADD writes its block to etcd");
+    assert!(!c.store.dump(POOL_KEYS).is_empty(), "a good ADD writes its block to etcd");
     eprintln!("bad settings:\n  {}", seen.join("\n  "));
 }

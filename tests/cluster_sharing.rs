@@ -155,7 +155,7 @@ fn a_failed_dual_stack_add_gives_back_the_address_it_was_granted() {
     let (code, msg) = failure(&c.add("n2", "third"));
     assert_eq!(code, 100, "{msg}");
     let left: Vec<(String, String)> =
-        c.etcd.dump("/ipam-delegated/v1/cnet/").into_iter().filter(|(_, v)| v.contains("\"third\"")).collect();
+        c.store.dump("/ipam-delegated/v1/cnet/").into_iter().filter(|(_, v)| v.contains("\"third\"")).collect();
     assert!(left.is_empty(), "the failed ADD left records: {left:?}");
     assert!(c.node_records("n2").is_empty(), "and rows: {:?}", c.node_records("n2"));
     assert!(c.leases("n2").is_empty(), "and leases: {:?}", c.leases("n2"));
@@ -169,7 +169,7 @@ fn a_shared_block_is_never_used_without_etcd() {
     assert_eq!(first.status, 0, "{}", brief(&first));
     let ip = ipv4_of(first.result());
     assert!(c.addrs().iter().any(|a| a.ip == ip && a.node == "n1"), "the address is recorded: {:?}", c.addrs());
-    c.etcd.kill();
+    c.store.kill();
     // Others may take any address of the block while etcd is away from
     // this node: handing one out from the node database alone could collide.
     let (code, msg) = failure(&c.add("n1", "c2"));
@@ -178,14 +178,14 @@ fn a_shared_block_is_never_used_without_etcd() {
     let status = c.status("n1");
     assert_eq!(failure(&status).0, 50, "STATUS is not ready: {}", brief(&status));
     // With blocks of its own (shareBlocks never), the node works on alone.
-    c.etcd.restart();
+    c.store.restart();
     c.share_blocks = Some("never");
     let out = c.add("n9", "c1");
     assert_eq!(out.status, 0, "{}", brief(&out));
-    c.etcd.kill();
+    c.store.kill();
     let out = c.add("n9", "c2");
     assert_eq!(out.status, 0, "an ADD in n9's own block confirmed moments ago: {}", brief(&out));
-    c.etcd.restart();
+    c.store.restart();
 }
 
 #[test]
@@ -246,7 +246,7 @@ fn etcd_wiped_shared_blocks_are_claimed_back_with_their_records() {
     let before = held_addresses(&c, &["n1", "n2"]);
     let (x, y) = (c.blocks_of("n1"), c.blocks_of("n2"));
     assert_eq!((x.len(), y.len()), (1, 1), "a block each: {:?}", c.blocks());
-    c.etcd.wipe();
+    c.store.wipe();
     // n1's next grant finds its block gone and etcd behind what n1 saw: it
     // claims its block back, writes its records again and fails with 11.
     let (code, msg) = failure(&c.add("n1", "a-after"));

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use support::{addresses, assert_error, Outcome};
 
 fn identity_keys(c: &Cluster) -> Vec<(String, Value)> {
-    c.etcd
+    c.store
         .dump("/ipam-delegated/v1/cnet/_sticky/")
         .into_iter()
         .map(|(k, v)| (k, serde_json::from_str(&v).expect("an identity record")))
@@ -150,7 +150,7 @@ fn deleted_without_etcd(sticky: &Value) -> (Cluster, Vec<String>) {
     let mut c = Cluster::blue(30.0);
     c.share_blocks = Some("never");
     let first = ok(&add(&c, "n1", "c1", "db-0", sticky));
-    c.etcd.pause();
+    c.store.pause();
     del(&c, "n1", "c1", "db-0", sticky).assert_quiet_success();
     (c, first)
 }
@@ -162,7 +162,7 @@ fn taking_over_needs_etcd_and_a_del_without_etcd_is_published_later() {
     let (c, first) = deleted_without_etcd(&sticky);
     assert_error(&add(&c, "n2", "c2", "db-0", &sticky), 11, &["etcd"]);
     assert_error(&add(&c, "n1", "c3", "db-0", &sticky), 11, &["etcd"]);
-    c.etcd.resume();
+    c.store.resume();
     // n1's next call publishes the hold; then db-0 lands on n2 with its address.
     ok(&add(&c, "n1", "w1", "web-0", &sticky));
     let key = identity_keys(&c).into_iter().find(|(k, _)| k.ends_with("db-0")).expect("db-0's key").1;
@@ -213,7 +213,7 @@ fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
 fn after_a_del_without_etcd_the_identity_comes_back_on_its_own_node() {
     let sticky = json!({});
     let (c, first) = deleted_without_etcd(&sticky);
-    c.etcd.resume();
+    c.store.resume();
     // The first call after the outage is the identity's own ADD, on n1.
     assert_eq!(ok(&add(&c, "n1", "c2", "db-0", &sticky)), first);
     let key = identity_keys(&c).into_iter().find(|(k, _)| k.ends_with("db-0")).expect("db-0's key").1;

@@ -125,7 +125,7 @@ struct Key {
 
 /// Every identity key of network cnet, by pod name.
 fn identity_keys<E: Etcd>(c: &Cluster<E>) -> BTreeMap<String, Key> {
-    c.etcd
+    c.store
         .dump(IDENTITY_KEYS)
         .into_iter()
         .map(|(k, v)| {
@@ -660,8 +660,8 @@ fn a_node_behind_a_cut_off_member_cannot_take_an_identity_over() {
     // Blocks of each node's own: n1 still serves pods without identity
     // from its block while its member is cut off (offlineGrace 30 s).
     c.share_blocks = Some("never");
-    c.set_endpoints("n1", vec![c.etcd.endpoint(0)]);
-    c.set_endpoints("n2", vec![c.etcd.endpoint(1)]);
+    c.set_endpoints("n1", vec![c.store.endpoint(0)]);
+    c.set_endpoints("n2", vec![c.store.endpoint(1)]);
     let add_within = |node: &str, container: &str, name: Option<&str>| -> Outcome {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -678,7 +678,7 @@ fn a_node_behind_a_cut_off_member_cannot_take_an_identity_over() {
     call(&c, "DEL", "n1", "db-a", Some("db-0"), HOLD, &[]).assert_quiet_success();
     assert!(identity_key(&c, "db-0").is_some_and(|k| k.until > 0), "db-0 is held: {:?}", identity_keys(&c));
 
-    c.etcd.partition(0);
+    c.store.partition(0);
     // n1, behind member 0, cannot take db-0 over: the claim is a write.
     let msg = assert_code(&call(&c, "ADD", "n1", "db-b", Some("db-0"), HOLD, &[]), 11, "db-0 on n1 behind member 0");
     assert!(msg.contains("etcd"), "{msg}");
@@ -703,7 +703,7 @@ fn a_node_behind_a_cut_off_member_cannot_take_an_identity_over() {
     assert_code(&call(&c, "ADD", "n1", "db-b", Some("db-0"), HOLD, &[]), 11, "db-0 on n1 again");
     assert_none_twice(&c, &["n1", "n2"], "while member 0 is cut off");
 
-    c.etcd.heal(0);
+    c.store.heal(0);
     // Healed: n1 sees db-0 live on n2 (101 naming it), once member 0 has a
     // leader again (11 until then).
     let deadline = Instant::now() + Duration::from_secs(20);

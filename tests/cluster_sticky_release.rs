@@ -21,7 +21,7 @@ use support::{addresses, assert_error};
 /// The key of identity `prod/<name>` on eth0, as etcd holds it.
 fn identity_key(c: &Cluster, name: &str) -> Option<Value> {
     let key = format!("/ipam-delegated/v1/cnet/_sticky/eth0/prod/{name}");
-    c.etcd.dump(&key).into_iter().find(|(k, _)| *k == key).map(|(_, v)| serde_json::from_str(&v).expect("a key"))
+    c.store.dump(&key).into_iter().find(|(k, _)| *k == key).map(|(_, v)| serde_json::from_str(&v).expect("a key"))
 }
 
 fn assert_no_address_twice(c: &Cluster, nodes: &[&str]) {
@@ -124,9 +124,9 @@ fn shared_after_a_del_without_etcd(sticky: &Value) -> (Cluster, IpAddr) {
     );
     c.share_blocks = Some("never");
     let x = ok(&add(&c, "n1", "src", "vm-1", sticky));
-    c.etcd.pause();
+    c.store.pause();
     del(&c, "n1", "src", "vm-1", sticky).assert_quiet_success();
-    c.etcd.resume();
+    c.store.resume();
     assert_eq!(ok(&add(&c, "n2", "dst", "vm-1", sticky)), x, "n2 shares vm-1's address");
     (c, ip(&x[0]))
 }
@@ -215,9 +215,9 @@ fn a_share_live_identity_in_a_shared_block_keeps_its_record_through_a_del_withou
     );
     let sticky = json!({"shareLive": true, "hold": 2});
     let x = ok(&add(&c, "n1", "src", "vm-1", &sticky));
-    c.etcd.pause();
+    c.store.pause();
     del(&c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
-    c.etcd.resume();
+    c.store.resume();
     assert_eq!(ok(&add(&c, "n2", "dst", "vm-1", &sticky)), x, "n2 shares vm-1's address");
     let x = ip(&x[0]);
     std::thread::sleep(Duration::from_secs(3));

@@ -2,10 +2,11 @@
 //! (kube_harness: kube-apiserver over a real etcd, RBAC enforced): the
 //! server judges a ServiceAccount's requests by RBAC, and comes back from a
 //! kill -9 with its objects and the tokens it issued; every object of
-//! deploy/kubernetes/ is accepted; and the installer DaemonSet's
+//! deploy/kubernetes/ is accepted; the installer DaemonSet's
 //! ServiceAccount may do what the roles bound to it grant, and nothing
 //! else, by the server's own answers (SelfSubjectAccessReview) and real
-//! requests.
+//! requests; and those roles (rbac.yaml) are what the plugins' protocol
+//! does on the four kinds of crds.yaml, exactly.
 
 mod kube_harness;
 mod support;
@@ -214,6 +215,122 @@ fn the_installers_service_account_may_do_what_its_roles_grant_and_no_more() {
         let body = (method != "GET" && method != "DELETE").then(|| json!({}));
         let (status, answer) = api.request(&installer, method, &path, body.as_ref());
         assert_eq!(status, 403, "the installer's {method} {path}: {answer}");
+    }
+}
+
+/// The kinds of crds.yaml, as RBAC names them.
+const PLUGIN_RESOURCES: [&str; 4] = ["ipdnetworks", "ipdblocks", "ipdidentities", "ipdnodes"];
+/// What the plugins do with them (ipam-ds-cluster/docs/kubernetes.md, "RBAC").
+const PLUGIN_VERBS: [&str; 6] = ["get", "list", "create", "update", "patch", "delete"];
+
+/// The plugins' ServiceAccount of rbac.yaml, by the API server's own
+/// answers: each verb the protocol uses on each of the four kinds, and
+/// nothing else (no watch, no deletecollection, no other resource or group),
+/// wherever asked; then a real object made, changed and deleted with its
+/// token, and the refusals made for real.
+#[test]
+fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
+    let api = KubeApi::start();
+    let deploy = support::manifests::deploy_dir();
+    let applied = api.apply(&[&deploy.join("namespace.yaml"), &deploy.join("crds.yaml"), &deploy.join("rbac.yaml")]);
+    assert!(applied.contains("applied ClusterRoleBinding ipam-delegated"), "{applied}");
+    let (namespace, account) = installer_account();
+    assert_eq!((namespace.as_str(), account.as_str()), ("ipam-delegated", "ipam-delegated"), "the DaemonSet's account");
+    let plugins = api.service_account_kubeconfig(&namespace, &account);
+
+    let mut wrong = Vec::new();
+    for resource in PLUGIN_RESOURCES {
+        let name = format!("{resource}.ipam-delegated.io");
+        for verb in VERBS {
+            let expected = PLUGIN_VERBS.contains(&verb);
+            // Cluster-scoped kinds: what a namespace says does not change it.
+            for scope in [None, Some("default")] {
+                if api.can_i(&plugins, verb, &name, scope) != expected {
+                    wrong.push(format!("{verb} {name} (in {scope:?}): expected {expected}"));
+                }
+            }
+        }
+        for sub in ["status", "scale"] {
+            if api.can_i(&plugins, "update", &format!("{name}/{sub}"), None) {
+                wrong.push(format!("update {name}/{sub}: granted"));
+            }
+        }
+    }
+    // Other resources, of the core group, of Kubernetes' and of other CNI
+    // projects' groups (a group's name is not a prefix of another's).
+    let others = [
+        "pods",
+        "secrets",
+        "nodes",
+        "configmaps",
+        "serviceaccounts",
+        "namespaces",
+        "events",
+        "leases.coordination.k8s.io",
+        "daemonsets.apps",
+        "clusterroles.rbac.authorization.k8s.io",
+        "customresourcedefinitions.apiextensions.k8s.io",
+        "ipamblocks.crd.projectcalico.org",
+        "ippools.whereabouts.cni.cncf.io",
+        "network-attachment-definitions.k8s.cni.cncf.io",
+        "ipdblocks.ipam-delegated.example",
+        "ipdblocks",
+    ];
+    for resource in others {
+        for verb in VERBS {
+            for scope in [None, Some(namespace.as_str())] {
+                if api.can_i(&plugins, verb, resource, scope) {
+                    wrong.push(format!("{verb} {resource} (in {scope:?}): granted"));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "the plugins' ServiceAccount, by the API server's answers:\n  {}", wrong.join("\n  "));
+
+    // For real: an IPDNode created, read, listed, changed (update and merge
+    // patch, each at the resourceVersion read) and deleted with a
+    // precondition, as the protocol does.
+    let nodes = "/apis/ipam-delegated.io/v1alpha1/ipdnodes";
+    let node = json!({
+        "apiVersion": "ipam-delegated.io/v1alpha1",
+        "kind": "IPDNode",
+        "metadata": {"name": "rbac-probe.n1"},
+        "spec": {"network": "rbac-probe", "node": "n1", "db": "0123456789abcdef0123456789abcdef", "offlineGrace": 30, "timeout": 5}
+    });
+    let (status, body) = api.request(&plugins, "POST", nodes, Some(&node));
+    assert_eq!(status, 201, "the plugins create an IPDNode: {body}");
+    let (status, body) = api.request(&plugins, "GET", &format!("{nodes}/rbac-probe.n1"), None);
+    assert_eq!(status, 200, "the plugins read it: {body}");
+    let mut read: Value = serde_json::from_str(&body).expect("an IPDNode");
+    assert_eq!(api.request(&plugins, "GET", nodes, None).0, 200, "the plugins list IPDNodes");
+    read["spec"]["offlineGrace"] = json!(60);
+    let (status, body) = api.request(&plugins, "PUT", &format!("{nodes}/rbac-probe.n1"), Some(&read));
+    assert_eq!(status, 200, "the plugins update it: {body}");
+    let updated: Value = serde_json::from_str(&body).expect("an IPDNode");
+    let version = updated["metadata"]["resourceVersion"].clone();
+    let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"offlineGrace": 90}});
+    let merge = kube_harness::Headers { content_type: Some("application/merge-patch+json"), ..Default::default() };
+    let (status, body) = api.request_with(&plugins, "PATCH", &format!("{nodes}/rbac-probe.n1"), Some(&patch), merge);
+    assert_eq!(status, 200, "the plugins patch it: {body}");
+    let patched: Value = serde_json::from_str(&body).expect("an IPDNode");
+    let delete = json!({
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": patched["metadata"]["uid"], "resourceVersion": patched["metadata"]["resourceVersion"]}
+    });
+    let (status, body) = api.request(&plugins, "DELETE", &format!("{nodes}/rbac-probe.n1"), Some(&delete));
+    assert_eq!(status, 200, "the plugins delete it, preconditioned: {body}");
+
+    // Refused for real: a watch, a collection's delete, a secret, a pod.
+    for (method, path) in [
+        ("GET", format!("{nodes}?watch=true")),
+        ("DELETE", nodes.to_string()),
+        ("GET", format!("/api/v1/namespaces/{namespace}/secrets")),
+        ("GET", "/api/v1/pods".to_string()),
+        ("GET", "/api/v1/nodes".to_string()),
+    ] {
+        let (status, body) = api.request(&plugins, method, &path, None);
+        assert_eq!(status, 403, "the plugins' {method} {path}: {body}");
     }
 }
 

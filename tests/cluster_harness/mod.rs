@@ -1,14 +1,17 @@
-//! The cluster under test, shared by the cluster-mode test files: one real
-//! etcd (`TestEtcd`, Debian's etcd from PATH: a missing etcd fails the test,
-//! never skips it) or a cluster of members (`TestEtcdCluster`, each node
-//! given the endpoints it uses), a directory holding each simulated node's
-//! database, and readers of what etcd and the node databases hold. Every call is a real
-//! `ipam-delegated` process of the fast layout (`support::bin_dir()`).
+//! The cluster under test, shared by the cluster-mode test files: its store
+//! — one real etcd (`TestEtcd`, Debian's etcd from PATH: a missing etcd
+//! fails the test, never skips it), a cluster of members (`TestEtcdCluster`,
+//! each node given the endpoints it uses), or a real Kubernetes API server
+//! ([`kube::KubeStore`]) — a directory holding each simulated node's
+//! database, and readers of what the store and the node databases hold.
+//! Every call is a real `ipam-delegated` process of the fast layout
+//! (`support::bin_dir()`).
 //!
 //! Used by several test files through `mod cluster_harness;`, so not every
 //! item is used by every one of them.
 #![allow(dead_code)]
 
+pub mod kube;
 pub mod sticky;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +26,8 @@ use crate::stack::{self, LeaseRow};
 use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
 
 pub const NETWORK: &str = "cnet";
+/// The pool the readers of blocks and address records read.
+pub const POOL: &str = "blue";
 /// The etcd keys of pool `blue` of network `cnet` (the default prefix).
 pub const POOL_KEYS: &str = "/ipam-delegated/v1/cnet/blue/";
 pub const BLOCKS: &str = "/ipam-delegated/v1/cnet/blue/blocks/";
@@ -31,6 +36,20 @@ pub const NETNS_PATH: &str = "/var/run/netns/x";
 
 // ---------------------------------------------------------------------------
 // The cluster under test
+
+/// The store of a `Cluster`: what its nodes are configured with, and the
+/// blocks and address records of pool blue of network cnet that the tests
+/// read back from it.
+pub trait Store {
+    /// The datastore member of a node's `ipam.cluster`: `{"etcd": {...}}` or
+    /// `{"kubernetes": {...}}`.
+    fn settings(&self) -> Value;
+    /// Every block of the pool that has a node (claimed, or released by
+    /// release-node).
+    fn blocks(&self) -> Vec<BlockRec>;
+    /// Every address record of the pool.
+    fn addrs(&self) -> Vec<AddrRec>;
+}
 
 /// The etcd of a `Cluster`: what the nodes use, and what the tests read.
 pub trait Etcd {
@@ -61,15 +80,63 @@ impl Etcd for TestEtcdCluster {
     }
 }
 
-/// One etcd, and a directory holding each node's database.
-pub struct Cluster<E: Etcd = TestEtcd> {
-    pub etcd: E,
+/// The etcd datastore settings naming `endpoints`.
+fn etcd_settings(endpoints: &[String]) -> Value {
+    json!({"etcd": {"endpoints": endpoints, "timeout": 1}})
+}
+
+impl<E: Etcd> Store for E {
+    fn settings(&self) -> Value {
+        etcd_settings(&self.endpoints())
+    }
+
+    fn blocks(&self) -> Vec<BlockRec> {
+        self.dump(BLOCKS)
+            .into_iter()
+            .map(|(key, value)| {
+                let segment = key.strip_prefix(BLOCKS).expect("a block key");
+                let v: Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("block {key}: {e}: {value}"));
+                BlockRec {
+                    net: Net4::segment(segment),
+                    node: v["node"].as_str().unwrap_or_else(|| panic!("block {key} has no node: {value}")).to_string(),
+                    released: v["released"].as_bool().unwrap_or(false),
+                    key,
+                }
+            })
+            .collect()
+    }
+
+    fn addrs(&self) -> Vec<AddrRec> {
+        self.dump(ADDRS)
+            .into_iter()
+            .map(|(key, value)| {
+                let ip =
+                    key.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("address key {key}"));
+                let v: Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("address {key}: {e}: {value}"));
+                let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+                AddrRec {
+                    ip,
+                    node: text("node"),
+                    kind: text("kind"),
+                    container: text("container"),
+                    lender: text("lender"),
+                    key,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One store, and a directory holding each node's database.
+pub struct Cluster<S: Store = TestEtcd> {
+    pub store: S,
     pub dir: tempfile::TempDir,
     pub pools: Value,
     pub grace: f64,
     /// ipam.timeout: seconds per delegate call.
     pub call_timeout: u64,
-    /// The etcd endpoints of the nodes (by name) given their own.
+    /// The etcd endpoints of the nodes (by name) given their own (an etcd
+    /// store's: see [`Cluster::set_endpoints`]).
     pub node_endpoints: HashMap<String, Vec<String>>,
     /// `ipam.cluster.shareBlocks`, when set (else the default, auto).
     pub share_blocks: Option<&'static str>,
@@ -92,20 +159,22 @@ pub fn blue_pools() -> Value {
 }
 
 impl<E: Etcd> Cluster<E> {
-    pub fn over(etcd: E, pools: Value, grace: f64) -> Cluster<E> {
-        let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
-        // Built before any clock starts.
-        let _ = bin_dir();
-        Cluster { etcd, dir, pools, grace, call_timeout: 5, node_endpoints: HashMap::new(), share_blocks: None }
-    }
-
     /// `node` uses `endpoints` (in order) rather than the etcd's.
     pub fn set_endpoints(&mut self, node: &str, endpoints: Vec<String>) {
         self.node_endpoints.insert(node.to_string(), endpoints);
     }
 
     pub fn endpoints_of(&self, node: &str) -> Vec<String> {
-        self.node_endpoints.get(node).cloned().unwrap_or_else(|| self.etcd.endpoints())
+        self.node_endpoints.get(node).cloned().unwrap_or_else(|| self.store.endpoints())
+    }
+}
+
+impl<S: Store> Cluster<S> {
+    pub fn over(store: S, pools: Value, grace: f64) -> Cluster<S> {
+        let dir = tempfile::Builder::new().prefix("ipam-cluster-").tempdir().expect("tempdir");
+        // Built before any clock starts.
+        let _ = bin_dir();
+        Cluster { store, dir, pools, grace, call_timeout: 5, node_endpoints: HashMap::new(), share_blocks: None }
     }
 
     pub fn db(&self, node: &str) -> PathBuf {
@@ -113,6 +182,12 @@ impl<E: Etcd> Cluster<E> {
     }
 
     pub fn config(&self, node: &str) -> Value {
+        let mut cluster = match self.node_endpoints.get(node) {
+            Some(endpoints) => etcd_settings(endpoints),
+            None => self.store.settings(),
+        };
+        cluster["node"] = json!(node);
+        cluster["offlineGrace"] = json!(self.grace);
         let mut config = json!({
             "cniVersion": "1.0.0",
             "name": NETWORK,
@@ -123,11 +198,7 @@ impl<E: Etcd> Cluster<E> {
                 "timeout": self.call_timeout,
                 "delegates": CLUSTER_STACK,
                 "pools": self.pools,
-                "cluster": {
-                    "etcd": {"endpoints": self.endpoints_of(node), "timeout": 1},
-                    "node": node,
-                    "offlineGrace": self.grace
-                }
+                "cluster": cluster
             }
         });
         if let Some(share) = self.share_blocks {
@@ -242,49 +313,19 @@ impl<E: Etcd> Cluster<E> {
             .collect()
     }
 
-    /// Every block record of pool blue in etcd.
+    /// Every block of pool blue in the store that has a node.
     pub fn blocks(&self) -> Vec<BlockRec> {
-        self.etcd
-            .dump(BLOCKS)
-            .into_iter()
-            .map(|(key, value)| {
-                let segment = key.strip_prefix(BLOCKS).expect("a block key");
-                let v: Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("block {key}: {e}: {value}"));
-                BlockRec {
-                    net: Net4::segment(segment),
-                    node: v["node"].as_str().unwrap_or_else(|| panic!("block {key} has no node: {value}")).to_string(),
-                    released: v["released"].as_bool().unwrap_or(false),
-                    key,
-                }
-            })
-            .collect()
+        self.store.blocks()
     }
 
-    /// The blocks etcd shows as `node`'s (not released).
+    /// The blocks the store shows as `node`'s (not released).
     pub fn blocks_of(&self, node: &str) -> Vec<Net4> {
         self.blocks().into_iter().filter(|b| b.node == node && !b.released).map(|b| b.net).collect()
     }
 
-    /// Every address record of pool blue in etcd.
+    /// Every address record of pool blue in the store.
     pub fn addrs(&self) -> Vec<AddrRec> {
-        self.etcd
-            .dump(ADDRS)
-            .into_iter()
-            .map(|(key, value)| {
-                let ip =
-                    key.rsplit('/').next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("address key {key}"));
-                let v: Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("address {key}: {e}: {value}"));
-                let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
-                AddrRec {
-                    ip,
-                    node: text("node"),
-                    kind: text("kind"),
-                    container: text("container"),
-                    lender: text("lender"),
-                    key,
-                }
-            })
-            .collect()
+        self.store.addrs()
     }
 
     /// Rows of the query `sql` of `node`'s database (which must exist; its
@@ -425,7 +466,7 @@ pub fn brief(out: &Outcome) -> String {
 /// Every address an attachment holds across `nodes`' databases, asserting
 /// none twice. (Addresses a node lends out are held in its database under
 /// the network `cnet/lent`, by no attachment: see [`lent_holds`].)
-pub fn held_once<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> BTreeMap<IpAddr, (String, String)> {
+pub fn held_once<S: Store>(c: &Cluster<S>, nodes: &[&str]) -> BTreeMap<IpAddr, (String, String)> {
     let (held, twice) = held_by(c, nodes);
     if let Some((ip, (n1, c1), (n2, c2))) = twice.first() {
         panic!("{ip} is held twice across the cluster: by {n1} (container {c1}) and by {n2} (container {c2})");
@@ -441,7 +482,7 @@ pub type Twice = (IpAddr, Holder, Holder);
 /// (ipam-da-sticky) is no attachment's, and not counted: a node keeps one
 /// for a while after the identity went, also once another node took the
 /// identity over.
-pub fn held_by<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Twice>) {
+pub fn held_by<S: Store>(c: &Cluster<S>, nodes: &[&str]) -> (BTreeMap<IpAddr, Holder>, Vec<Twice>) {
     let mut held: BTreeMap<IpAddr, Holder> = BTreeMap::new();
     let mut twice = Vec::new();
     for node in nodes {
@@ -457,7 +498,7 @@ pub fn held_by<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> (BTreeMap<IpAddr, Hol
 
 /// The addresses each node holds in its database as lent out (network
 /// `cnet/lent`): (address, lender).
-pub fn lent_holds<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> Vec<(IpAddr, String)> {
+pub fn lent_holds<S: Store>(c: &Cluster<S>, nodes: &[&str]) -> Vec<(IpAddr, String)> {
     let lent = format!("{NETWORK}/lent");
     nodes
         .iter()
@@ -465,15 +506,15 @@ pub fn lent_holds<E: Etcd>(c: &Cluster<E>, nodes: &[&str]) -> Vec<(IpAddr, Strin
         .collect()
 }
 
-/// Each held address lies in a block etcd shows as its node's, or has an
-/// address record in etcd for its node.
-pub fn assert_covered<E: Etcd>(c: &Cluster<E>, held: &BTreeMap<IpAddr, (String, String)>) {
+/// Each held address lies in a block the store shows as its node's, or has
+/// an address record in the store for its node.
+pub fn assert_covered<S: Store>(c: &Cluster<S>, held: &BTreeMap<IpAddr, (String, String)>) {
     let problems = uncovered(c, held);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The held addresses [`assert_covered`] refuses, one line each.
-pub fn uncovered<E: Etcd>(c: &Cluster<E>, held: &BTreeMap<IpAddr, (String, String)>) -> Vec<String> {
+pub fn uncovered<S: Store>(c: &Cluster<S>, held: &BTreeMap<IpAddr, (String, String)>) -> Vec<String> {
     let blocks = c.blocks();
     let addrs = c.addrs();
     let mut problems = Vec::new();
@@ -482,8 +523,8 @@ pub fn uncovered<E: Etcd>(c: &Cluster<E>, held: &BTreeMap<IpAddr, (String, Strin
         let recorded = addrs.iter().any(|a| a.ip == *ip && &a.node == node);
         if !(in_block || recorded) {
             problems.push(format!(
-                "{ip} is held by {node} (container {container}) outside every block etcd shows as {node}'s, and \
-                 etcd has no address record of {node} for it; blocks: {:?}; address records: {:?}",
+                "{ip} is held by {node} (container {container}) outside every block the store shows as {node}'s, \
+                 and the store has no address record of {node} for it; blocks: {:?}; address records: {:?}",
                 blocks.iter().filter(|b| b.net.contains(*ip)).collect::<Vec<_>>(),
                 addrs.iter().filter(|a| a.ip == *ip).collect::<Vec<_>>()
             ));
@@ -492,8 +533,8 @@ pub fn uncovered<E: Etcd>(c: &Cluster<E>, held: &BTreeMap<IpAddr, (String, Strin
     problems
 }
 
-/// Blocks per node in etcd: "few", not one per ADD.
-pub fn assert_few_blocks<E: Etcd>(c: &Cluster<E>, nodes: &[&str], peak: &HashMap<String, usize>, per_block: usize) {
+/// Blocks per node in the store: "few", not one per ADD.
+pub fn assert_few_blocks<S: Store>(c: &Cluster<S>, nodes: &[&str], peak: &HashMap<String, usize>, per_block: usize) {
     let mut counts = Vec::new();
     for node in nodes {
         let owned = c.blocks_of(node).len();
@@ -502,7 +543,7 @@ pub fn assert_few_blocks<E: Etcd>(c: &Cluster<E>, nodes: &[&str], peak: &HashMap
         counts.push(format!("{node}: {owned} blocks for at most {most} leases"));
         assert!(
             owned <= bound,
-            "{node} owns {owned} blocks in etcd for at most {most} leases at once (bound {bound}): concurrent ADDs of \
+            "{node} owns {owned} blocks in the store for at most {most} leases at once (bound {bound}): concurrent ADDs of \
              one node claimed a block each? {counts:?}"
         );
     }
@@ -512,7 +553,7 @@ pub fn assert_few_blocks<E: Etcd>(c: &Cluster<E>, nodes: &[&str], peak: &HashMap
 /// The blocks of `c`'s first pool in the order `node` tries to claim them,
 /// as ipam-ds-cluster orders them (its public `Geometry::claim_order`): to
 /// pick a node name that takes over exactly the blocks another lost.
-pub fn claim_order<E: Etcd>(c: &Cluster<E>, node: &str) -> Vec<Net4> {
+pub fn claim_order<S: Store>(c: &Cluster<S>, node: &str) -> Vec<Net4> {
     let pool = shared::pool::Pool::from_json(&c.pools[0], "pools[0]").expect("the test's pool reads");
     ipam_ds_cluster::blocks::Geometry::of(&pool).claim_order(node).map(|b| Net4::cidr(&b.to_string())).collect()
 }
@@ -525,13 +566,13 @@ pub fn has_cluster_tool() -> bool {
 
 /// Hands `node`'s blocks and records back with the operator's
 /// `cluster release-node`, run with `operator`'s settings.
-pub fn release_node<E: Etcd>(c: &Cluster<E>, node: &str, operator: &str) -> &'static str {
+pub fn release_node<S: Store>(c: &Cluster<S>, node: &str, operator: &str) -> &'static str {
     release_node_saying(c, node, operator);
     "ipam-delegated cluster release-node"
 }
 
 /// [`release_node`], returning what the command printed.
-pub fn release_node_saying<E: Etcd>(c: &Cluster<E>, node: &str, operator: &str) -> String {
+pub fn release_node_saying<S: Store>(c: &Cluster<S>, node: &str, operator: &str) -> String {
     assert!(has_cluster_tool(), "ipam-delegated cluster --help failed: the operator tool is broken");
     let conflist = c.dir.path().join("cnet.conflist");
     let mut plugin = c.config(operator);

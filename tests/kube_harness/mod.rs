@@ -87,11 +87,49 @@ impl KubeApi {
 
     /// Applies the objects of `files`, in order, as the admin (server-side
     /// apply; a CustomResourceDefinition is established before the objects
-    /// after it). Returns the list of what was applied, "applied KIND [NS/]NAME" a line.
+    /// after it, and its objects are served when this returns). Returns the list of what was applied, "applied KIND [NS/]NAME" a line.
     pub fn apply(&self, files: &[&Path]) -> String {
         let mut args = vec!["apply".into(), "--kubeconfig".into(), path_arg(&self.admin_kubeconfig())];
         args.extend(files.iter().map(|f| path_arg(f)));
-        self.client(&args)
+        let applied = self.client(&args);
+        for crd in applied.lines().filter_map(|l| l.strip_prefix("applied CustomResourceDefinition ")) {
+            self.wait_until_served(crd.trim());
+        }
+        applied
+    }
+
+    /// Waits until the objects of the CustomResourceDefinition `name` are
+    /// served: an established CRD's storage may still answer 429 ("storage
+    /// is (re)initializing") for a moment, which a test's first request
+    /// must not meet.
+    fn wait_until_served(&self, name: &str) {
+        let admin = self.admin_kubeconfig();
+        let path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}");
+        let (status, body) = self.request(&admin, "GET", &path, None);
+        assert_eq!(status, 200, "the CustomResourceDefinition {name}, just applied: {body}");
+        let crd: serde_json::Value = serde_json::from_str(&body).expect("a CustomResourceDefinition");
+        let spec = &crd["spec"];
+        let versions = spec["versions"].as_array().into_iter().flatten();
+        let served: Vec<&str> = versions.filter(|v| v["served"] == true).filter_map(|v| v["name"].as_str()).collect();
+        let started = Instant::now();
+        for version in served {
+            let list = format!(
+                "/apis/{}/{version}/{}?limit=1",
+                spec["group"].as_str().unwrap_or_default(),
+                spec["names"]["plural"].as_str().unwrap_or_default()
+            );
+            loop {
+                let (status, body) = self.request(&admin, "GET", &list, None);
+                if status == 200 {
+                    break;
+                }
+                assert!(
+                    status == 429 && started.elapsed() < START_LIMIT,
+                    "GET {list} as the admin, after applying {name}: {status} {body}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 
     /// Applies `yaml` (one or more objects) as the admin.

@@ -1,0 +1,154 @@
+//! The Kubernetes API as a cluster's store: a real API server
+//! (tests/kube_harness) with the CustomResourceDefinitions and the RBAC of
+//! deploy/kubernetes/ applied, every node given a kubeconfig of the
+//! ServiceAccount the installer DaemonSet runs as (the credentials the
+//! DaemonSet gives the plugins, so the tests prove its role is enough), and
+//! the tests reading the `IPDBlock` objects back as the cluster's admin.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::{AddrRec, BlockRec, Cluster, Net4, Store, NETWORK, POOL};
+use crate::support::manifests::{deploy_dir, objects};
+
+#[path = "../kube_harness/mod.rs"]
+pub mod api;
+
+pub use api::KubeApi;
+
+/// The path of the `IPDBlock` collection.
+pub const BLOCKS_PATH: &str = "/apis/ipam-delegated.io/v1alpha1/ipdblocks";
+
+/// A running API server holding the suite's kinds, and the plugins'
+/// credentials on it.
+pub struct KubeStore {
+    pub api: KubeApi,
+    /// The ServiceAccount the plugins run as: (namespace, name).
+    pub account: (String, String),
+    plugins: PathBuf,
+}
+
+impl KubeStore {
+    /// Starts an API server, applies namespace.yaml, crds.yaml and
+    /// rbac.yaml, and takes a token of the installer DaemonSet's
+    /// ServiceAccount.
+    pub fn start() -> KubeStore {
+        let api = KubeApi::start();
+        let deploy = deploy_dir();
+        api.apply(&[&deploy.join("namespace.yaml"), &deploy.join("crds.yaml"), &deploy.join("rbac.yaml")]);
+        let account = plugins_account();
+        let plugins = api.service_account_kubeconfig(&account.0, &account.1);
+        KubeStore { api, account, plugins }
+    }
+
+    /// The kubeconfig every node is given.
+    pub fn plugins_kubeconfig(&self) -> &Path {
+        &self.plugins
+    }
+
+    /// The datastore settings naming `kubeconfig`.
+    pub fn settings_with(kubeconfig: &Path) -> Value {
+        json!({"kubernetes": {"kubeconfig": kubeconfig, "timeout": 5}})
+    }
+
+    /// Kills the API server (its etcd with it), keeping its data.
+    pub fn stop(&mut self) {
+        self.api.stop();
+    }
+
+    /// Starts it again on the same data, port and CA.
+    pub fn restart(&mut self) {
+        self.api.restart();
+    }
+
+    /// Every `IPDBlock` object as the API server returns it (any network,
+    /// any state), read as the admin.
+    pub fn block_objects(&self) -> Vec<Value> {
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", BLOCKS_PATH, None);
+        assert_eq!(status, 200, "listing IPDBlocks as the admin: {body}");
+        let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("an IPDBlockList ({e}): {body}"));
+        list["items"].as_array().unwrap_or_else(|| panic!("an IPDBlockList without items: {body}")).clone()
+    }
+
+    /// The `IPDBlock` objects of pool blue of network cnet.
+    pub fn pool_blocks(&self) -> Vec<Value> {
+        self.block_objects()
+            .into_iter()
+            .filter(|b| b["spec"]["network"] == NETWORK && b["spec"]["pool"] == POOL)
+            .collect()
+    }
+}
+
+impl Cluster<KubeStore> {
+    /// A cluster of `pools` over a fresh API server.
+    pub fn on_kubernetes(pools: Value, grace: f64) -> Cluster<KubeStore> {
+        Cluster::over(KubeStore::start(), pools, grace)
+    }
+}
+
+/// The installer DaemonSet's ServiceAccount: (namespace, name).
+pub fn plugins_account() -> (String, String) {
+    let all = objects();
+    let (_, ds) = all
+        .iter()
+        .find(|(_, o)| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "ipam-delegated")
+        .expect("the installer DaemonSet ipam-delegated in deploy/kubernetes/");
+    let text = |v: &Value, what: &str| v.as_str().unwrap_or_else(|| panic!("the DaemonSet's {what}: {v}")).to_string();
+    (
+        text(&ds["metadata"]["namespace"], "namespace"),
+        text(&ds["spec"]["template"]["spec"]["serviceAccountName"], "serviceAccountName"),
+    )
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"].as_str().unwrap_or_else(|| panic!("an object without a name: {object}")).to_string()
+}
+
+impl Store for KubeStore {
+    fn settings(&self) -> Value {
+        KubeStore::settings_with(&self.plugins)
+    }
+
+    /// `Owned` and `Claiming` blocks are their owner's, `Released` ones
+    /// released; an `Unclaimed` block is no node's (its records count in
+    /// [`Store::addrs`]).
+    fn blocks(&self) -> Vec<BlockRec> {
+        let mut blocks = Vec::new();
+        for object in self.pool_blocks() {
+            let key = name_of(&object);
+            let spec = &object["spec"];
+            let released = match spec["state"].as_str() {
+                Some("Owned" | "Claiming") => false,
+                Some("Released") => true,
+                Some("Unclaimed") => continue,
+                _ => panic!("IPDBlock {key} in no known state: {object}"),
+            };
+            let node =
+                spec["owner"]["node"].as_str().unwrap_or_else(|| panic!("IPDBlock {key} has no owner: {object}"));
+            let cidr = spec["cidr"].as_str().unwrap_or_else(|| panic!("IPDBlock {key} has no cidr: {object}"));
+            blocks.push(BlockRec { net: Net4::cidr(cidr), node: node.to_string(), released, key });
+        }
+        blocks
+    }
+
+    fn addrs(&self) -> Vec<AddrRec> {
+        let mut addrs = Vec::new();
+        for object in self.pool_blocks() {
+            let name = name_of(&object);
+            let Some(records) = object["spec"]["records"].as_object() else { continue };
+            for (ip, record) in records {
+                let text = |k: &str| record[k].as_str().unwrap_or_default().to_string();
+                addrs.push(AddrRec {
+                    ip: ip.parse().unwrap_or_else(|e| panic!("IPDBlock {name}: a record of {ip:?} ({e})")),
+                    node: text("node"),
+                    kind: text("kind"),
+                    container: text("container"),
+                    lender: text("lender"),
+                    key: format!("{name}/{ip}"),
+                });
+            }
+        }
+        addrs
+    }
+}
