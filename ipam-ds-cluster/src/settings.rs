@@ -35,6 +35,9 @@ const CLUSTER_KEYS: &[&str] =
 
 /// Pools of at most this many blocks share them under `shareBlocks: "auto"`.
 pub const AUTO_SHARE_MAX_BLOCKS: u128 = 64;
+/// The most addresses of a shared block on the Kubernetes API: its records
+/// are one object's, which the schema caps at this many.
+pub const KUBERNETES_MAX_SHARED_BLOCK: u128 = crate::datastore::kubernetes::objects::MAX_RECORDS as u128;
 
 /// `shareBlocks`: whether the blocks this node claims are shared (every
 /// address handed out in them recorded in etcd, any node allocating in them)
@@ -140,12 +143,37 @@ impl Settings {
     }
 
     /// Whether a block this node claims in a pool of `blocks` blocks is shared.
-    pub fn shares(&self, blocks: u128) -> bool {
+    /// `block_len`: the block's addresses. On the Kubernetes API a shared
+    /// block holds every record in one object, so a block of more than
+    /// [`KUBERNETES_MAX_SHARED_BLOCK`] addresses is never shared there
+    /// (`always` with one is refused by [`Settings::check_block_size`]).
+    pub fn shares(&self, blocks: u128, block_len: u128) -> bool {
         match self.share_blocks {
-            ShareBlocks::Auto => blocks <= AUTO_SHARE_MAX_BLOCKS,
+            ShareBlocks::Auto => blocks <= AUTO_SHARE_MAX_BLOCKS && self.may_share(block_len),
             ShareBlocks::Always => true,
             ShareBlocks::Never => false,
         }
+    }
+
+    fn may_share(&self, block_len: u128) -> bool {
+        !matches!(self.store, Store::Kubernetes(_)) || block_len <= KUBERNETES_MAX_SHARED_BLOCK
+    }
+
+    /// Error 7 naming pool `pool`'s blockSize when `shareBlocks: "always"`
+    /// would share blocks of `block_len` addresses the store cannot hold.
+    pub fn check_block_size(&self, pool: &str, block_size: u8, block_len: u128) -> Result<()> {
+        if self.share_blocks != ShareBlocks::Always || self.may_share(block_len) {
+            return Ok(());
+        }
+        Err(CniError::config(
+            "blockSize",
+            format!(
+                "pool {pool}: blocks of /{block_size} ({block_len} addresses) cannot be shared on the Kubernetes \
+                 datastore, whose shared block holds every record in one object (at most \
+                 {KUBERNETES_MAX_SHARED_BLOCK} addresses): use a longer blockSize, or ipam.cluster.shareBlocks \
+                 \"auto\" or \"never\""
+            ),
+        ))
     }
 
     /// `ipam.cluster` of a configuration; error 7 when it is missing or wrong.
@@ -552,16 +580,36 @@ mod tests {
     }
 
     #[test]
+    fn on_the_kubernetes_api_a_shared_block_fits_one_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = good_kubeconfig(&dir);
+        let with = |share: &str| {
+            Settings::from_value(&json!({"kubernetes": {"kubeconfig": kubeconfig}, "node": "n", "shareBlocks": share}))
+                .unwrap()
+        };
+        let auto = with("auto");
+        assert!(auto.shares(16, KUBERNETES_MAX_SHARED_BLOCK), "a /21 block of IPv4 is shared");
+        assert!(!auto.shares(16, KUBERNETES_MAX_SHARED_BLOCK * 2), "a /20 block is each node's own");
+        assert!(auto.check_block_size("blue", 20, 4096).is_ok(), "auto makes it the node's own: no error");
+        let e = with("always").check_block_size("blue", 20, 4096).unwrap_err();
+        assert_eq!(e.code, shared::Code::InvalidConfig);
+        assert!(e.msg.contains("blockSize") && e.msg.contains("pool blue") && e.msg.contains("2048"), "{}", e.msg);
+        assert!(with("always").check_block_size("blue", 21, 2048).is_ok());
+    }
+
+    #[test]
     fn blocks_are_shared_in_pools_of_few_blocks_unless_told() {
         let with = |share: Value| {
             Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n", "shareBlocks": share}))
                 .unwrap()
         };
         let auto = Settings::from_value(&json!({"etcd": {"endpoints": ["http://a:1"]}, "node": "n"})).unwrap();
-        assert!(auto.shares(4) && auto.shares(AUTO_SHARE_MAX_BLOCKS));
-        assert!(!auto.shares(AUTO_SHARE_MAX_BLOCKS + 1), "a pool of many blocks: each node's own");
-        assert!(with(json!("always")).shares(1024));
-        assert!(!with(json!("never")).shares(1));
+        assert!(auto.shares(4, 64) && auto.shares(AUTO_SHARE_MAX_BLOCKS, 64));
+        assert!(!auto.shares(AUTO_SHARE_MAX_BLOCKS + 1, 64), "a pool of many blocks: each node's own");
+        assert!(auto.shares(4, 1 << 20), "etcd holds a record per key: any block may be shared");
+        assert!(with(json!("always")).shares(1024, 64));
+        assert!(!with(json!("never")).shares(1, 64));
+        assert!(with(json!("always")).check_block_size("blue", 12, 1 << 20).is_ok());
     }
 
     #[test]

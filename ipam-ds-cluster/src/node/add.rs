@@ -48,7 +48,11 @@ impl Node<'_> {
         requests: &[IpAddr],
         prev: &IpamResult,
     ) -> Result<Vec<Pool>> {
-        let call = AddCall { pools, geometries: pools.iter().map(Geometry::of).collect(), who, sticking, requests };
+        let geometries: Vec<Geometry> = pools.iter().map(Geometry::of).collect();
+        for g in &geometries {
+            self.settings.check_block_size(&g.pool.name, g.block_size, g.block_len())?;
+        }
+        let call = AddCall { pools, geometries, who, sticking, requests };
         let mut snap = self.snapshot(store, &call)?;
         let mut needed = needed_families(pools, prev, requests, &snap.held);
         // Only answers given after the watermark was read count against it

@@ -279,7 +279,7 @@ impl Node<'_> {
 
     /// The record of a new claim of this node, shared as its settings say for `g`.
     pub(super) fn block_record(&self, g: &Geometry) -> BlockRecord {
-        self.claim_record(self.settings.shares(g.block_count()))
+        self.claim_record(self.settings.shares(g.block_count(), g.block_len()))
     }
 
     /// The record of a claim of this node, `shared` or its own.
