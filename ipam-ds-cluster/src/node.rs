@@ -176,7 +176,7 @@ impl<'s> Node<'s> {
         let db = database_id(store)?;
         let datastore: Box<dyn Datastore> = match &settings.store {
             Store::Etcd { client, prefix } => Box::new(EtcdStore::open(client, prefix, settings, network, store)?),
-            Store::Kubernetes(kube) => Box::new(KubeStore::open(kube, settings, network)?),
+            Store::Kubernetes(kube) => Box::new(KubeStore::open(kube, settings, network, Some(store))?),
         };
         Ok(Node { settings, network: network.to_string(), datastore, clock: OnceCell::new(), db })
     }

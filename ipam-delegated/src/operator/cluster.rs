@@ -42,7 +42,7 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
             Box::new(EtcdStore::over(client, prefix, &conf.settings, &conf.network))
         }
         Store::Kubernetes(kube) => {
-            Box::new(KubeStore::open(kube, &conf.settings, &conf.network).map_err(|e| cluster_failure(&conf, e))?)
+            Box::new(KubeStore::open(kube, &conf.settings, &conf.network, None).map_err(|e| cluster_failure(&conf, e))?)
         }
     };
     match command {

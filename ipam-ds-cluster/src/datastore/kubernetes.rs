@@ -42,12 +42,12 @@ use shapes::{
 };
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use shared::store::StoreHandle;
+use shared::store::{StoreHandle, Tx};
 use shared::{CniError, Code};
 
 use super::{
@@ -57,6 +57,7 @@ use super::{
 };
 use crate::kube::{self, Client};
 use crate::records::{to_bytes, BlockRecord, NodeEntry, PoolRecord};
+use crate::rows::ClusterRows;
 use objects::{
     BlockSpec, BlockState, IdentitySpec, NetworkSpec, NodeSpec, Object, Owner, PoolDefinition, Time, Wanted,
 };
@@ -73,6 +74,11 @@ const ROUNDS: u32 = 16;
 const MAX_PAUSE_MS: u64 = 64;
 /// Owners asked to lend by a node that found no room.
 const WANT_OWNERS: usize = 4;
+/// Shared blocks as this node last wrote them are kept in the node
+/// database between calls (notes `kube-block:<name>`): the next grant or
+/// release in one is a single update at that resourceVersion (a 409 reads
+/// the block again), not a read and an update.
+const KEPT_BLOCK_NOTE: &str = "kube-block:";
 
 /// One node's calls on one network, on the Kubernetes API.
 pub struct KubeStore {
@@ -87,12 +93,34 @@ pub struct KubeStore {
     node_object: RefCell<Option<Object<NodeSpec>>>,
     /// The `Date` of the latest answer.
     now: Cell<Time>,
+    /// The blocks this call wrote or deleted: kept at its end (see
+    /// [`KEPT_BLOCK_NOTE`]).
+    written: RefCell<BTreeSet<String>>,
+}
+
+/// A shared block as kept between calls.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptBlock {
+    /// The `Date` of the answer that showed it.
+    date: i64,
+    object: Object<BlockSpec>,
 }
 
 impl KubeStore {
-    pub fn open(settings: &kube::Settings, cluster: &crate::settings::Settings, network: &str) -> shared::Result<Self> {
+    /// The store of `settings`, with the shared blocks an earlier call of
+    /// this node kept in `store` (none for the operator's tool).
+    pub fn open(
+        settings: &kube::Settings,
+        cluster: &crate::settings::Settings,
+        network: &str,
+        store: Option<&mut StoreHandle>,
+    ) -> shared::Result<Self> {
         let client = Client::new(settings).map_err(|e| e.to_cni(KUBECONFIG_FIELD))?;
-        Ok(KubeStore {
+        let kept = match store {
+            Some(store) => kept_blocks(store, network)?,
+            None => Vec::new(),
+        };
+        let kube = KubeStore {
             client,
             network: network.to_string(),
             node: cluster.node.clone(),
@@ -100,7 +128,16 @@ impl KubeStore {
             network_object: RefCell::new(None),
             node_object: RefCell::new(None),
             now: Cell::new(Time(0)),
-        })
+            written: RefCell::new(BTreeSet::new()),
+        };
+        for KeptBlock { date, object } in kept {
+            // One that is not what its name says is left to a fresh read.
+            let name = object.metadata.name.clone();
+            if kube.block_name(&object.spec.pool, object.spec.cidr) == name && object.spec.network == network {
+                kube.blocks.borrow_mut().insert(name, (object, Time(date)));
+            }
+        }
+        Ok(kube)
     }
 
     // ---- the network, the node
@@ -192,7 +229,28 @@ impl Datastore for KubeStore {
 
     fn forget_marks(&self) {}
 
-    fn finish(&self, _store: &mut StoreHandle) {
+    fn finish(&self, store: &mut StoreHandle) {
+        let written = self.written.borrow();
+        if !written.is_empty() {
+            let blocks = self.blocks.borrow();
+            let keep = |tx: &Tx| {
+                for name in written.iter() {
+                    let note = format!("{KEPT_BLOCK_NOTE}{name}");
+                    let shared = |o: &&(Object<BlockSpec>, Time)| o.0.spec.state.owner().is_some_and(|o| o.shared);
+                    match blocks.get(name).filter(shared) {
+                        Some((object, at)) => {
+                            let kept = KeptBlock { date: at.0, object: object.clone() };
+                            tx.set_note(&note, &serde_json::to_string(&kept).unwrap_or_default())?;
+                        }
+                        None => tx.drop_note(&note)?,
+                    }
+                }
+                Ok(())
+            };
+            if let Err(e) = store.write(keep) {
+                tracing::warn!("the shared blocks written are not kept for the next call: {e}");
+            }
+        }
         let counts = self.client.counts();
         tracing::debug!("Kubernetes API requests: {} ({} connection(s))", counts.requests, counts.connections);
     }
@@ -761,6 +819,23 @@ impl Datastore for KubeStore {
         }
         outcomes.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
     }
+}
+
+/// The shared blocks of `network` an earlier call kept (ones that do not
+/// read are left out: they are read afresh when needed).
+fn kept_blocks(store: &mut StoreHandle, network: &str) -> shared::Result<Vec<KeptBlock>> {
+    // A block's name starts with its network's part and a dot, which no
+    // network's part holds.
+    let prefix = format!("{KEPT_BLOCK_NOTE}{}.", names::text(network));
+    store.read(|tx| {
+        let mut kept = Vec::new();
+        for name in tx.notes_with_prefix(&prefix)? {
+            if let Some(text) = tx.note(&name)? {
+                kept.extend(serde_json::from_str::<KeptBlock>(&text).ok());
+            }
+        }
+        Ok(kept)
+    })
 }
 
 #[cfg(test)]

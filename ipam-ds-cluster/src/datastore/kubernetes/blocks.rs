@@ -113,6 +113,7 @@ impl KubeStore {
                     match answered {
                         Some(now) => {
                             self.keep_block(now)?;
+                            self.written.borrow_mut().insert(name.clone());
                             Some(answer)
                         }
                         None => None,
@@ -121,6 +122,7 @@ impl KubeStore {
                 Step::Delete(answer) => match &object {
                     Some(o) if self.delete(o)? => {
                         self.blocks.borrow_mut().remove(&name);
+                        self.written.borrow_mut().insert(name.clone());
                         Some(answer)
                     }
                     Some(_) => None,
