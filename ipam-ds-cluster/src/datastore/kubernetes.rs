@@ -72,6 +72,9 @@ const KUBECONFIG_FIELD: &str = "ipam.cluster.kubernetes.kubeconfig";
 /// not meet again at once.
 const ROUNDS: u32 = 16;
 const MAX_PAUSE_MS: u64 = 64;
+/// A confirming read of at most this many blocks reads each (GET), of more
+/// one LIST of the node's blocks (see `confirm`).
+const CONFIRM_BY_GET_MAX: usize = 4;
 /// Owners asked to lend by a node that found no room.
 const WANT_OWNERS: usize = 4;
 /// Shared blocks as this node last wrote them are kept in the node
@@ -403,27 +406,35 @@ impl Datastore for KubeStore {
     }
 
     fn confirm(&self, pools: &[(&str, Vec<IpNet>)]) -> Answer<ConfirmRead> {
-        // A LIST with no resourceVersion is a consistent read: the API
-        // server answers from etcd's quorum (or its cache once it has caught
-        // up with it), never from a stale copy.
+        // Reads with no resourceVersion are consistent: never a stale copy.
+        // A GET is served from the API server's etcd at once; a LIST from
+        // its cache once that has caught up with etcd, which after a write
+        // of anything (in a cluster: all the time) waits for the cache's
+        // next progress notification, up to 100 ms. So the few blocks of a
+        // node are read one by one, and only many by one LIST.
         let entry = self.read_node()?;
-        let labels = format!(
-            "{}={},{}={}",
-            objects::LABEL_NETWORK,
-            names::text(&self.network),
-            objects::LABEL_NODE,
-            names::text(&self.node)
-        );
-        let mine: HashMap<String, Object<BlockSpec>> = self
-            .list::<BlockSpec>(&labels)?
-            .into_iter()
-            .map(|b| self.keep_block(b).map(|b| (b.metadata.name.clone(), b)))
-            .collect::<Answer<_>>()?;
+        let asked: usize = pools.iter().map(|(_, blocks)| blocks.len()).sum();
+        let mine: HashMap<String, Object<BlockSpec>> = if asked <= CONFIRM_BY_GET_MAX {
+            HashMap::new()
+        } else {
+            let labels = format!(
+                "{}={},{}={}",
+                objects::LABEL_NETWORK,
+                names::text(&self.network),
+                objects::LABEL_NODE,
+                names::text(&self.node)
+            );
+            self.list::<BlockSpec>(&labels)?
+                .into_iter()
+                .map(|b| self.keep_block(b).map(|b| (b.metadata.name.clone(), b)))
+                .collect::<Answer<_>>()?
+        };
         let mut read = Vec::with_capacity(pools.len());
         for (pool, blocks) in pools {
             let mut c = PoolConfirm { wanted: 0, blocks: Vec::with_capacity(blocks.len()) };
             for block in blocks {
-                // Not among this node's: another's now, or nobody's (one read each, rare).
+                // Read alone, or not among this node's listed: another's now,
+                // or nobody's.
                 let found = match mine.get(&self.block_name(pool, *block)) {
                     Some(found) => Some(found.clone()),
                     None => self.read_block(pool, *block)?,
