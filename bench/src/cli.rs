@@ -70,19 +70,24 @@ database / dataDir per scenario, their calls interleaved. In order:
   lock-wait    how long calls wait for the database's lock, {lock_workers} full-stack
                ADDs in flight at once ({lock_wait} ADDs, read from each call's
                debug log), and whether the waiting is fair (suite only)
-  cluster      cluster mode (ipam-ds-cluster, a real etcd from PATH, nodes
-               simulated as node names with databases of their own) against
-               local mode: steady-state ADD/DEL latency ({latency} each), etcd
-               requests per steady-state ADD and DEL ({cluster_steady} each, counted by
-               etcd), the same in a tight pool ({cluster_tight} each; 10.31.0.0/24 in
-               4 blocks, one node), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in
-               flight per node (throughput both ways, etcd requests per ADD),
-               {wave_pods} pods on {wave_nodes} nodes into a pool of exactly {wave_pods} addresses
-               ({wave_threads} ADDs in flight per node, failed ADDs retried every 0.5 s
-               for at most {wave_secs} s per wave; all nodes at once, then in two
-               waves of 5 nodes: pods placed, time, failed attempts,
-               addresses held twice), and one etcd request's latency from
-               the client
+  cluster      cluster mode (ipam-ds-cluster, nodes simulated as node names
+               with databases of their own) on two stores side by side, a
+               real etcd from PATH and a real Kubernetes API server (the
+               tests' kube-test-server, built with Go as the tests build it
+               into target/kube-test; without Go, etcd alone), against local
+               mode: steady-state ADD/DEL latency ({latency} each, interleaved, also
+               without confirmation cache), store requests per steady-state
+               ADD and DEL ({cluster_steady} each, counted by the store and logged by the
+               client), per first ADD of a fresh node ({cluster_tight}), the same in a
+               tight pool of shared blocks ({cluster_tight} each; 10.31.0.0/24 in 4
+               blocks, one node), {wave_pods} pods on {wave_nodes} nodes into a pool of
+               exactly {wave_pods} addresses ({wave_threads} ADDs in flight per node, failed ADDs
+               retried every 0.5 s for at most {wave_secs} s per wave; all nodes at
+               once, then in two waves of 5 nodes: pods placed, time, failed
+               attempts, addresses held twice), one request's latency from
+               the client; on etcd only, {cluster_adds} ADDs by {nodes} nodes from empty,
+               {workers_per_node} in flight per node (throughput both ways, etcd requests per
+               ADD)
   sticky       sticky addresses (ipam-da-sticky), local mode: ADD and DEL
                latency ({latency} rounds) of host-local, the suite's stack without
                stickiness (ds-pool + da-static + da-sequential) and with
