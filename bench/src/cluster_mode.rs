@@ -123,7 +123,9 @@ impl Store {
 
     /// The store's own count of the requests it served so far: etcd's
     /// `grpc_server_handled_total` per method; the API server's
-    /// `apiserver_request_total` of the CRDs' group per "VERB resource".
+    /// `apiserver_request_total` of the CRDs' group per "VERB resource",
+    /// "VERB resource (CODE)" for the answers that are no success (a 409:
+    /// the object changed since it was read; a 404).
     pub fn counted(&self) -> BTreeMap<String, u64> {
         match self {
             Store::Etcd(etcd) => etcd.handled(),
@@ -220,7 +222,8 @@ fn network_of(space: &str) -> String {
 }
 
 /// `apiserver_request_total` of the CRDs' group in a `/metrics` text, summed
-/// per "VERB resource" over the other labels (codes, scopes, …).
+/// per "VERB resource" over the other labels (scopes, …), the answers that
+/// are no success (not 2xx) apart, per "VERB resource (CODE)".
 pub fn api_requests(metrics: &str) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for line in metrics.lines() {
@@ -233,7 +236,11 @@ pub fn api_requests(metrics: &str) -> BTreeMap<String, u64> {
         }
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
         let n = value.trim().parse::<f64>().unwrap_or(0.0) as u64;
-        *counts.entry(format!("{verb} {resource}")).or_default() += n;
+        let key = match label("code") {
+            Some(code) if !code.starts_with('2') => format!("{verb} {resource} ({code})"),
+            _ => format!("{verb} {resource}"),
+        };
+        *counts.entry(key).or_default() += n;
     }
     counts
 }
@@ -252,7 +259,9 @@ mod tests {
             apiserver_request_total{code=\"201\",component=\"apiserver\",dry_run=\"\",group=\"ipam-delegated.io\",resource=\"ipdnodes\",scope=\"resource\",subresource=\"\",verb=\"POST\",version=\"v1alpha1\"} 3e+00\n";
         let counts = api_requests(metrics);
         let expected: BTreeMap<String, u64> =
-            [("GET ipdblocks", 9), ("PUT ipdblocks", 1), ("POST ipdnodes", 3)].map(|(k, n)| (k.to_string(), n)).into();
+            [("GET ipdblocks", 7), ("GET ipdblocks (404)", 2), ("PUT ipdblocks (409)", 1), ("POST ipdnodes", 3)]
+                .map(|(k, n)| (k.to_string(), n))
+                .into();
         assert_eq!(counts, expected);
     }
 }

@@ -64,9 +64,11 @@ impl StepCount {
         self.server.values().sum()
     }
 
-    /// The API server's count of the verbs that write.
+    /// The API server's count of the verbs that write, answered with
+    /// success (a 409 wrote nothing).
     fn api_writes(&self) -> u64 {
-        let writing = |key: &str| key.split(' ').next().is_some_and(|verb| WRITING_VERBS.contains(&verb));
+        let writing =
+            |key: &str| key.split(' ').next().is_some_and(|verb| WRITING_VERBS.contains(&verb)) && !key.ends_with(')');
         self.server.iter().filter(|(key, _)| writing(key)).map(|(_, n)| n).sum()
     }
 
@@ -90,7 +92,7 @@ impl StepCount {
     }
 
     /// etcd: Put + DeleteRange + the txns that wrote; the API server: POST,
-    /// PUT, PATCH, DELETE (and APPLY).
+    /// PUT, PATCH, DELETE (and APPLY) answered with success.
     pub fn writes(&self) -> u64 {
         match self.client {
             ClientCount::Etcd(_) => self.method("Put") + self.method("DeleteRange") + self.txn_writes(),
@@ -99,7 +101,7 @@ impl StepCount {
     }
 
     /// etcd: Range + the txns that did not write; the API server: the other
-    /// verbs (GET, LIST).
+    /// requests (GET, LIST, and writes refused: 409 conflicts).
     pub fn reads(&self) -> u64 {
         match self.client {
             ClientCount::Etcd(_) => self.method("Range") + self.method("Txn") - self.txn_writes(),

@@ -505,6 +505,11 @@ fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
         k.tight.add.server = BTreeMap::from([("GET ipdblocks".to_string(), 50), ("PUT ipdblocks".to_string(), 50)]);
         k.waves[0].duplicates = 2;
     }
+    // A replace refused (409: the block changed since it was read) is a
+    // request, not a write.
+    let mut conflicted = kube_figures().tight.add;
+    conflicted.server = BTreeMap::from([("PUT ipdblocks".to_string(), 50), ("PUT ipdblocks (409)".to_string(), 7)]);
+    assert_eq!((conflicted.total(), conflicted.writes(), conflicted.reads()), (57, 50, 7));
     let bad = Figures { cluster: Some(c), ..Default::default() };
     let t = cluster::side_by_side(&bad);
     assert!(t.contains("| 2.00 ms | 3.00 ms (1.50×) | 2.60 ms (1.30×) | ≤ 1.2× local | **NO** |"), "{t}");
