@@ -103,13 +103,14 @@ database / dataDir per scenario, their calls interleaved. In order:
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
-replacing them. A full run takes about 2 minutes on an idle 2-core machine
-(the cluster scenario about half a minute of it), plus the release build;
-the two sticky scenarios add about 2 minutes on a busy machine (--only
-sticky,sticky-cluster took 117 s at a load average near 8);
-BENCH_QUICK=1 takes under a minute. The cluster scenario's pods in waves add
-a few seconds, or each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) for
-each of the three waves whose pods cannot all be placed.
+replacing them. A full run took 223 s at a load average near 5 (the
+cluster scenario 87 s of it, 43 s of which the Kubernetes store's pods in
+waves), plus the release build and, the first time, the build of the API
+server (Go); the two sticky scenarios add about 2 minutes on a busy machine
+(--only sticky,sticky-cluster took 117 s at a load average near 8);
+BENCH_QUICK=1 --only cluster took 77 s. The cluster scenario's pods in waves
+take each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) at most, for
+each of the six waves (three per store) whose pods cannot all be placed.
 
 Options:
   -h, --help         print this help and exit

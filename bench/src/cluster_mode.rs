@@ -26,8 +26,10 @@ pub const DELEGATES: [&str; 4] = ["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-st
 pub const KUBERNETES: &str = "Kubernetes v1.36.3 (kube-apiserver and its etcd in one process, tests/kube)";
 
 /// The API group of the CustomResourceDefinitions (deploy/kubernetes/crds.yaml).
-const GROUP: &str = "ipam-delegated.io";
+pub const GROUP: &str = "ipam-delegated.io";
+pub const VERSION: &str = "v1alpha1";
 const BLOCKS_PATH: &str = "/apis/ipam-delegated.io/v1alpha1/ipdblocks";
+const CRDS: &str = "deploy/kubernetes/crds.yaml";
 /// How long the API server may answer 429 ("storage is (re)initializing")
 /// after the CRDs were applied.
 const CRDS_READY_LIMIT: Duration = Duration::from_secs(60);
@@ -188,21 +190,30 @@ impl Store {
 
 impl KubeStore {
     /// Builds kube-test-server if needed (as the tests do), starts it,
-    /// applies deploy/kubernetes/crds.yaml, and waits until the blocks'
-    /// collection answers 200: right after a CRD is established the server
-    /// answers 429 ("storage is (re)initializing") for a moment.
+    /// applies deploy/kubernetes/crds.yaml, and waits until the collection
+    /// of each of its resources answers 200: right after a CRD is
+    /// established the server answers 429 ("storage is (re)initializing")
+    /// for a moment, which a plugin takes for an unreachable server (11).
     pub fn start(dir: &std::path::Path) -> KubeStore {
         let api = KubeApi::start();
-        api.apply(&[&crate::support::repo().join("deploy/kubernetes/crds.yaml")]);
+        let crds = crate::support::repo().join(CRDS);
+        api.apply(&[&crds]);
         let admin = api.admin_kubeconfig();
+        let text = fs::read_to_string(&crds).unwrap_or_else(|e| panic!("{CRDS}: {e}"));
+        // Each CRD's `plural:` line names its collection.
+        let plurals: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("plural:")).map(str::trim).collect();
+        assert!(!plurals.is_empty(), "{CRDS} names no resource (no `plural:` line)");
         let started = Instant::now();
-        loop {
-            let (status, body) = api.request(&admin, "GET", BLOCKS_PATH, None);
-            if status == 200 {
-                break;
+        for plural in plurals {
+            let path = format!("/apis/{GROUP}/{VERSION}/{plural}");
+            loop {
+                let (status, body) = api.request(&admin, "GET", &path, None);
+                if status == 200 {
+                    break;
+                }
+                assert!(started.elapsed() < CRDS_READY_LIMIT, "GET {path} still answers {status}: {body}");
+                std::thread::sleep(Duration::from_millis(200));
             }
-            assert!(started.elapsed() < CRDS_READY_LIMIT, "GET {BLOCKS_PATH} still answers {status}: {body}");
-            std::thread::sleep(Duration::from_millis(200));
         }
         // The plugins' own copy, in the scenario's directory.
         let kubeconfig = dir.join("admin.kubeconfig");

@@ -92,7 +92,7 @@ use shared::addr::to_u128;
 use shared::pool;
 use shared::CniArgs;
 
-use crate::cluster_mode::{difference, KubeStore, Store};
+use crate::cluster_mode::{self, difference, KubeStore, Store};
 use crate::debug_log::logging;
 use crate::figures::cluster::{
     ClusterFigures, ClusterFill, FirstAdds, KubeFigures, PodWaves, StepCount, TightPool, Wave,
@@ -510,7 +510,7 @@ fn kube_floor(kube: &KubeStore) -> (Stats, Stats, Stats) {
     let kubeconfig = kube::Kubeconfig::read(kube.kubeconfig()).unwrap_or_else(|e| panic!("the kubeconfig: {e}"));
     let settings = kube::Settings { kubeconfig: kubeconfig.into(), timeout: Duration::from_secs(5) };
     let new_client = || kube::Client::new(&settings).unwrap_or_else(|e| panic!("the Kubernetes client: {e}"));
-    let resource = kube::Resource { group: "ipam-delegated.io", version: "v1alpha1", plural: "ipdnodes" };
+    let resource = kube::Resource { group: cluster_mode::GROUP, version: cluster_mode::VERSION, plural: "ipdnodes" };
     let spec = NodeSpec {
         network: "ipam-bench-floor".into(),
         node: "floor".into(),
