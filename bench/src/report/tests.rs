@@ -518,7 +518,8 @@ fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
     let md = markdown(&fig, &machine(), &summary::table(&fig), Duration::from_secs(1));
     for text in [
         "### On the Kubernetes API, side by side with etcd",
-        "Kubernetes v1.36.3",
+        "| Kubernetes API server (cluster mode) | Kubernetes v1.36.3 (kube-apiserver and its etcd in one process, tests/kube) |",
+        "| etcd (cluster mode) | etcd Version: 3.4.23 |",
         "| first ADD of a fresh node | 25 | GET ipdnetworks 25, POST ipdblocks 25, POST ipdnodes 25 | 3.000 | 75 requests, 25 connections; 25 of 25 calls logged |",
         "| GET of an IPDNode by a new client (TCP and TLS handshake first) | 200 | 4.00 | 8.00 | 12.00 |",
     ] {
