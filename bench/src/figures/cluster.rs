@@ -179,12 +179,24 @@ pub struct KubeFigures {
     /// write the block's object.
     pub tight: TightPool,
     pub waves: [PodWaves; 2],
-    /// One request from the plugins' client (`ipam_ds_cluster::kube::Client`),
-    /// in-process: a GET on a kept-alive connection, a GET by a new client
-    /// (TCP and TLS handshake included), a replace (PUT) on a kept-alive one.
-    pub floor_get: Stats,
-    pub floor_fresh_get: Stats,
-    pub floor_put: Stats,
+    pub floor: KubeFloor,
+}
+
+/// One request from the plugins' client (`ipam_ds_cluster::kube::Client`),
+/// in-process, one after the other.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KubeFloor {
+    /// A GET on a kept-alive connection.
+    pub get: Stats,
+    /// A GET by a new client (TCP and TLS handshake included).
+    pub fresh_get: Stats,
+    /// A replace (PUT) at the object's resourceVersion, kept-alive.
+    pub put: Stats,
+    /// A LIST of the blocks (no resourceVersion: a consistent read) right
+    /// after that replace of an object of another resource; and the same
+    /// LIST again, nothing written since.
+    pub list_after_write: Stats,
+    pub list: Stats,
 }
 
 /// etcd requests of one node's steady-state ADDs and DELs in a pool of few

@@ -117,18 +117,22 @@ fn cluster_bound(c: &ClusterFigures) -> String {
 /// What bounds the cluster-mode figures on the Kubernetes API: one request,
 /// seen from the client.
 fn kube_bound(k: &KubeFigures, local: f64) -> String {
-    let (get, fresh, put) = (k.floor_get.median_ms, k.floor_fresh_get.median_ms, k.floor_put.median_ms);
+    let f = &k.floor;
+    let (get, fresh, put) = (f.get.median_ms, f.fresh_get.median_ms, f.put.median_ms);
+    let (list_after_write, list) = (f.list_after_write.median_ms, f.list.median_ms);
     let least = local + fresh;
     format!(
         "- **The Kubernetes API (cluster mode).** One request through the plugins' own Kubernetes client, \
          in-process (median of {n}): a GET on a kept-alive connection {get:.2} ms; the same GET by a new client, its \
          TCP and TLS handshake first, as every CNI process makes its first request, {fresh:.2} ms; a replace (PUT) \
-         at a resourceVersion, which the API server writes to its etcd before it answers, {put:.2} ms. An ADD whose \
+         at a resourceVersion, which the API server writes to its etcd before it answers, {put:.2} ms; a LIST of the \
+         blocks (a consistent read, as a confirming ADD and a claim make it) {list:.2} ms, but {list_after_write:.2} ms \
+         right after a write of another resource (an IPDNode). An ADD whose \
          confirmation has expired pays at least the new client's request over a local ADD: {local:.2} + {fresh:.2} \
          = {least:.2} ms ({}); measured without confirmation cache: {:.2} ms. The API server and its etcd are one \
          process on this machine, on the same cores as the plugins.",
         ratio(least, local),
         k.add_confirming.stats.median_ms,
-        n = k.floor_get.n,
+        n = f.get.n,
     )
 }

@@ -432,7 +432,7 @@ impl<'a> Side<'a> {
             first_add: &k.first_add,
             tight: &k.tight,
             waves: &k.waves,
-            floor: [k.floor_get, k.floor_fresh_get, k.floor_put],
+            floor: [k.floor.get, k.floor.fresh_get, k.floor.put],
         }
     }
 }
@@ -681,9 +681,15 @@ fn kube_rest(k: &KubeFigures, c: &ClusterFigures) -> String {
     );
     let _ = writeln!(s, "One API request from the plugins' own client (`ipam_ds_cluster::kube::Client`), in the benchmark's process, one after the other, with the plugins' kubeconfig:\n");
     let _ = writeln!(s, "| request | n | median ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|");
-    s.push_str(&stats_row("GET of an IPDNode, kept-alive connection", &k.floor_get));
-    s.push_str(&stats_row("GET of an IPDNode by a new client (TCP and TLS handshake first)", &k.floor_fresh_get));
-    s.push_str(&stats_row("replace (PUT) of an IPDNode at its resourceVersion, kept-alive connection", &k.floor_put));
+    let f = &k.floor;
+    s.push_str(&stats_row("GET of an IPDNode, kept-alive connection", &f.get));
+    s.push_str(&stats_row("GET of an IPDNode by a new client (TCP and TLS handshake first)", &f.fresh_get));
+    s.push_str(&stats_row("replace (PUT) of an IPDNode at its resourceVersion, kept-alive connection", &f.put));
+    s.push_str(&stats_row(
+        "LIST of the IPDBlocks (a consistent read) right after that replace of an IPDNode",
+        &f.list_after_write,
+    ));
+    s.push_str(&stats_row("the same LIST again, nothing written since", &f.list));
     s.push('\n');
     s.push_str(&waves(&k.waves));
     s

@@ -10,7 +10,7 @@ use super::{bounds, cluster, markdown, summary};
 use ipam_ds_cluster::kube::Counts;
 
 use crate::figures::cluster::{
-    ClientCount, ClusterFigures, ClusterFill, FirstAdds, KubeFigures, PodWaves, StepCount, TightPool, Wave,
+    ClientCount, ClusterFigures, ClusterFill, FirstAdds, KubeFigures, KubeFloor, PodWaves, StepCount, TightPool, Wave,
 };
 use crate::figures::durability::{FsyncProbe, SyncCount};
 use crate::figures::lock_wait::LockWait;
@@ -345,9 +345,13 @@ fn kube_figures() -> KubeFigures {
             pod_waves("one wave", &[(1, 10, 1000, 20.0)]),
             pod_waves("two waves", &[(1, 5, 500, 2.0), (6, 10, 500, 9.0)]),
         ],
-        floor_get: floor(0.5),
-        floor_fresh_get: floor(4.0),
-        floor_put: floor(1.5),
+        floor: KubeFloor {
+            get: floor(0.5),
+            fresh_get: floor(4.0),
+            put: floor(1.5),
+            list_after_write: floor(100.0),
+            list: floor(1.0),
+        },
     }
 }
 
@@ -522,6 +526,8 @@ fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
         "| etcd (cluster mode) | etcd Version: 3.4.23 |",
         "| first ADD of a fresh node | 25 | GET ipdnetworks 25, POST ipdblocks 25, POST ipdnodes 25 | 3.000 | 75 requests, 25 connections; 25 of 25 calls logged |",
         "| GET of an IPDNode by a new client (TCP and TLS handshake first) | 200 | 4.00 | 8.00 | 12.00 |",
+        "| LIST of the IPDBlocks (a consistent read) right after that replace of an IPDNode | 200 | 100.00 |",
+        "a LIST of the blocks (a consistent read, as a confirming ADD and a claim make it) 1.00 ms, but 100.00 ms right after a write of another resource (an IPDNode)",
     ] {
         assert!(md.contains(text), "{text} missing from\n{md}");
     }

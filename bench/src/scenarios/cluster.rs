@@ -95,7 +95,7 @@ use shared::CniArgs;
 use crate::cluster_mode::{self, difference, KubeStore, Store};
 use crate::debug_log::logging;
 use crate::figures::cluster::{
-    ClusterFigures, ClusterFill, FirstAdds, KubeFigures, PodWaves, StepCount, TightPool, Wave,
+    ClusterFigures, ClusterFill, FirstAdds, KubeFigures, KubeFloor, PodWaves, StepCount, TightPool, Wave,
 };
 use crate::figures::Figures;
 use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run, Stats};
@@ -113,6 +113,9 @@ pub const NODES: usize = 8;
 pub const WORKERS_PER_NODE: usize = 16;
 /// Requests of each kind the floor is measured with.
 const FLOOR_REQUESTS: usize = 200;
+/// The API server's LISTs of the floor, fewer: one after a write may wait
+/// for the server's cache (100 ms).
+const FLOOR_LISTS: usize = 50;
 /// The blockSize of the tight pool and of the waves' pool.
 const BLOCK_SIZE: u8 = 26;
 /// The tight pool: few blocks (4), one node; a key prefix of its own.
@@ -183,24 +186,20 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
 
     let (etcd_latency, etcd_counts) = (latencies.remove(0), counts.remove(0));
     let kube = match (kube.as_ref(), latencies.pop(), counts.pop(), kube_floor) {
-        (Some(kube), Some(latency), Some(counted), Some((floor_get, floor_fresh_get, floor_put))) => {
-            Some(KubeFigures {
-                version: kube.version(),
-                add: latency.add,
-                del: latency.del,
-                add_confirming: latency.add_confirming,
-                del_confirming: latency.del_confirming,
-                steady_add: counted.steady_add,
-                steady_del: counted.steady_del,
-                confirming_add: counted.confirming_add,
-                first_add: counted.first_add,
-                tight: counted.tight,
-                waves: counted.waves,
-                floor_get,
-                floor_fresh_get,
-                floor_put,
-            })
-        }
+        (Some(kube), Some(latency), Some(counted), Some(floor)) => Some(KubeFigures {
+            version: kube.version(),
+            add: latency.add,
+            del: latency.del,
+            add_confirming: latency.add_confirming,
+            del_confirming: latency.del_confirming,
+            steady_add: counted.steady_add,
+            steady_del: counted.steady_del,
+            confirming_add: counted.confirming_add,
+            first_add: counted.first_add,
+            tight: counted.tight,
+            waves: counted.waves,
+            floor,
+        }),
         _ => None,
     };
     fig.cluster = Some(ClusterFigures {
@@ -505,8 +504,11 @@ fn time(f: &mut dyn FnMut()) -> Duration {
 /// in-process, with the plugins' kubeconfig: a GET of an `IPDNode` on a
 /// kept-alive connection; the same GET by a new client (a new connection:
 /// TCP and TLS handshake, as every CNI process makes its first request);
-/// a replace (PUT) of it at its resourceVersion on a kept-alive connection.
-fn kube_floor(kube: &KubeStore) -> (Stats, Stats, Stats) {
+/// a replace (PUT) of it at its resourceVersion on a kept-alive connection;
+/// for the first [`FLOOR_LISTS`] of those, a LIST of the blocks (a
+/// consistent read, as a confirming ADD and a claim make it) right after
+/// the replace, and again.
+fn kube_floor(kube: &KubeStore) -> KubeFloor {
     let kubeconfig = kube::Kubeconfig::read(kube.kubeconfig()).unwrap_or_else(|e| panic!("the kubeconfig: {e}"));
     let settings = kube::Settings { kubeconfig: kubeconfig.into(), timeout: Duration::from_secs(5) };
     let new_client = || kube::Client::new(&settings).unwrap_or_else(|e| panic!("the Kubernetes client: {e}"));
@@ -530,7 +532,14 @@ fn kube_floor(kube: &KubeStore) -> (Stats, Stats, Stats) {
         Ok(kube::Answer { outcome: Some(_), .. }) => {}
         other => panic!("GET of the IPDNode {name}: {other:?}"),
     };
+    let blocks = kube::Resource { group: cluster_mode::GROUP, version: cluster_mode::VERSION, plural: "ipdblocks" };
+    let list = |client: &kube::Client| {
+        if let Err(e) = client.list(&blocks, &kube::Selectors::default()) {
+            panic!("LIST of the IPDBlocks: {e}");
+        }
+    };
     let (mut gets, mut fresh, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lists_after_write, mut lists) = (Vec::new(), Vec::new());
     for i in 0..FLOOR_REQUESTS {
         gets.push(time(&mut || get(&client)));
         fresh.push(time(&mut || get(&new_client())));
@@ -542,8 +551,18 @@ fn kube_floor(kube: &KubeStore) -> (Stats, Stats, Stats) {
                 other => panic!("replacing the IPDNode {name}: {other:?}"),
             };
         }));
+        if i < FLOOR_LISTS {
+            lists_after_write.push(time(&mut || list(&client)));
+            lists.push(time(&mut || list(&client)));
+        }
     }
-    (stats(&gets), stats(&fresh), stats(&puts))
+    KubeFloor {
+        get: stats(&gets),
+        fresh_get: stats(&fresh),
+        put: stats(&puts),
+        list_after_write: stats(&lists_after_write),
+        list: stats(&lists),
+    }
 }
 
 /// Step 4: `cluster_adds` ADDs by [`NODES`] nodes from empty, each node
