@@ -70,19 +70,24 @@ database / dataDir per scenario, their calls interleaved. In order:
   lock-wait    how long calls wait for the database's lock, {lock_workers} full-stack
                ADDs in flight at once ({lock_wait} ADDs, read from each call's
                debug log), and whether the waiting is fair (suite only)
-  cluster      cluster mode (ipam-ds-cluster, a real etcd from PATH, nodes
-               simulated as node names with databases of their own) against
-               local mode: steady-state ADD/DEL latency ({latency} each), etcd
-               requests per steady-state ADD and DEL ({cluster_steady} each, counted by
-               etcd), the same in a tight pool ({cluster_tight} each; 10.31.0.0/24 in
-               4 blocks, one node), {cluster_adds} ADDs by {nodes} nodes from empty, {workers_per_node} in
-               flight per node (throughput both ways, etcd requests per ADD),
-               {wave_pods} pods on {wave_nodes} nodes into a pool of exactly {wave_pods} addresses
-               ({wave_threads} ADDs in flight per node, failed ADDs retried every 0.5 s
-               for at most {wave_secs} s per wave; all nodes at once, then in two
-               waves of 5 nodes: pods placed, time, failed attempts,
-               addresses held twice), and one etcd request's latency from
-               the client
+  cluster      cluster mode (ipam-ds-cluster, nodes simulated as node names
+               with databases of their own) on two stores side by side, a
+               real etcd from PATH and a real Kubernetes API server (the
+               tests' kube-test-server, built with Go as the tests build it
+               into target/kube-test; without Go, etcd alone), against local
+               mode: steady-state ADD/DEL latency ({latency} each, interleaved, also
+               without confirmation cache), store requests per steady-state
+               ADD and DEL ({cluster_steady} each, counted by the store and logged by the
+               client), per first ADD of a fresh node ({cluster_tight}), the same in a
+               tight pool of shared blocks ({cluster_tight} each; 10.31.0.0/24 in 4
+               blocks, one node), {wave_pods} pods on {wave_nodes} nodes into a pool of
+               exactly {wave_pods} addresses ({wave_threads} ADDs in flight per node, failed ADDs
+               retried every 0.5 s for at most {wave_secs} s per wave; all nodes at
+               once, then in two waves of 5 nodes: pods placed, time, failed
+               attempts, addresses held twice), one request's latency from
+               the client; on etcd only, {cluster_adds} ADDs by {nodes} nodes from empty,
+               {workers_per_node} in flight per node (throughput both ways, etcd requests per
+               ADD)
   sticky       sticky addresses (ipam-da-sticky), local mode: ADD and DEL
                latency ({latency} rounds) of host-local, the suite's stack without
                stickiness (ds-pool + da-static + da-sequential) and with
@@ -98,13 +103,14 @@ database / dataDir per scenario, their calls interleaved. In order:
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
-replacing them. A full run takes about 2 minutes on an idle 2-core machine
-(the cluster scenario about half a minute of it), plus the release build;
-the two sticky scenarios add about 2 minutes on a busy machine (--only
-sticky,sticky-cluster took 117 s at a load average near 8);
-BENCH_QUICK=1 takes under a minute. The cluster scenario's pods in waves add
-a few seconds, or each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) for
-each of the three waves whose pods cannot all be placed.
+replacing them. A full run took 223 s at a load average near 5 (the
+cluster scenario 87 s of it, 43 s of which the Kubernetes store's pods in
+waves), plus the release build and, the first time, the build of the API
+server (Go); the two sticky scenarios add about 2 minutes on a busy machine
+(--only sticky,sticky-cluster took 117 s at a load average near 8);
+BENCH_QUICK=1 --only cluster took 77 s. The cluster scenario's pods in waves
+take each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) at most, for
+each of the six waves (three per store) whose pods cannot all be placed.
 
 Options:
   -h, --help         print this help and exit

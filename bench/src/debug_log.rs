@@ -1,12 +1,13 @@
 //! The plugins' debug log: asking a configuration for it, and reading back
 //! what the scenarios count in it (the store's lock lines, ipam-ds-cluster's
-//! etcd requests).
+//! etcd or Kubernetes API requests).
 
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
 use ipam_ds_cluster::etcd::RequestCount;
+use ipam_ds_cluster::kube::Counts;
 use serde_json::{json, Value};
 
 /// `config` logging at debug level to `log`.
@@ -82,7 +83,7 @@ fn duration(text: &str) -> Option<Duration> {
 
 /// The sum of the "etcd requests: N range, N txn (N writing), N other" lines
 /// of a log, and how many there were (one per call of ipam-ds-cluster).
-pub fn client_counts(log: &str) -> (RequestCount, usize) {
+pub fn etcd_client_counts(log: &str) -> (RequestCount, usize) {
     let mut sum = RequestCount::default();
     let mut lines = 0;
     for line in log.lines() {
@@ -98,6 +99,28 @@ pub fn client_counts(log: &str) -> (RequestCount, usize) {
             sum.txns += txns;
             sum.writing_txns += writing_txns;
             sum.other += other;
+            lines += 1;
+        }
+    }
+    (sum, lines)
+}
+
+/// The sum of the "Kubernetes API requests: N (M connection(s))" lines of a
+/// log, and how many there were (one per call of ipam-ds-cluster).
+pub fn kube_client_counts(log: &str) -> (Counts, usize) {
+    let mut sum = Counts::default();
+    let mut lines = 0;
+    for line in log.lines() {
+        let Some(rest) = line.split("Kubernetes API requests: ").nth(1) else { continue };
+        let numbers: Vec<u64> = rest
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| s.parse().ok())
+            .take(2)
+            .collect();
+        if let [requests, connections] = numbers[..] {
+            sum.requests += requests;
+            sum.connections += connections;
             lines += 1;
         }
     }
@@ -145,8 +168,16 @@ mod tests {
         let log = "2025-01-01T00:00:00Z DEBUG ipam-ds-cluster ADD c1: etcd requests: 0 range, 1 txn (0 writing), 0 other\n\
                    2025-01-01T00:00:00Z DEBUG ipam-da-sequential ADD c1: allocated 10.30.0.2\n\
                    2025-01-01T00:00:01Z DEBUG ipam-ds-cluster ADD c2: etcd requests: 1 range, 3 txn (1 writing), 2 other\n";
-        let (count, lines) = client_counts(log);
+        let (count, lines) = etcd_client_counts(log);
         assert_eq!(lines, 2);
         assert_eq!(count, RequestCount { ranges: 1, txns: 4, writing_txns: 1, other: 2 });
+        let log = "2025-01-01T00:00:00Z DEBUG cni{plugin=\"ipam-ds-cluster\"}: ipam_ds_cluster::datastore::kubernetes: \
+                   Kubernetes API requests: 0 (0 connection(s))\n\
+                   2025-01-01T00:00:01Z DEBUG cni{}: ipam_ds_cluster::datastore::kubernetes: Kubernetes API requests: 3 \
+                   (1 connection(s))\n\
+                   2025-01-01T00:00:01Z DEBUG cni{}: etcd requests: 1 range, 3 txn (1 writing), 2 other\n";
+        let (count, lines) = kube_client_counts(log);
+        assert_eq!(lines, 2);
+        assert_eq!(count, Counts { requests: 3, connections: 1 });
     }
 }

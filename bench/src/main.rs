@@ -19,7 +19,7 @@
 //! The modules: [`setup`] (counts, plugins and their configurations, temp
 //! dirs, pool fills), [`harness`] (running a plugin process, timing it,
 //! statistics), what several scenarios share ([`strace`], [`debug_log`],
-//! [`cluster_mode`]), one module per scenario in [`scenarios`], what they measure
+//! [`cluster_mode`]; the tests' Kubernetes API server through [`support`]), one module per scenario in [`scenarios`], what they measure
 //! in [`figures`], and for what is written [`report`] (one module per section
 //! of BENCHMARKS.md) and [`chart`].
 
@@ -29,10 +29,14 @@ mod cluster_mode;
 mod debug_log;
 mod figures;
 mod harness;
+// The tests' Kubernetes API server harness, as it is (see `support`).
+#[path = "../../tests/kube_harness/mod.rs"]
+mod kube_harness;
 mod report;
 mod scenarios;
 mod setup;
 mod strace;
+mod support;
 
 use std::fs;
 use std::path::Path;
@@ -149,6 +153,13 @@ fn main() {
     println!("{table}");
     if wanted("cluster") {
         println!("Cluster mode (ipam-ds-cluster on etcd):\n\n{}", report::cluster::table(&fig));
+        println!(
+            "Cluster mode on etcd and on the Kubernetes API, side by side:\n\n{}",
+            report::cluster::side_by_side(&fig)
+        );
+        if let Some(kube) = fig.cluster.as_ref().and_then(|c| c.kube.as_ref()) {
+            println!("The Kubernetes API server's count:\n\n{}", report::cluster::kube_counts(kube));
+        }
     }
     let sticky = report::sticky::section(&fig);
     if !sticky.is_empty() {

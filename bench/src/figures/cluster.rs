@@ -1,60 +1,112 @@
-//! The cluster-mode figures (the cluster scenario), and the etcd
-//! requests of some calls (also of the sticky scenario in cluster
-//! mode).
+//! The cluster-mode figures (the cluster scenario), on etcd and on the
+//! Kubernetes API, and the store requests of some calls (also of the sticky
+//! scenario in cluster mode).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ipam_ds_cluster::etcd::RequestCount;
+use ipam_ds_cluster::kube;
 
 use crate::harness::{Latency, Stats};
 
-/// The etcd requests of some calls of one command: etcd's own count per
-/// gRPC method, and the client's count that ipam-ds-cluster logged per call.
+/// The client's count of some calls' requests, that ipam-ds-cluster logged
+/// per call at debug level.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ClientCount {
+    /// The sum of "etcd requests: N range, N txn (N writing), N other".
+    Etcd(RequestCount),
+    /// The sum of "Kubernetes API requests: N (M connection(s))".
+    Kubernetes(kube::Counts),
+}
+
+impl Default for ClientCount {
+    fn default() -> Self {
+        ClientCount::Etcd(RequestCount::default())
+    }
+}
+
+impl ClientCount {
+    /// As the figures show it.
+    pub fn describe(&self) -> String {
+        match self {
+            ClientCount::Etcd(k) => {
+                format!("{} range, {} txn ({} writing), {} other", k.ranges, k.txns, k.writing_txns, k.other)
+            }
+            ClientCount::Kubernetes(k) => format!("{} requests, {} connections", k.requests, k.connections),
+        }
+    }
+}
+
+/// The store requests of some calls of one command: the store's own count
+/// (etcd's per gRPC method; the API server's per verb and resource), and
+/// the client's count that ipam-ds-cluster logged per call.
 #[derive(Clone, Debug, Default)]
 pub struct StepCount {
     pub calls: usize,
-    /// etcd's `grpc_server_handled_total` per method, after less before.
-    pub etcd: BTreeMap<String, u64>,
-    /// The sum of the calls' "etcd requests: …" log lines.
-    pub client: RequestCount,
-    /// How many calls logged such a line.
+    /// After less before: etcd's `grpc_server_handled_total` per method, or
+    /// the API server's `apiserver_request_total` per "VERB resource".
+    pub server: BTreeMap<String, u64>,
+    pub client: ClientCount,
+    /// How many calls logged the client's count.
     pub logged: usize,
 }
 
+/// The API server's verbs that write.
+const WRITING_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "DELETE", "APPLY"];
+
 impl StepCount {
     fn method(&self, name: &str) -> u64 {
-        self.etcd.get(name).copied().unwrap_or(0)
+        self.server.get(name).copied().unwrap_or(0)
     }
 
     pub fn total(&self) -> u64 {
-        self.etcd.values().sum()
+        self.server.values().sum()
     }
 
-    /// Whether every call logged the client's count, which alone tells a
-    /// writing txn from a read-only one.
+    /// The API server's count of the verbs that write, answered with
+    /// success (a 409 wrote nothing).
+    fn api_writes(&self) -> u64 {
+        let writing =
+            |key: &str| key.split(' ').next().is_some_and(|verb| WRITING_VERBS.contains(&verb)) && !key.ends_with(')');
+        self.server.iter().filter(|(key, _)| writing(key)).map(|(_, n)| n).sum()
+    }
+
+    /// Whether the writes are told from the reads: on etcd, when every call
+    /// logged the client's count, which alone tells a writing txn from a
+    /// read-only one; the API server's verbs always tell.
     pub fn split(&self) -> bool {
-        self.calls > 0 && self.logged == self.calls
-    }
-
-    /// The txns that wrote, per the client (without its count, none: txns
-    /// are then taken as reads).
-    fn txn_writes(&self) -> u64 {
-        if self.split() {
-            self.client.writing_txns.min(self.method("Txn"))
-        } else {
-            0
+        match self.client {
+            ClientCount::Etcd(_) => self.calls > 0 && self.logged == self.calls,
+            ClientCount::Kubernetes(_) => true,
         }
     }
 
-    /// Put + DeleteRange + the txns that wrote.
-    pub fn writes(&self) -> u64 {
-        self.method("Put") + self.method("DeleteRange") + self.txn_writes()
+    /// The etcd txns that wrote, per the client (without its count, none:
+    /// txns are then taken as reads).
+    fn txn_writes(&self) -> u64 {
+        match self.client {
+            ClientCount::Etcd(k) if self.split() => k.writing_txns.min(self.method("Txn")),
+            _ => 0,
+        }
     }
 
-    /// Range + the txns that did not write.
+    /// etcd: Put + DeleteRange + the txns that wrote; the API server: POST,
+    /// PUT, PATCH, DELETE (and APPLY) answered with success.
+    pub fn writes(&self) -> u64 {
+        match self.client {
+            ClientCount::Etcd(_) => self.method("Put") + self.method("DeleteRange") + self.txn_writes(),
+            ClientCount::Kubernetes(_) => self.api_writes(),
+        }
+    }
+
+    /// etcd: Range + the txns that did not write; the API server: the other
+    /// requests (GET, LIST, and writes refused: 409 conflicts).
     pub fn reads(&self) -> u64 {
-        self.method("Range") + self.method("Txn") - self.txn_writes()
+        match self.client {
+            ClientCount::Etcd(_) => self.method("Range") + self.method("Txn") - self.txn_writes(),
+            ClientCount::Kubernetes(_) => self.total() - self.api_writes(),
+        }
     }
 
     pub fn per_call(&self, n: u64) -> f64 {
@@ -86,6 +138,65 @@ pub struct ClusterFigures {
     pub floor_range: Stats,
     pub floor_fresh_txn: Stats,
     pub floor_put: Stats,
+    /// The first ADD of fresh nodes (the node registered, its first block
+    /// claimed), counted and timed.
+    pub first_add: FirstAdds,
+    /// ADD and DEL with no confirmation cache (`offlineGrace` 0: every ADD
+    /// confirms its block), interleaved with the others, and counted.
+    pub add_confirming: Latency,
+    pub del_confirming: Latency,
+    pub confirming_add: StepCount,
+    /// The same figures on the Kubernetes API, measured in the same run
+    /// (interleaved with these); None: `kube_note` says why not.
+    pub kube: Option<KubeFigures>,
+    pub kube_note: Option<String>,
+}
+
+/// The first ADD of fresh nodes, each a node name with a database of its
+/// own: the node registered, its first block claimed.
+#[derive(Clone, Debug, Default)]
+pub struct FirstAdds {
+    pub latency: Option<Stats>,
+    pub count: StepCount,
+    /// Blocks claimed by them, as the store holds them afterwards.
+    pub claimed: usize,
+}
+
+/// Cluster mode on the Kubernetes API: the figures of [`ClusterFigures`]
+/// that the benchmark takes of both stores.
+pub struct KubeFigures {
+    /// The Kubernetes release of the API server.
+    pub version: String,
+    pub add: Latency,
+    pub del: Latency,
+    pub add_confirming: Latency,
+    pub del_confirming: Latency,
+    pub steady_add: StepCount,
+    pub steady_del: StepCount,
+    pub confirming_add: StepCount,
+    pub first_add: FirstAdds,
+    /// The tight pool: every block shared (few blocks), so ADD and DEL each
+    /// write the block's object.
+    pub tight: TightPool,
+    pub waves: [PodWaves; 2],
+    pub floor: KubeFloor,
+}
+
+/// One request from the plugins' client (`ipam_ds_cluster::kube::Client`),
+/// in-process, one after the other.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KubeFloor {
+    /// A GET on a kept-alive connection.
+    pub get: Stats,
+    /// A GET by a new client (TCP and TLS handshake included).
+    pub fresh_get: Stats,
+    /// A replace (PUT) at the object's resourceVersion, kept-alive.
+    pub put: Stats,
+    /// A LIST of the blocks (no resourceVersion: a consistent read) right
+    /// after that replace of an object of another resource; and the same
+    /// LIST again, nothing written since.
+    pub list_after_write: Stats,
+    pub list: Stats,
 }
 
 /// etcd requests of one node's steady-state ADDs and DELs in a pool of few
@@ -108,6 +219,8 @@ pub struct TightPool {
 pub struct PodWaves {
     /// "one wave", "two waves".
     pub name: &'static str,
+    /// The store, as [`crate::cluster_mode::Store::name`] names it.
+    pub store: &'static str,
     /// The nodes placing pods, over all waves (numbered from 1).
     pub nodes: usize,
     /// ADDs in flight per node.
@@ -135,8 +248,9 @@ pub struct PodWaves {
     pub outside: usize,
     /// Blocks in etcd afterwards.
     pub claimed: usize,
-    /// etcd's count per method over every ADD attempt.
-    pub etcd: BTreeMap<String, u64>,
+    /// The store's count (per etcd method, per API verb and resource) over
+    /// every ADD attempt.
+    pub server: BTreeMap<String, u64>,
 }
 
 /// One wave: its nodes (numbered from 1, inclusive) placing their pods.

@@ -1,11 +1,13 @@
-//! Cluster mode: its summary table (also printed) and its section.
+//! Cluster mode: its summary table (also printed), the two stores side by
+//! side (also printed), and its section.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::format::{ratio, stats_row, yes};
-use crate::figures::cluster::{ClusterFill, PodWaves, StepCount};
+use crate::figures::cluster::{ClusterFigures, ClusterFill, FirstAdds, KubeFigures, PodWaves, StepCount, TightPool};
 use crate::figures::Figures;
+use crate::harness::{Latency, Stats};
 
 /// The cluster-mode summary (Markdown, also printed): cluster mode against
 /// local mode, with the targets.
@@ -224,7 +226,7 @@ fn wave_time(w: &PodWaves) -> String {
 /// The cluster-mode section of BENCHMARKS.md.
 pub fn section(fig: &Figures) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "## Cluster mode: `ipam-ds-cluster` on etcd\n");
+    let _ = writeln!(s, "## Cluster mode: `ipam-ds-cluster` on etcd and on the Kubernetes API\n");
     let Some(c) = &fig.cluster else {
         let _ = writeln!(s, "{}", table(fig));
         return s;
@@ -268,12 +270,8 @@ pub fn section(fig: &Figures) -> String {
         ("ADD, tight pool", &c.tight.add),
         ("DEL, tight pool", &c.tight.del),
     ] {
-        let k = step.client;
-        let client = format!(
-            "{} range, {} txn ({} writing), {} other; {} of {} calls logged",
-            k.ranges, k.txns, k.writing_txns, k.other, step.logged, step.calls
-        );
-        count_row(&mut s, name, step.calls, &step.etcd, client);
+        let client = format!("{}; {} of {} calls logged", step.client.describe(), step.logged, step.calls);
+        count_row(&mut s, name, step.calls, &step.server, client);
     }
     let f = &c.fill;
     count_row(
@@ -329,8 +327,9 @@ pub fn section(fig: &Figures) -> String {
     s.push_str(&stats_row("txn with one put (etcd syncs its WAL), kept-alive connection", &c.floor_put));
     let _ = writeln!(
         s,
-        "\nWhat these times put under the cluster figures: the etcd item of \"What bounds the figures\" above."
+        "\nWhat these times put under the cluster figures: the etcd item of \"What bounds the figures\" above.\n"
     );
+    s.push_str(&kube_section(fig, c));
     s
 }
 
@@ -338,7 +337,7 @@ pub fn section(fig: &Figures) -> String {
 fn waves(runs: &[PodWaves]) -> String {
     let mut s = String::new();
     let Some(first) = runs.first() else { return s };
-    let _ = writeln!(s, "### {pods} pods into {pods} addresses\n\n{nodes} nodes (`node-1` … `node-{nodes}`, each a database of its own) place {} pods each into a pool of exactly {} addresses: {subnet} from {} to {}, blockSize {block_size} ({} blocks), under a key prefix of its own in etcd per run. Every pod is an ADD process with its own container id; each node places its pods {threads} at a time ({threads} threads), and a failed ADD is tried again {:.1} s later (the same container id), as a runtime does, until it succeeds or the wave's deadline ({} s) has passed; pods not placed by then are given up. One wave: all {nodes} nodes at once. Two waves: nodes 1-{half} place their pods and are done, then nodes {second}-{nodes} place theirs while nodes 1-{half} make no call at all. A wave's time runs from its start until every pod of it is placed or given up. Every address answered is collected: none may be answered twice.\n", first.pods() / first.nodes, first.usable, first.range.0, first.range.1, first.blocks, first.retry.as_secs_f64(), first.deadline.as_secs(), pods = first.pods(), nodes = first.nodes, subnet = first.subnet, block_size = first.block_size, threads = first.threads_per_node, half = first.nodes / 2, second = first.nodes / 2 + 1);
+    let _ = writeln!(s, "### {pods} pods into {pods} addresses\n\n{nodes} nodes (`node-1` … `node-{nodes}`, each a database of its own) place {} pods each into a pool of exactly {} addresses: {subnet} from {} to {}, blockSize {block_size} ({} blocks), in a space of its own per run (a key prefix in etcd, a network on the API server). Every pod is an ADD process with its own container id; each node places its pods {threads} at a time ({threads} threads), and a failed ADD is tried again {:.1} s later (the same container id), as a runtime does, until it succeeds or the wave's deadline ({} s) has passed; pods not placed by then are given up. One wave: all {nodes} nodes at once. Two waves: nodes 1-{half} place their pods and are done, then nodes {second}-{nodes} place theirs while nodes 1-{half} make no call at all. A wave's time runs from its start until every pod of it is placed or given up. Every address answered is collected: none may be answered twice.\n", first.pods() / first.nodes, first.usable, first.range.0, first.range.1, first.blocks, first.retry.as_secs_f64(), first.deadline.as_secs(), pods = first.pods(), nodes = first.nodes, subnet = first.subnet, block_size = first.block_size, threads = first.threads_per_node, half = first.nodes / 2, second = first.nodes / 2 + 1);
     let _ = writeln!(s, "| run | wave | pods | placed | failed ADD attempts | time |\n|---|---|---:|---:|---:|---:|");
     for w in runs {
         for v in &w.waves {
@@ -356,11 +355,11 @@ fn waves(runs: &[PodWaves]) -> String {
         }
     }
     for w in runs {
-        let requests: u64 = w.etcd.values().sum();
-        let methods: Vec<String> = w.etcd.iter().filter(|(_, n)| **n > 0).map(|(m, n)| format!("{m} {n}")).collect();
+        let requests: u64 = w.server.values().sum();
+        let methods: Vec<String> = w.server.iter().filter(|(_, n)| **n > 0).map(|(m, n)| format!("{m} {n}")).collect();
         let _ = writeln!(
             s,
-            "\n{}: {} of {} pods placed in {}; {} address(es) answered twice, {} placed pod(s) answered no address, {} address(es) outside the pool's range; {} of {} blocks claimed; etcd handled {requests} requests over every ADD attempt ({}).",
+            "\n{}: {} of {} pods placed in {}; {} address(es) answered twice, {} placed pod(s) answered no address, {} address(es) outside the pool's range; {} of {} blocks claimed; {} handled {requests} requests over every ADD attempt ({}).",
             capitalized(w.name),
             w.placed(),
             w.pods(),
@@ -370,6 +369,7 @@ fn waves(runs: &[PodWaves]) -> String {
             w.outside,
             w.claimed,
             w.blocks,
+            w.store,
             if methods.is_empty() { "none".to_string() } else { methods.join(", ") }
         );
         for (code, (n, msg)) in &w.failures {
@@ -383,4 +383,314 @@ fn waves(runs: &[PodWaves]) -> String {
 fn capitalized(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// What the two stores have in common in the figures, for the side-by-side
+/// table.
+struct Side<'a> {
+    add: Latency,
+    del: Latency,
+    add_confirming: Latency,
+    del_confirming: Latency,
+    steady_add: &'a StepCount,
+    steady_del: &'a StepCount,
+    confirming_add: &'a StepCount,
+    first_add: &'a FirstAdds,
+    tight: &'a TightPool,
+    waves: &'a [PodWaves; 2],
+    /// A request on a kept-alive connection; one by a new client (its
+    /// connection made first); a write.
+    floor: [Stats; 3],
+}
+
+impl<'a> Side<'a> {
+    fn etcd(c: &'a ClusterFigures) -> Side<'a> {
+        Side {
+            add: c.add_cluster,
+            del: c.del_cluster,
+            add_confirming: c.add_confirming,
+            del_confirming: c.del_confirming,
+            steady_add: &c.steady_add,
+            steady_del: &c.steady_del,
+            confirming_add: &c.confirming_add,
+            first_add: &c.first_add,
+            tight: &c.tight,
+            waves: &c.waves,
+            floor: [c.floor_range, c.floor_fresh_txn, c.floor_put],
+        }
+    }
+
+    fn kube(k: &'a KubeFigures) -> Side<'a> {
+        Side {
+            add: k.add,
+            del: k.del,
+            add_confirming: k.add_confirming,
+            del_confirming: k.del_confirming,
+            steady_add: &k.steady_add,
+            steady_del: &k.steady_del,
+            confirming_add: &k.confirming_add,
+            first_add: &k.first_add,
+            tight: &k.tight,
+            waves: &k.waves,
+            floor: [k.floor.get, k.floor.fresh_get, k.floor.put],
+        }
+    }
+}
+
+/// Cluster mode on etcd and on the Kubernetes API against local mode
+/// (Markdown, also printed); "met" is the Kubernetes store's.
+pub fn side_by_side(fig: &Figures) -> String {
+    let mut t = String::new();
+    t.push_str("| measurement | local mode | etcd | Kubernetes API | target | met |\n");
+    t.push_str("|---|---:|---:|---:|---|---|\n");
+    let Some(c) = &fig.cluster else { return t };
+    let Some(k) = &c.kube else {
+        let why = c.kube_note.as_deref().unwrap_or("not measured");
+        let _ = writeln!(t, "| the Kubernetes API store | — | — | not measured: {why} | | |");
+        return t;
+    };
+    let (e, k) = (Side::etcd(c), Side::kube(k));
+    let mut line = |what: &str, local: String, [etcd, kube]: [String; 2], target: &str, met: Option<bool>| {
+        let _ = writeln!(t, "| {what} | {local} | {etcd} | {kube} | {target} | {} |", met.map_or("", yes));
+    };
+    let local_add = c.add_local.stats.median_ms;
+    let against_local = |ms: f64| format!("{ms:.2} ms ({})", ratio(ms, local_add));
+    line(
+        &format!("ADD median, steady state (n={}; the node owns a block with room)", k.add.stats.n),
+        format!("{local_add:.2} ms"),
+        [e.add.stats.median_ms, k.add.stats.median_ms].map(against_local),
+        "≤ 1.2× local",
+        Some(local_add > 0.0 && k.add.stats.median_ms <= 1.2 * local_add),
+    );
+    let ms = |v: f64| format!("{v:.2} ms");
+    let both = |f: &dyn Fn(&Side) -> String| [f(&e), f(&k)];
+    line("ADD p99, steady state", ms(c.add_local.stats.p99_ms), both(&|s| ms(s.add.stats.p99_ms)), "", None);
+    line("DEL median, steady state", ms(c.del_local.stats.median_ms), both(&|s| ms(s.del.stats.median_ms)), "", None);
+    line("DEL p99, steady state", ms(c.del_local.stats.p99_ms), both(&|s| ms(s.del.stats.p99_ms)), "", None);
+    line(
+        "ADD median without confirmation cache (`offlineGrace` 0: every ADD confirms its block, its process's first \
+         request: connection and TLS handshake included on the API server)",
+        "—".into(),
+        both(&|s| against_local(s.add_confirming.stats.median_ms)),
+        "(measured)",
+        None,
+    );
+    line("ADD p99 without confirmation cache", "—".into(), both(&|s| ms(s.add_confirming.stats.p99_ms)), "", None);
+    line("DEL median of that node", "—".into(), both(&|s| ms(s.del_confirming.stats.median_ms)), "", None);
+    let per = |step: &StepCount, n: u64| format!("{:.3}", step.per_call(n));
+    line(
+        &format!("requests per ADD, steady state (the store's count over {} ADDs)", k.steady_add.calls),
+        "0".into(),
+        both(&|s| per(s.steady_add, s.steady_add.total())),
+        "0 (the confirmation cache, 2 s)",
+        None,
+    );
+    line(
+        "writes per ADD, steady state",
+        "0".into(),
+        both(&|s| per(s.steady_add, s.steady_add.writes())),
+        "0",
+        Some(k.steady_add.calls > 0 && k.steady_add.writes() == 0),
+    );
+    line(
+        "requests per ADD, steady state, as the plugin logged them",
+        "0".into(),
+        both(&|s| client_per_call(s.steady_add)),
+        "(counted)",
+        None,
+    );
+    line(
+        &format!("requests per DEL, steady state (over {} DELs)", k.steady_del.calls),
+        "0".into(),
+        both(&|s| per(s.steady_del, s.steady_del.total())),
+        "(counted)",
+        None,
+    );
+    line(
+        "writes per DEL, steady state",
+        "0".into(),
+        both(&|s| per(s.steady_del, s.steady_del.writes())),
+        "(counted)",
+        None,
+    );
+    line(
+        &format!("requests per ADD without confirmation cache (over {} ADDs)", k.confirming_add.calls),
+        "0".into(),
+        both(&|s| per(s.confirming_add, s.confirming_add.total())),
+        "(counted)",
+        None,
+    );
+    let shared = format!(
+        "in a shared block ({} in {} blocks of /{}, one node; over {} calls)",
+        k.tight.subnet, k.tight.blocks, k.tight.block_size, k.tight.add.calls
+    );
+    line(
+        &format!("requests per ADD {shared}"),
+        "0".into(),
+        both(&|s| per(&s.tight.add, s.tight.add.total())),
+        "1",
+        Some(k.tight.add.calls > 0 && k.tight.add.total() <= k.tight.add.calls as u64),
+    );
+    line(
+        "writes per ADD in a shared block",
+        "0".into(),
+        both(&|s| per(&s.tight.add, s.tight.add.writes())),
+        "(counted)",
+        None,
+    );
+    line(
+        "requests per DEL in a shared block",
+        "0".into(),
+        both(&|s| per(&s.tight.del, s.tight.del.total())),
+        "(counted)",
+        None,
+    );
+    line(
+        &format!(
+            "requests per first ADD of a fresh node: the node registered, its first block claimed (over {} nodes)",
+            k.first_add.count.calls
+        ),
+        "0".into(),
+        both(&|s| per(&s.first_add.count, s.first_add.count.total())),
+        "(counted)",
+        None,
+    );
+    line(
+        "writes per first ADD of a fresh node",
+        "0".into(),
+        both(&|s| per(&s.first_add.count, s.first_add.count.writes())),
+        "(counted)",
+        None,
+    );
+    line(
+        "first ADD of a fresh node, median",
+        "—".into(),
+        both(&|s| s.first_add.latency.map_or("—".into(), |l| ms(l.median_ms))),
+        "(measured)",
+        None,
+    );
+    for (i, w) in k.waves.iter().enumerate() {
+        let what = format!("{} pods into {} addresses, {}", w.pods(), w.usable, wave_shape(w));
+        let each = |f: &dyn Fn(&PodWaves) -> String| [f(&e.waves[i]), f(w)];
+        line(
+            &format!("{what}: pods placed"),
+            "—".into(),
+            each(&|w| format!("{} of {}", w.placed(), w.pods())),
+            &format!("{}", w.pods()),
+            Some(w.pods() > 0 && w.placed() == w.pods()),
+        );
+        line(&format!("{what}: time to the last"), "—".into(), each(&wave_time), "(measured)", None);
+        line(
+            &format!("{what}: failed ADD attempts"),
+            "—".into(),
+            each(&|w| format!("{}", w.failed())),
+            "(counted)",
+            None,
+        );
+        line(
+            &format!("{what}: addresses held twice"),
+            "—".into(),
+            each(&|w| format!("{}", w.duplicates)),
+            "0",
+            Some(w.sound()),
+        );
+    }
+    let floors = [
+        "one read on a kept-alive connection, in-process (etcd: a range; API: a GET), median",
+        "one read by a new client, in-process (etcd: the confirming txn, plain TCP; API: a GET, TCP and TLS \
+         handshake), median",
+        "one write on a kept-alive connection, in-process (etcd: a put; API: a replace), median",
+    ];
+    for (i, what) in floors.iter().enumerate() {
+        line(what, "—".into(), both(&|s| ms(s.floor[i].median_ms)), "(measured)", None);
+    }
+    t
+}
+
+/// The client's logged requests per call, as it says them.
+fn client_per_call(step: &StepCount) -> String {
+    use crate::figures::cluster::ClientCount;
+    let calls = step.calls.max(1) as f64;
+    match step.client {
+        ClientCount::Etcd(k) => format!("{:.3}", (k.ranges + k.txns + k.other) as f64 / calls),
+        ClientCount::Kubernetes(k) => {
+            format!("{:.3} ({:.3} connections)", k.requests as f64 / calls, k.connections as f64 / calls)
+        }
+    }
+}
+
+/// The Kubernetes API subsection of the cluster section.
+fn kube_section(fig: &Figures, c: &ClusterFigures) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "### On the Kubernetes API, side by side with etcd\n");
+    let Some(k) = &c.kube else {
+        let why = c.kube_note.as_deref().unwrap_or("not measured");
+        let _ = writeln!(s, "Not measured: {why}.\n");
+        return s;
+    };
+    let _ = writeln!(s, "The same stack with `ipam.cluster = {{\"kubernetes\": {{\"kubeconfig\": K, \"timeout\": 5}}, \"node\": N}}`, on a real API server: {}, built from the Go module tests/kube by the tests' own builder (tests/support/go.rs, once per change into target/kube-test), started by the tests' harness (tests/kube_harness) on 127.0.0.1 with RBAC enforced, `deploy/kubernetes/crds.yaml` applied. The plugins use the admin's kubeconfig (a client certificate): deploy/kubernetes/ has no ClusterRole for the CRDs yet. Both stores run in the same run and the same interleaving: the latency step alternates local mode, local mode with ipam-da-static, and on each store the steady node and the node without confirmation cache (`offlineGrace` 0), the order rotating; every other step runs on etcd, then on the API server, with the same code. The API server counts its requests itself: `apiserver_request_total` of the group `ipam-delegated.io` per verb and resource, from its `/metrics` (read as the admin) before and after each batch, its answers that are no success apart (\"PUT ipdblocks (409)\": the object changed since it was read; such a request wrote nothing); the plugin logs its client's count per call (`Kubernetes API requests: N (M connection(s))`). `cargo run --release -p ipam-bench -- --only cluster` measures both stores again and prints these tables (it writes no file).\n", k.version);
+    let _ = writeln!(
+        s,
+        "\"met\" is the Kubernetes store's; ratios are to local mode's ADD median. Printed by the run too.\n\n{}",
+        side_by_side(fig)
+    );
+    s.push_str(&kube_counts(k));
+    s.push_str(&kube_rest(k, c));
+    s
+}
+
+/// The Kubernetes store's requests per verb and resource of each counted
+/// batch (Markdown, also printed).
+pub fn kube_counts(k: &KubeFigures) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| calls on the API server | n | requests per verb and resource | per call | the client's count (logs) |\n|---|---:|---|---:|---|");
+    for (name, step) in [
+        ("ADD, steady state", &k.steady_add),
+        ("DEL, steady state", &k.steady_del),
+        ("ADD without confirmation cache", &k.confirming_add),
+        ("first ADD of a fresh node", &k.first_add.count),
+        ("ADD in a shared block (tight pool)", &k.tight.add),
+        ("DEL in a shared block (tight pool)", &k.tight.del),
+    ] {
+        let verbs: Vec<String> = step.server.iter().filter(|(_, n)| **n > 0).map(|(v, n)| format!("{v} {n}")).collect();
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} | {:.3} | {}; {} of {} calls logged |",
+            step.calls,
+            if verbs.is_empty() { "none".to_string() } else { verbs.join(", ") },
+            step.per_call(step.total()),
+            step.client.describe(),
+            step.logged,
+            step.calls
+        );
+    }
+    s
+}
+
+/// The rest of the Kubernetes subsection: the first ADDs, the floor, the waves.
+fn kube_rest(k: &KubeFigures, c: &ClusterFigures) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nThe first ADDs: {n} fresh nodes one after the other, each a database of its own, in a network of their own; {claimed} blocks claimed (on etcd: {etcd_claimed}). The tight pool claimed {} of its {} blocks.\n",
+        k.tight.claimed,
+        k.tight.blocks,
+        n = k.first_add.count.calls,
+        claimed = k.first_add.claimed,
+        etcd_claimed = c.first_add.claimed,
+    );
+    let _ = writeln!(s, "One API request from the plugins' own client (`ipam_ds_cluster::kube::Client`), in the benchmark's process, one after the other, with the plugins' kubeconfig:\n");
+    let _ = writeln!(s, "| request | n | median ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|");
+    let f = &k.floor;
+    s.push_str(&stats_row("GET of an IPDNode, kept-alive connection", &f.get));
+    s.push_str(&stats_row("GET of an IPDNode by a new client (TCP and TLS handshake first)", &f.fresh_get));
+    s.push_str(&stats_row("replace (PUT) of an IPDNode at its resourceVersion, kept-alive connection", &f.put));
+    s.push_str(&stats_row(
+        "LIST of the IPDBlocks (a consistent read) right after that replace of an IPDNode",
+        &f.list_after_write,
+    ));
+    s.push_str(&stats_row("the same LIST again, nothing written since", &f.list));
+    s.push('\n');
+    s.push_str(&waves(&k.waves));
+    s
 }

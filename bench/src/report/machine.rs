@@ -19,6 +19,12 @@ pub fn table(m: &Machine, fig: &Figures) -> String {
     let _ = writeln!(s, "| host-local | containernetworking-plugins {} (Debian) |", m.host_local);
     let _ = writeln!(s, "| suite | {} |", m.suite);
     let _ = writeln!(s, "| suite layout measured | {} |", fig.layout);
+    if let Some(c) = &fig.cluster {
+        let _ = writeln!(s, "| etcd (cluster mode) | {} |", c.etcd);
+        if let Some(k) = &c.kube {
+            let _ = writeln!(s, "| Kubernetes API server (cluster mode) | {} |", k.version);
+        }
+    }
     let _ = writeln!(s, "| load average (1, 5, 15 min) | {} |", loads(fig));
     s
 }

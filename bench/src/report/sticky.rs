@@ -89,7 +89,7 @@ fn probe_table(probes: &[CallProbe], syncs: bool) -> String {
 fn count_table(counts: &[(&'static str, StepCount, StepCount)]) -> String {
     let methods: BTreeSet<&String> = counts
         .iter()
-        .flat_map(|(_, a, d)| a.etcd.iter().chain(&d.etcd))
+        .flat_map(|(_, a, d)| a.server.iter().chain(&d.server))
         .filter(|(_, n)| **n > 0)
         .map(|(m, _)| m)
         .collect();
@@ -104,17 +104,13 @@ fn count_table(counts: &[(&'static str, StepCount, StepCount)]) -> String {
         for (command, step) in [("ADD", add), ("DEL", del)] {
             let _ = write!(t, "| {command}, {name} | {} |", step.calls);
             for m in &methods {
-                let _ = write!(t, " {} |", step.etcd.get(*m).copied().unwrap_or(0));
+                let _ = write!(t, " {} |", step.server.get(*m).copied().unwrap_or(0));
             }
-            let k = step.client;
             let _ = writeln!(
                 t,
-                " {:.2} | {} range, {} txn ({} writing), {} other; {} of {} calls logged |",
+                " {:.2} | {}; {} of {} calls logged |",
                 step.per_call(step.total()),
-                k.ranges,
-                k.txns,
-                k.writing_txns,
-                k.other,
+                step.client.describe(),
                 step.logged,
                 step.calls
             );
@@ -281,6 +277,8 @@ mod tests {
 
     use ipam_ds_cluster::etcd::RequestCount;
 
+    use crate::figures::cluster::ClientCount;
+
     use super::*;
     use crate::harness::{Latency, Stats};
 
@@ -345,8 +343,8 @@ mod tests {
     fn the_cluster_figures_count_etcd_per_call() {
         let step = |calls: usize, txn: u64, lease: u64, writing: u64| StepCount {
             calls,
-            etcd: BTreeMap::from([("Txn".to_string(), txn), ("LeaseGrant".to_string(), lease), ("Put".into(), 0)]),
-            client: RequestCount { ranges: 0, txns: txn, writing_txns: writing, other: lease },
+            server: BTreeMap::from([("Txn".to_string(), txn), ("LeaseGrant".to_string(), lease), ("Put".into(), 0)]),
+            client: ClientCount::Etcd(RequestCount { ranges: 0, txns: txn, writing_txns: writing, other: lease }),
             logged: calls,
         };
         let fig = Figures {

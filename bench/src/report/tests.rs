@@ -7,7 +7,11 @@ use std::time::Duration;
 use ipam_ds_cluster::etcd::RequestCount;
 
 use super::{bounds, cluster, markdown, summary};
-use crate::figures::cluster::{ClusterFigures, ClusterFill, PodWaves, StepCount, TightPool, Wave};
+use ipam_ds_cluster::kube::Counts;
+
+use crate::figures::cluster::{
+    ClientCount, ClusterFigures, ClusterFill, FirstAdds, KubeFigures, KubeFloor, PodWaves, StepCount, TightPool, Wave,
+};
 use crate::figures::durability::{FsyncProbe, SyncCount};
 use crate::figures::lock_wait::LockWait;
 use crate::figures::machine::Machine;
@@ -238,11 +242,11 @@ fn cluster_figures() -> ClusterFigures {
         del_local_static: lat(2.0, 2.5, 300),
         steady_add: StepCount {
             calls: 200,
-            etcd: methods(0, 200, 0),
-            client: RequestCount { ranges: 0, txns: 200, writing_txns: 0, other: 0 },
+            server: methods(0, 200, 0),
+            client: ClientCount::Etcd(RequestCount { ranges: 0, txns: 200, writing_txns: 0, other: 0 }),
             logged: 200,
         },
-        steady_del: StepCount { calls: 200, etcd: methods(0, 0, 0), client: RequestCount::default(), logged: 200 },
+        steady_del: StepCount { calls: 200, server: methods(0, 0, 0), client: ClientCount::default(), logged: 200 },
         tight: TightPool {
             subnet: "10.31.0.0/24",
             block_size: 26,
@@ -251,11 +255,11 @@ fn cluster_figures() -> ClusterFigures {
             claimed: 1,
             add: StepCount {
                 calls: 50,
-                etcd: methods(0, 50, 0),
-                client: RequestCount { ranges: 0, txns: 50, writing_txns: 50, other: 0 },
+                server: methods(0, 50, 0),
+                client: ClientCount::Etcd(RequestCount { ranges: 0, txns: 50, writing_txns: 50, other: 0 }),
                 logged: 50,
             },
-            del: StepCount { calls: 50, etcd: methods(0, 50, 0), client: RequestCount::default(), logged: 49 },
+            del: StepCount { calls: 50, server: methods(0, 50, 0), client: ClientCount::default(), logged: 49 },
         },
         fill: ClusterFill {
             nodes: 8,
@@ -280,6 +284,74 @@ fn cluster_figures() -> ClusterFigures {
         floor_range: floor(0.4),
         floor_fresh_txn: floor(0.7),
         floor_put: floor(0.8),
+        first_add: FirstAdds {
+            latency: Some(floor(9.0)),
+            count: StepCount { calls: 25, server: methods(25, 75, 0), client: ClientCount::default(), logged: 25 },
+            claimed: 25,
+        },
+        add_confirming: lat(3.5, 4.5, 300),
+        del_confirming: lat(2.3, 3.0, 300),
+        confirming_add: StepCount {
+            calls: 200,
+            server: methods(0, 200, 0),
+            client: ClientCount::default(),
+            logged: 200,
+        },
+        kube: Some(kube_figures()),
+        kube_note: None,
+    }
+}
+
+/// The Kubernetes store's figures: 2.2 ms steady ADD against local's 2.0 ms.
+fn kube_figures() -> KubeFigures {
+    let lat = |median_ms: f64, n| Latency {
+        stats: Stats { median_ms, p99_ms: median_ms * 2.0, max_ms: median_ms * 3.0, n },
+        p90_ms: median_ms * 1.5,
+    };
+    let step = |calls: usize, verbs: &[(&str, u64)]| StepCount {
+        calls,
+        server: verbs.iter().map(|(v, n)| (v.to_string(), *n)).collect(),
+        client: ClientCount::Kubernetes(Counts {
+            requests: verbs.iter().map(|(_, n)| n).sum(),
+            connections: calls as u64,
+        }),
+        logged: calls,
+    };
+    let floor = |median_ms| Stats { median_ms, p99_ms: median_ms * 2.0, max_ms: median_ms * 3.0, n: 200 };
+    KubeFigures {
+        version: crate::cluster_mode::KUBERNETES.into(),
+        add: lat(2.2, 300),
+        del: lat(2.1, 300),
+        add_confirming: lat(6.0, 300),
+        del_confirming: lat(2.4, 300),
+        steady_add: step(200, &[("GET ipdblocks", 4)]),
+        steady_del: step(200, &[]),
+        confirming_add: step(200, &[("GET ipdblocks", 200), ("GET ipdnodes", 200)]),
+        first_add: FirstAdds {
+            latency: Some(floor(30.0)),
+            count: step(25, &[("GET ipdnetworks", 25), ("POST ipdnodes", 25), ("POST ipdblocks", 25)]),
+            claimed: 25,
+        },
+        tight: TightPool {
+            subnet: "10.31.0.0/24",
+            block_size: 26,
+            usable: 253,
+            blocks: 4,
+            claimed: 1,
+            add: step(50, &[("PUT ipdblocks", 50)]),
+            del: step(50, &[("PUT ipdblocks", 50)]),
+        },
+        waves: [
+            pod_waves("one wave", &[(1, 10, 1000, 20.0)]),
+            pod_waves("two waves", &[(1, 5, 500, 2.0), (6, 10, 500, 9.0)]),
+        ],
+        floor: KubeFloor {
+            get: floor(0.5),
+            fresh_get: floor(4.0),
+            put: floor(1.5),
+            list_after_write: floor(100.0),
+            list: floor(1.0),
+        },
     }
 }
 
@@ -299,6 +371,7 @@ fn pod_waves(name: &'static str, waves: &[(usize, usize, usize, f64)]) -> PodWav
     let stalled = waves.iter().any(|w| w.placed < w.pods);
     PodWaves {
         name,
+        store: "etcd",
         nodes: 10,
         threads_per_node: 2,
         subnet: "10.32.0.0/22",
@@ -314,7 +387,7 @@ fn pod_waves(name: &'static str, waves: &[(usize, usize, usize, f64)]) -> PodWav
         without_address: 0,
         outside: 0,
         claimed: 16,
-        etcd: BTreeMap::from([("Txn".to_string(), 1500)]),
+        server: BTreeMap::from([("Txn".to_string(), 1500)]),
     }
 }
 
@@ -341,7 +414,7 @@ fn the_tight_pool_and_the_waves_have_their_rows_and_a_section() {
     }
     let mut c = cluster_figures();
     c.waves[0].duplicates = 1;
-    c.tight.add.etcd = methods_txn(60);
+    c.tight.add.server = methods_txn(60);
     let bad = Figures { cluster: Some(c), ..Default::default() };
     let t = cluster::table(&bad);
     assert!(t.contains("one wave (nodes 1-10 at once): addresses held twice | 1 | — | — | 0 | **NO** |"), "{t}");
@@ -381,7 +454,7 @@ fn the_cluster_figures_have_their_targets_and_a_section() {
     }
     // A writing txn in the steady state is a write, once the logs say so.
     let mut c = cluster_figures();
-    c.steady_add.client.writing_txns = 2;
+    c.steady_add.client = ClientCount::Etcd(RequestCount { ranges: 0, txns: 200, writing_txns: 2, other: 0 });
     assert_eq!((c.steady_add.reads(), c.steady_add.writes()), (198, 2));
     c.steady_add.logged = 199;
     assert_eq!((c.steady_add.reads(), c.steady_add.writes()), (200, 0));
@@ -390,7 +463,7 @@ fn the_cluster_figures_have_their_targets_and_a_section() {
     let b = bounds::list(&fig);
     assert!(b.contains("2.00 + 0.70 = 2.70 ms (1.35×) for the ADD that reads"), "{b}");
     let md = markdown(&fig, &machine(), &summary::table(&fig), Duration::from_secs(1));
-    assert!(md.contains("## Cluster mode: `ipam-ds-cluster` on etcd"), "{md}");
+    assert!(md.contains("## Cluster mode: `ipam-ds-cluster` on etcd and on the Kubernetes API"), "{md}");
     assert!(md.contains("| ADD, steady state | 200 | 0 | 200 | 0 | 0 | 0 | 0 | 1.000 | 0 range, 200 txn (0 writing), 0 other; 200 of 200 calls logged |"), "{md}");
     assert!(md.contains("| cluster mode | 2000 | 2000 | 0 | 5.00 s | 400.0 |"), "{md}");
     let mut c = cluster_figures();
@@ -407,6 +480,64 @@ fn the_cluster_figures_have_their_targets_and_a_section() {
     if std::env::var_os("BENCH_SHOW").is_some() {
         println!("{md}");
     }
+}
+
+#[test]
+fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
+    let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
+    let t = cluster::side_by_side(&fig);
+    for row in [
+        "| ADD median, steady state (n=300; the node owns a block with room) | 2.00 ms | 3.00 ms (1.50×) | 2.20 ms (1.10×) | ≤ 1.2× local | yes |",
+        "| DEL median, steady state | 2.00 ms | 2.20 ms | 2.10 ms |  |  |",
+        "| requests per ADD, steady state (the store's count over 200 ADDs) | 0 | 1.000 | 0.020 | 0 (the confirmation cache, 2 s) |  |",
+        "| writes per ADD, steady state | 0 | 0.000 | 0.000 | 0 | yes |",
+        "| requests per ADD, steady state, as the plugin logged them | 0 | 1.000 | 0.020 (1.000 connections) | (counted) |  |",
+        "| requests per ADD without confirmation cache (over 200 ADDs) | 0 | 1.000 | 2.000 | (counted) |  |",
+        "| requests per ADD in a shared block (10.31.0.0/24 in 4 blocks of /26, one node; over 50 calls) | 0 | 1.000 | 1.000 | 1 | yes |",
+        "| writes per ADD in a shared block | 0 | 1.000 | 1.000 | (counted) |  |",
+        "| requests per first ADD of a fresh node: the node registered, its first block claimed (over 25 nodes) | 0 | 4.000 | 3.000 | (counted) |  |",
+        "| writes per first ADD of a fresh node | 0 | 0.000 | 2.000 | (counted) |  |",
+        "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): pods placed | — | 820 of 1000 | 1000 of 1000 | 1000 | yes |",
+        "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): time to the last | — | 46.20 s (1.20 + 45.00 s); 180 not placed by the deadline | 11.00 s (2.00 + 9.00 s) | (measured) |  |",
+        "| 1000 pods into 1000 addresses, one wave (nodes 1-10 at once): addresses held twice | — | 0 | 0 | 0 | yes |",
+    ] {
+        assert!(t.contains(row), "{row} missing from\n{t}");
+    }
+    let mut c = cluster_figures();
+    if let Some(k) = c.kube.as_mut() {
+        k.add.stats.median_ms = 2.6;
+        k.tight.add.server = BTreeMap::from([("GET ipdblocks".to_string(), 50), ("PUT ipdblocks".to_string(), 50)]);
+        k.waves[0].duplicates = 2;
+    }
+    // A replace refused (409: the block changed since it was read) is a
+    // request, not a write.
+    let mut conflicted = kube_figures().tight.add;
+    conflicted.server = BTreeMap::from([("PUT ipdblocks".to_string(), 50), ("PUT ipdblocks (409)".to_string(), 7)]);
+    assert_eq!((conflicted.total(), conflicted.writes(), conflicted.reads()), (57, 50, 7));
+    let bad = Figures { cluster: Some(c), ..Default::default() };
+    let t = cluster::side_by_side(&bad);
+    assert!(t.contains("| 2.00 ms | 3.00 ms (1.50×) | 2.60 ms (1.30×) | ≤ 1.2× local | **NO** |"), "{t}");
+    assert!(t.contains("over 50 calls) | 0 | 1.000 | 2.000 | 1 | **NO** |"), "{t}");
+    assert!(t.contains("one wave (nodes 1-10 at once): addresses held twice | — | 0 | 2 | 0 | **NO** |"), "{t}");
+    let md = markdown(&fig, &machine(), &summary::table(&fig), Duration::from_secs(1));
+    for text in [
+        "### On the Kubernetes API, side by side with etcd",
+        "| Kubernetes API server (cluster mode) | Kubernetes v1.36.3 (kube-apiserver and its etcd in one process, tests/kube) |",
+        "| etcd (cluster mode) | etcd Version: 3.4.23 |",
+        "| first ADD of a fresh node | 25 | GET ipdnetworks 25, POST ipdblocks 25, POST ipdnodes 25 | 3.000 | 75 requests, 25 connections; 25 of 25 calls logged |",
+        "| GET of an IPDNode by a new client (TCP and TLS handshake first) | 200 | 4.00 | 8.00 | 12.00 |",
+        "| LIST of the IPDBlocks (a consistent read) right after that replace of an IPDNode | 200 | 100.00 |",
+        "a LIST of the blocks (a consistent read, as a confirming ADD and a claim make it) 1.00 ms, but 100.00 ms right after a write of another resource (an IPDNode)",
+    ] {
+        assert!(md.contains(text), "{text} missing from\n{md}");
+    }
+    let mut c = cluster_figures();
+    c.kube = None;
+    c.kube_note = Some("no go command".into());
+    let without = Figures { counts: Some(crate::setup::QUICK), cluster: Some(c), ..Default::default() };
+    assert!(cluster::side_by_side(&without).contains("not measured: no go command"));
+    let md = markdown(&without, &machine(), "", Duration::from_secs(1));
+    assert!(md.contains("### On the Kubernetes API, side by side with etcd\n\nNot measured: no go command."), "{md}");
 }
 
 #[test]

@@ -49,8 +49,8 @@ use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
 use serde_json::json;
 
 use crate::cluster_mode::{self, difference, etcd_version, in_cluster, in_pool};
-use crate::debug_log::{client_counts, lock_lines, logging};
-use crate::figures::cluster::StepCount;
+use crate::debug_log::{etcd_client_counts, lock_lines, logging};
+use crate::figures::cluster::{ClientCount, StepCount};
 use crate::figures::durability::FsyncProbe;
 use crate::figures::sticky::{
     CallProbe, StickyClusterFigures, StickyFigures, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
@@ -359,10 +359,11 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
                 v.call(&p, command, "count", i, &held);
             }
             let after = etcd.handled();
-            let (client, logged) = client_counts(&fs::read_to_string(&log).unwrap_or_default());
+            let (client, logged) = etcd_client_counts(&fs::read_to_string(&log).unwrap_or_default());
+            let client = ClientCount::Etcd(client);
             let (write_txns, lock_held) = write_transactions(&log);
             probes.push(CallProbe { variant: v.name, command, calls: m, write_txns, lock_held, syncs: None });
-            let step = StepCount { calls: m, etcd: difference(&before, &after), client, logged };
+            let step = StepCount { calls: m, server: difference(&before, &after), client, logged };
             eprintln!("    {}, {command}: {} etcd requests in {m} calls", v.name, step.total());
             step
         });
