@@ -267,7 +267,7 @@ impl Node<'_> {
         self.write_record(store, &row, grant).map_err(|mut e| {
             if e.code == Code::TryAgainLater {
                 e.msg = format!(
-                    "{} (block {block} of pool {} is shared: its addresses are handed out only through etcd)",
+                    "{} (block {block} of pool {} is shared: its addresses are handed out only through the cluster's datastore)",
                     e.msg, g.pool.name
                 );
             }
