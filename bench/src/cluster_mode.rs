@@ -197,7 +197,8 @@ impl KubeStore {
     pub fn start(dir: &std::path::Path) -> KubeStore {
         let api = KubeApi::start();
         let crds = crate::support::repo().join(CRDS);
-        api.apply(&[&crds]);
+        let deploy = crate::support::repo().join("deploy/kubernetes");
+        api.apply(&[&deploy.join("namespace.yaml"), &crds, &deploy.join("rbac.yaml")]);
         let admin = api.admin_kubeconfig();
         let text = fs::read_to_string(&crds).unwrap_or_else(|e| panic!("{CRDS}: {e}"));
         // Each CRD's `plural:` line names its collection.
@@ -215,13 +216,15 @@ impl KubeStore {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
-        // The plugins' own copy, in the scenario's directory.
-        let kubeconfig = dir.join("admin.kubeconfig");
-        fs::copy(&admin, &kubeconfig).unwrap_or_else(|e| panic!("copying {}: {e}", admin.display()));
+        // The plugins' credentials as the DaemonSet gives them: a token of
+        // its ServiceAccount, bound to rbac.yaml's role (valid for an hour).
+        let token = api.service_account_kubeconfig("ipam-delegated", "ipam-delegated");
+        let kubeconfig = dir.join("plugins.kubeconfig");
+        fs::copy(&token, &kubeconfig).unwrap_or_else(|e| panic!("copying {}: {e}", token.display()));
         KubeStore { api, kubeconfig }
     }
 
-    /// The kubeconfig the plugins are given (the admin's).
+    /// The kubeconfig the plugins are given (the DaemonSet's ServiceAccount's).
     pub fn kubeconfig(&self) -> &std::path::Path {
         &self.kubeconfig
     }

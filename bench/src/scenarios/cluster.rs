@@ -8,8 +8,9 @@
 //! in a temporary directory) serves every simulated node; a node is a node
 //! name with a database of its own. Beside it, one Kubernetes API server
 //! (the tests' kube-test-server: kube-apiserver and its etcd in one process,
-//! see `support`) with deploy/kubernetes/crds.yaml applied; the plugins
-//! reach it with the admin's kubeconfig. Without Go to build it, the etcd
+//! see `support`) with deploy/kubernetes/'s namespace, CRDs and RBAC
+//! applied; the plugins reach it with a token of the DaemonSet's
+//! ServiceAccount. Without Go to build it, the etcd
 //! figures are taken alone and the report says why. Pool `bench`,
 //! 10.30.0.0/16, default blockSize (/26 blocks). Where a step names both
 //! stores, it runs on each with the same code ([`Store`]): a store's pool is
