@@ -147,10 +147,13 @@ fn conditioned_writes_have_the_outcome_the_server_decides() {
     let all = admin.list(&PROBES, &Selectors::default()).unwrap().outcome;
     assert_eq!(names(&all.items), ["p-1", "p-2", "p-3"]);
     assert!(!all.resource_version.is_empty());
-    let red = admin.list(&PROBES, &Selectors { labels: Some("color=red"), fields: None }).unwrap().outcome;
+    let red =
+        admin.list(&PROBES, &Selectors { labels: Some("color=red"), fields: None, from_cache: false }).unwrap().outcome;
     assert_eq!(names(&red.items), ["p-1", "p-3"]);
-    let named =
-        admin.list(&PROBES, &Selectors { labels: Some("color in (red,blue)"), fields: Some("metadata.name=p-2") });
+    let named = admin.list(
+        &PROBES,
+        &Selectors { labels: Some("color in (red,blue)"), fields: Some("metadata.name=p-2"), from_cache: false },
+    );
     assert_eq!(names(&named.unwrap().outcome.items), ["p-2"]);
 
     // Delete only the object named by uid and version.

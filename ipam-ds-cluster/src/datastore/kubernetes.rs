@@ -99,6 +99,14 @@ pub struct KubeStore {
     /// The blocks this call wrote or deleted: kept at its end (see
     /// [`KEPT_BLOCK_NOTE`]).
     written: RefCell<BTreeSet<String>>,
+    /// Whether the reads of a pool's blocks for a grant in another node's
+    /// shared block, a borrowing or a lending request are the API server's
+    /// cache (answered at once, possibly behind): everything decided from
+    /// them is written by a conditioned update, which a stale read makes a
+    /// 409 and a fresh read. The plugins', not the operator's tool (whose
+    /// release-node must see every record), nor a claim's read (which
+    /// adopts the blocks it shows as this node's).
+    cached_lists: bool,
 }
 
 /// A shared block as kept between calls.
@@ -111,7 +119,8 @@ struct KeptBlock {
 
 impl KubeStore {
     /// The store of `settings`, with the shared blocks an earlier call of
-    /// this node kept in `store` (none for the operator's tool).
+    /// this node kept in `store`; with no store, the operator's tool's
+    /// (whose reads are all consistent).
     pub fn open(
         settings: &kube::Settings,
         cluster: &crate::settings::Settings,
@@ -119,6 +128,7 @@ impl KubeStore {
         store: Option<&mut StoreHandle>,
     ) -> shared::Result<Self> {
         let client = Client::new(settings).map_err(|e| e.to_cni(KUBECONFIG_FIELD))?;
+        let plugin = store.is_some();
         let kept = match store {
             Some(store) => kept_blocks(store, network)?,
             None => Vec::new(),
@@ -132,6 +142,7 @@ impl KubeStore {
             node_object: RefCell::new(None),
             now: Cell::new(Time(0)),
             written: RefCell::new(BTreeSet::new()),
+            cached_lists: plugin,
         };
         for KeptBlock { date, object } in kept {
             // One that is not what its name says is left to a fresh read.
@@ -308,7 +319,7 @@ impl Datastore for KubeStore {
         let network = self.read_network()?;
         let definition = network.as_ref().and_then(|n| Self::definition_of(n, pool));
         let now = self.now.get();
-        let blocks = self.pool_blocks(pool)?.iter().filter_map(|b| Self::block_entry(b, now)).collect();
+        let blocks = self.pool_blocks(pool, false)?.iter().filter_map(|b| Self::block_entry(b, now)).collect();
         let entry = self.read_node()?;
         Ok(PoolRead { indexed: definition.is_some(), definition, blocks, entry, recovery: None })
     }
@@ -424,7 +435,7 @@ impl Datastore for KubeStore {
                 objects::LABEL_NODE,
                 names::text(&self.node)
             );
-            self.list::<BlockSpec>(&labels)?
+            self.list::<BlockSpec>(&labels, false)?
                 .into_iter()
                 .map(|b| self.keep_block(b).map(|b| (b.metadata.name.clone(), b)))
                 .collect::<Answer<_>>()?
@@ -564,11 +575,11 @@ impl Datastore for KubeStore {
     }
 
     fn address_records(&self, pool: &str) -> Answer<Vec<super::AddressEntry>> {
-        Ok(self.pool_blocks(pool)?.iter().flat_map(|b| self.address_entries(b)).collect())
+        Ok(self.pool_blocks(pool, self.cached_lists)?.iter().flat_map(|b| self.address_entries(b)).collect())
     }
 
     fn pool_records(&self, pool: &str) -> Answer<PoolRecords> {
-        let found = self.pool_blocks(pool)?;
+        let found = self.pool_blocks(pool, self.cached_lists)?;
         let now = self.now.get();
         Ok(PoolRecords {
             blocks: found.iter().filter_map(|b| Self::block_entry(b, now)).collect(),
@@ -614,7 +625,7 @@ impl Datastore for KubeStore {
         let now = self.now.get();
         let known: Vec<Object<BlockSpec>> =
             self.blocks.borrow().values().filter(|(o, _)| o.spec.pool == pool).map(|(o, _)| o.clone()).collect();
-        let known = if known.is_empty() { self.pool_blocks(pool)? } else { known };
+        let known = if known.is_empty() { self.pool_blocks(pool, self.cached_lists)? } else { known };
         let mut owners: Vec<(String, IpNet)> = known
             .iter()
             .filter_map(|b| match &b.spec.state {
@@ -721,7 +732,7 @@ impl Datastore for KubeStore {
 
     fn identities(&self) -> Answer<Vec<(String, String, Versioned)>> {
         let labels = format!("{}={}", objects::LABEL_NETWORK, names::text(&self.network));
-        let found = self.list::<IdentitySpec>(&labels)?;
+        let found = self.list::<IdentitySpec>(&labels, false)?;
         Ok(found
             .into_iter()
             .filter(|i| i.spec.network == self.network)

@@ -83,6 +83,9 @@ impl Client {
         if let Some(fields) = selectors.fields {
             query.push(format!("fieldSelector={}", percent_encoded(fields)));
         }
+        if selectors.from_cache {
+            query.push("resourceVersion=0".to_string());
+        }
         let mut path = resource.collection_path();
         if !query.is_empty() {
             path = format!("{path}?{}", query.join("&"));

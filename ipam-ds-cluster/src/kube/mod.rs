@@ -119,6 +119,10 @@ pub struct List {
 pub struct Selectors<'a> {
     pub labels: Option<&'a str>,
     pub fields: Option<&'a str>,
+    /// `resourceVersion=0`: the API server's cache as it is, possibly
+    /// behind, answered at once; else a consistent list, which waits until
+    /// the cache has caught up with etcd.
+    pub from_cache: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -56,7 +56,9 @@ impl KubeStore {
     }
 
     /// Every block object of `pool` (by label; each checked by its spec).
-    pub(super) fn pool_blocks(&self, pool: &str) -> Answer<Vec<Object<BlockSpec>>> {
+    /// `from_cache`: the API server's cache, possibly behind (see
+    /// [`KubeStore::cached_lists`]); else a consistent list.
+    pub(super) fn pool_blocks(&self, pool: &str, from_cache: bool) -> Answer<Vec<Object<BlockSpec>>> {
         let labels = format!(
             "{}={},{}={}",
             objects::LABEL_NETWORK,
@@ -64,7 +66,7 @@ impl KubeStore {
             objects::LABEL_POOL,
             names::text(pool)
         );
-        let found = self.list::<BlockSpec>(&labels)?;
+        let found = self.list::<BlockSpec>(&labels, from_cache)?;
         found.into_iter().filter(|b| b.spec.pool == pool).map(|b| self.keep_block(b)).collect()
     }
 

@@ -22,8 +22,9 @@ impl KubeStore {
         self.answered(found).map(|o| typed::<K>(o.0)).transpose()
     }
 
-    pub(super) fn list<K: ObjectKind>(&self, labels: &str) -> Answer<Vec<Object<K>>> {
-        let selectors = Selectors { labels: Some(labels), fields: None };
+    /// Objects by label; `from_cache`: see [`Selectors::from_cache`].
+    pub(super) fn list<K: ObjectKind>(&self, labels: &str, from_cache: bool) -> Answer<Vec<Object<K>>> {
+        let selectors = Selectors { labels: Some(labels), fields: None, from_cache };
         let list = self.client.list(&resource::<K>(), &selectors).map_err(failure)?;
         self.answered(list).items.into_iter().map(|o| typed::<K>(o.0)).collect()
     }
