@@ -17,7 +17,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cluster_harness::kube::KubeStore;
+use cluster_harness::kube::{block_name, node_object_name, KubeStore};
 use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
@@ -45,23 +45,6 @@ fn timed(f: impl FnOnce() -> Outcome) -> (Outcome, Duration) {
     let t = Instant::now();
     let out = f();
     (out, t.elapsed())
-}
-
-/// `IPDBlock`'s name of `block` in pool blue of network cnet.
-fn block_name(block: Net4) -> String {
-    format!("{NETWORK}.{POOL}.{}", block.to_string().replace(['.', '/'], "-"))
-}
-
-/// The object named `name` of the collection `kind` (plural), read as the
-/// admin; None when absent.
-fn object(store: &KubeStore, kind: &str, name: &str) -> Option<Value> {
-    let path = format!("/apis/ipam-delegated.io/v1alpha1/{kind}/{name}");
-    let (status, body) = store.api.request(&store.api.admin_kubeconfig(), "GET", &path, None);
-    match status {
-        200 => Some(serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path} ({e}): {body}"))),
-        404 => None,
-        _ => panic!("GET {path} as the admin: {status} {body}"),
-    }
 }
 
 /// `node`'s configuration with `ipam.cluster.shareBlocks` set to `share`.
@@ -98,15 +81,17 @@ fn two_nodes_add_in_blocks_of_their_own_and_a_del_frees_its_address_for_every_no
     // The objects, as `kubectl get ipdblocks,ipdnodes` shows them.
     for (node, block) in [("n1", n1_blocks[0]), ("n2", n2_blocks[0])] {
         let name = block_name(block);
-        let found = object(&c.store, "ipdblocks", &name).unwrap_or_else(|| panic!("no IPDBlock {name} for {node}"));
+        let found = c.store.object("ipdblocks", &name).unwrap_or_else(|| panic!("no IPDBlock {name} for {node}"));
         let spec = &found["spec"];
         assert_eq!(spec["state"], "Owned", "{found}");
         assert_eq!(spec["owner"]["node"], node, "{found}");
         assert_eq!(spec["owner"]["shared"], true, "a pool of two blocks shares them: {found}");
         assert_eq!(found["metadata"]["labels"]["ipam-delegated.io/node"], node, "{found}");
         let db = spec["owner"]["db"].as_str().unwrap_or_else(|| panic!("no owner.db: {found}"));
-        let entry = object(&c.store, "ipdnodes", &format!("{NETWORK}.{node}"))
-            .unwrap_or_else(|| panic!("no IPDNode {NETWORK}.{node}"));
+        let entry = c
+            .store
+            .object("ipdnodes", &node_object_name(node))
+            .unwrap_or_else(|| panic!("no IPDNode {}", node_object_name(node)));
         assert_eq!(entry["spec"]["node"], node, "{entry}");
         assert_eq!(entry["spec"]["db"], db, "the node's entry names the database that claimed its block: {entry}");
     }
@@ -176,7 +161,7 @@ fn an_address_asked_for_by_name_is_granted_in_a_shared_block_and_refused_in_anot
     let own = sharing(&c, "n4", "never");
     let n4_holds = added(&c.run("ADD", "d4", &own, &[]), "n4's first ADD");
     let [block] = c.blocks_of("n4")[..] else { panic!("n4 claimed one block: {:?}", c.blocks()) };
-    let found = object(&c.store, "ipdblocks", &block_name(block)).expect("n4's IPDBlock");
+    let found = c.store.object("ipdblocks", &block_name(block)).expect("n4's IPDBlock");
     assert_eq!(found["spec"]["owner"]["shared"], false, "{found}");
     let free = block.nth(20);
     assert_ne!(free, n4_holds);

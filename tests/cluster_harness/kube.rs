@@ -17,6 +17,8 @@ pub mod api;
 
 pub use api::KubeApi;
 
+/// The path of the suite's API group.
+pub const GROUP_PATH: &str = "/apis/ipam-delegated.io/v1alpha1";
 /// The path of the `IPDBlock` collection.
 pub const BLOCKS_PATH: &str = "/apis/ipam-delegated.io/v1alpha1/ipdblocks";
 
@@ -39,7 +41,28 @@ impl KubeStore {
         api.apply(&[&deploy.join("namespace.yaml"), &deploy.join("crds.yaml"), &deploy.join("rbac.yaml")]);
         let account = plugins_account();
         let plugins = api.service_account_kubeconfig(&account.0, &account.1);
-        KubeStore { api, account, plugins }
+        let store = KubeStore { api, account, plugins };
+        store.warm_up_writes();
+        store
+    }
+
+    /// The API server's first write of a kind takes it about 2 s (it builds
+    /// the kind's validation then), longer than the short `ipam.timeout` of
+    /// the tests that wait out a release: each kind is written once here,
+    /// as a dry run that the schema refuses (no object is made).
+    fn warm_up_writes(&self) {
+        for (plural, kind) in [
+            ("ipdnetworks", "IPDNetwork"),
+            ("ipdblocks", "IPDBlock"),
+            ("ipdidentities", "IPDIdentity"),
+            ("ipdnodes", "IPDNode"),
+        ] {
+            let path = format!("{GROUP_PATH}/{plural}?dryRun=All");
+            let body = json!({"apiVersion": "ipam-delegated.io/v1alpha1", "kind": kind,
+                              "metadata": {"name": "warm-up"}, "spec": {}});
+            let (status, answer) = self.api.request(&self.api.admin_kubeconfig(), "POST", &path, Some(&body));
+            assert_eq!(status, 422, "a dry-run {kind} without its fields, as the admin: {answer}");
+        }
     }
 
     /// The kubeconfig every node is given.
@@ -71,6 +94,26 @@ impl KubeStore {
         list["items"].as_array().unwrap_or_else(|| panic!("an IPDBlockList without items: {body}")).clone()
     }
 
+    /// The object named `name` of the collection `kind` (plural), read as
+    /// the admin; None when absent.
+    pub fn object(&self, kind: &str, name: &str) -> Option<Value> {
+        let path = format!("{GROUP_PATH}/{kind}/{name}");
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", &path, None);
+        match status {
+            200 => Some(serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path} ({e}): {body}"))),
+            404 => None,
+            _ => panic!("GET {path} as the admin: {status} {body}"),
+        }
+    }
+
+    /// Deletes the object named `name` of the collection `kind` (plural) as
+    /// the admin (`kubectl delete`), which must exist.
+    pub fn delete_object(&self, kind: &str, name: &str) {
+        let path = format!("{GROUP_PATH}/{kind}/{name}");
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "DELETE", &path, None);
+        assert_eq!(status, 200, "DELETE {path} as the admin: {body}");
+    }
+
     /// The `IPDBlock` objects of pool blue of network cnet.
     pub fn pool_blocks(&self) -> Vec<Value> {
         self.block_objects()
@@ -99,6 +142,16 @@ pub fn plugins_account() -> (String, String) {
         text(&ds["metadata"]["namespace"], "namespace"),
         text(&ds["spec"]["template"]["spec"]["serviceAccountName"], "serviceAccountName"),
     )
+}
+
+/// `IPDBlock`'s name of `block` in pool blue of network cnet.
+pub fn block_name(block: Net4) -> String {
+    format!("{NETWORK}.{POOL}.{}", block.to_string().replace(['.', '/'], "-"))
+}
+
+/// `IPDNode`'s name of `node` in network cnet.
+pub fn node_object_name(node: &str) -> String {
+    format!("{NETWORK}.{node}")
 }
 
 fn name_of(object: &Value) -> String {
