@@ -7,8 +7,9 @@
 //! every call a real `ipam-delegated` process.
 //!
 //! Here: two nodes' ADD, DEL and STATUS, and the objects they leave;
-//! addresses asked for by name; the API server stopped and started again; a
-//! second host under one node name; credentials the server refuses.
+//! addresses asked for by name; the API server stopped and started again,
+//! and restarted between ADDs; a second host under one node name;
+//! credentials the server refuses.
 
 mod cluster_harness;
 mod stack;
@@ -228,6 +229,65 @@ fn with_the_api_server_stopped_own_blocks_serve_within_the_grace_the_rest_is_11_
     let held = held_once(&c, &["n1", "n2", "n3"]);
     assert_covered(&c, &held);
     eprintln!("API server stopped: {}", log.join("; "));
+}
+
+/// Every object of the suite's kinds, by kind and name, with the spec the
+/// plugins wrote (not the server's metadata).
+fn specs(store: &KubeStore) -> Vec<(String, String, Value)> {
+    let mut all = Vec::new();
+    for kind in ["ipdnetworks", "ipdnodes", "ipdblocks"] {
+        for object in store.objects(kind) {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            all.push((kind.to_string(), name, object["spec"].clone()));
+        }
+    }
+    all.sort_by(|x, y| (&x.0, &x.1).cmp(&(&y.0, &y.1)));
+    all
+}
+
+#[test]
+fn the_api_server_restarted_between_adds_loses_nothing_and_allocation_goes_on() {
+    let _took = Took::new("the_api_server_restarted_between_adds_loses_nothing_and_allocation_goes_on");
+    let mut c = Cluster::on_kubernetes(two_blocks(), 30.0);
+    // n1 in a block shared (a pool of two blocks), n3 in one of its own.
+    let own = sharing(&c, "n3", "never");
+    let mut pods: Vec<(&str, String)> = Vec::new();
+    for i in 0..3 {
+        added(&c.add("n1", &format!("a{i}")), "n1's ADD before the restart");
+        pods.push(("n1", format!("a{i}")));
+        added(&c.run("ADD", &format!("c{i}"), &own, &[]), "n3's ADD before the restart");
+        pods.push(("n3", format!("c{i}")));
+    }
+    // n2, with no block, asks by name for a free address of n1's block.
+    let [shared] = c.blocks_of("n1")[..] else { panic!("n1 claimed one block: {:?}", c.blocks()) };
+    added(&c.add_static("n2", "b-static", shared.nth(9)), "n2's static ADD in n1's shared block");
+    pods.push(("n2", "b-static".to_string()));
+    let before = specs(&c.store);
+    let held_before = held_once(&c, &["n1", "n2", "n3"]);
+
+    c.store.restart();
+    assert_eq!(specs(&c.store), before, "the objects the plugins wrote, after the API server's restart");
+
+    // Allocation goes on: every node's next ADD, none given an address held.
+    let mut after = Vec::new();
+    for (node, config) in [("n1", c.config("n1")), ("n2", c.config("n2")), ("n3", own.clone())] {
+        let ip =
+            added(&c.run("ADD", &format!("{node}-after"), &config, &[]), &format!("{node}'s ADD after the restart"));
+        assert!(!held_before.contains_key(&ip), "{node} was given {ip}, held before the restart: {held_before:?}");
+        after.push(ip);
+    }
+    // A DEL of a pod from before the restart frees its address for every node.
+    let (freed, _) = held_before.iter().find(|(_, (node, container))| node == "n1" && container == "a1").expect("a1");
+    c.del("n1", "a1").assert_quiet_success();
+    assert!(c.addrs().iter().all(|r| r.ip != *freed), "the record of {freed} outlived its DEL: {:?}", c.addrs());
+    let held = held_once(&c, &["n1", "n2", "n3"]);
+    assert_covered(&c, &held);
+    for (node, container) in pods.iter().filter(|(_, container)| container != "a1") {
+        assert!(
+            held.values().any(|(n, ctr)| n == node && ctr == container),
+            "{node}'s pod {container} lost its address: {held:?}"
+        );
+    }
 }
 
 #[test]
