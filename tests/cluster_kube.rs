@@ -7,8 +7,9 @@
 //! every call a real `ipam-delegated` process.
 //!
 //! Here: two nodes' ADD, DEL and STATUS, and the objects they leave;
-//! addresses asked for by name; the API server stopped and started again; a
-//! second host under one node name; credentials the server refuses.
+//! addresses asked for by name; the API server stopped and started again,
+//! and restarted between ADDs; a second host under one node name;
+//! credentials the server refuses.
 
 mod cluster_harness;
 mod stack;
@@ -17,7 +18,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cluster_harness::kube::KubeStore;
+use cluster_harness::kube::{block_name, node_object_name, KubeStore};
 use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
@@ -45,23 +46,6 @@ fn timed(f: impl FnOnce() -> Outcome) -> (Outcome, Duration) {
     let t = Instant::now();
     let out = f();
     (out, t.elapsed())
-}
-
-/// `IPDBlock`'s name of `block` in pool blue of network cnet.
-fn block_name(block: Net4) -> String {
-    format!("{NETWORK}.{POOL}.{}", block.to_string().replace(['.', '/'], "-"))
-}
-
-/// The object named `name` of the collection `kind` (plural), read as the
-/// admin; None when absent.
-fn object(store: &KubeStore, kind: &str, name: &str) -> Option<Value> {
-    let path = format!("/apis/ipam-delegated.io/v1alpha1/{kind}/{name}");
-    let (status, body) = store.api.request(&store.api.admin_kubeconfig(), "GET", &path, None);
-    match status {
-        200 => Some(serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path} ({e}): {body}"))),
-        404 => None,
-        _ => panic!("GET {path} as the admin: {status} {body}"),
-    }
 }
 
 /// `node`'s configuration with `ipam.cluster.shareBlocks` set to `share`.
@@ -98,15 +82,17 @@ fn two_nodes_add_in_blocks_of_their_own_and_a_del_frees_its_address_for_every_no
     // The objects, as `kubectl get ipdblocks,ipdnodes` shows them.
     for (node, block) in [("n1", n1_blocks[0]), ("n2", n2_blocks[0])] {
         let name = block_name(block);
-        let found = object(&c.store, "ipdblocks", &name).unwrap_or_else(|| panic!("no IPDBlock {name} for {node}"));
+        let found = c.store.object("ipdblocks", &name).unwrap_or_else(|| panic!("no IPDBlock {name} for {node}"));
         let spec = &found["spec"];
         assert_eq!(spec["state"], "Owned", "{found}");
         assert_eq!(spec["owner"]["node"], node, "{found}");
         assert_eq!(spec["owner"]["shared"], true, "a pool of two blocks shares them: {found}");
         assert_eq!(found["metadata"]["labels"]["ipam-delegated.io/node"], node, "{found}");
         let db = spec["owner"]["db"].as_str().unwrap_or_else(|| panic!("no owner.db: {found}"));
-        let entry = object(&c.store, "ipdnodes", &format!("{NETWORK}.{node}"))
-            .unwrap_or_else(|| panic!("no IPDNode {NETWORK}.{node}"));
+        let entry = c
+            .store
+            .object("ipdnodes", &node_object_name(node))
+            .unwrap_or_else(|| panic!("no IPDNode {}", node_object_name(node)));
         assert_eq!(entry["spec"]["node"], node, "{entry}");
         assert_eq!(entry["spec"]["db"], db, "the node's entry names the database that claimed its block: {entry}");
     }
@@ -176,7 +162,7 @@ fn an_address_asked_for_by_name_is_granted_in_a_shared_block_and_refused_in_anot
     let own = sharing(&c, "n4", "never");
     let n4_holds = added(&c.run("ADD", "d4", &own, &[]), "n4's first ADD");
     let [block] = c.blocks_of("n4")[..] else { panic!("n4 claimed one block: {:?}", c.blocks()) };
-    let found = object(&c.store, "ipdblocks", &block_name(block)).expect("n4's IPDBlock");
+    let found = c.store.object("ipdblocks", &block_name(block)).expect("n4's IPDBlock");
     assert_eq!(found["spec"]["owner"]["shared"], false, "{found}");
     let free = block.nth(20);
     assert_ne!(free, n4_holds);
@@ -243,6 +229,65 @@ fn with_the_api_server_stopped_own_blocks_serve_within_the_grace_the_rest_is_11_
     let held = held_once(&c, &["n1", "n2", "n3"]);
     assert_covered(&c, &held);
     eprintln!("API server stopped: {}", log.join("; "));
+}
+
+/// Every object of the suite's kinds, by kind and name, with the spec the
+/// plugins wrote (not the server's metadata).
+fn specs(store: &KubeStore) -> Vec<(String, String, Value)> {
+    let mut all = Vec::new();
+    for kind in ["ipdnetworks", "ipdnodes", "ipdblocks"] {
+        for object in store.objects(kind) {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            all.push((kind.to_string(), name, object["spec"].clone()));
+        }
+    }
+    all.sort_by(|x, y| (&x.0, &x.1).cmp(&(&y.0, &y.1)));
+    all
+}
+
+#[test]
+fn the_api_server_restarted_between_adds_loses_nothing_and_allocation_goes_on() {
+    let _took = Took::new("the_api_server_restarted_between_adds_loses_nothing_and_allocation_goes_on");
+    let mut c = Cluster::on_kubernetes(two_blocks(), 30.0);
+    // n1 in a block shared (a pool of two blocks), n3 in one of its own.
+    let own = sharing(&c, "n3", "never");
+    let mut pods: Vec<(&str, String)> = Vec::new();
+    for i in 0..3 {
+        added(&c.add("n1", &format!("a{i}")), "n1's ADD before the restart");
+        pods.push(("n1", format!("a{i}")));
+        added(&c.run("ADD", &format!("c{i}"), &own, &[]), "n3's ADD before the restart");
+        pods.push(("n3", format!("c{i}")));
+    }
+    // n2, with no block, asks by name for a free address of n1's block.
+    let [shared] = c.blocks_of("n1")[..] else { panic!("n1 claimed one block: {:?}", c.blocks()) };
+    added(&c.add_static("n2", "b-static", shared.nth(9)), "n2's static ADD in n1's shared block");
+    pods.push(("n2", "b-static".to_string()));
+    let before = specs(&c.store);
+    let held_before = held_once(&c, &["n1", "n2", "n3"]);
+
+    c.store.restart();
+    assert_eq!(specs(&c.store), before, "the objects the plugins wrote, after the API server's restart");
+
+    // Allocation goes on: every node's next ADD, none given an address held.
+    let mut after = Vec::new();
+    for (node, config) in [("n1", c.config("n1")), ("n2", c.config("n2")), ("n3", own.clone())] {
+        let ip =
+            added(&c.run("ADD", &format!("{node}-after"), &config, &[]), &format!("{node}'s ADD after the restart"));
+        assert!(!held_before.contains_key(&ip), "{node} was given {ip}, held before the restart: {held_before:?}");
+        after.push(ip);
+    }
+    // A DEL of a pod from before the restart frees its address for every node.
+    let (freed, _) = held_before.iter().find(|(_, (node, container))| node == "n1" && container == "a1").expect("a1");
+    c.del("n1", "a1").assert_quiet_success();
+    assert!(c.addrs().iter().all(|r| r.ip != *freed), "the record of {freed} outlived its DEL: {:?}", c.addrs());
+    let held = held_once(&c, &["n1", "n2", "n3"]);
+    assert_covered(&c, &held);
+    for (node, container) in pods.iter().filter(|(_, container)| container != "a1") {
+        assert!(
+            held.values().any(|(n, ctr)| n == node && ctr == container),
+            "{node}'s pod {container} lost its address: {held:?}"
+        );
+    }
 }
 
 #[test]

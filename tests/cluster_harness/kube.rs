@@ -6,6 +6,7 @@
 //! the tests reading the `IPDBlock` objects back as the cluster's admin.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -17,8 +18,16 @@ pub mod api;
 
 pub use api::KubeApi;
 
-/// The path of the `IPDBlock` collection.
-pub const BLOCKS_PATH: &str = "/apis/ipam-delegated.io/v1alpha1/ipdblocks";
+/// The suite's kinds: (plural, kind).
+const KINDS: [(&str, &str); 4] = [
+    ("ipdnetworks", "IPDNetwork"),
+    ("ipdblocks", "IPDBlock"),
+    ("ipdidentities", "IPDIdentity"),
+    ("ipdnodes", "IPDNode"),
+];
+
+/// The path of the suite's API group.
+pub const GROUP_PATH: &str = "/apis/ipam-delegated.io/v1alpha1";
 
 /// A running API server holding the suite's kinds, and the plugins'
 /// credentials on it.
@@ -39,7 +48,23 @@ impl KubeStore {
         api.apply(&[&deploy.join("namespace.yaml"), &deploy.join("crds.yaml"), &deploy.join("rbac.yaml")]);
         let account = plugins_account();
         let plugins = api.service_account_kubeconfig(&account.0, &account.1);
-        KubeStore { api, account, plugins }
+        let store = KubeStore { api, account, plugins };
+        store.warm_up_writes();
+        store
+    }
+
+    /// The API server's first write of a kind takes it about 2 s (it builds
+    /// the kind's validation then), longer than the short `ipam.timeout` of
+    /// the tests that wait out a release: each kind is written once here,
+    /// as a dry run that the schema refuses (no object is made).
+    fn warm_up_writes(&self) {
+        for (plural, kind) in KINDS {
+            let path = format!("{GROUP_PATH}/{plural}?dryRun=All");
+            let body = json!({"apiVersion": "ipam-delegated.io/v1alpha1", "kind": kind,
+                              "metadata": {"name": "warm-up"}, "spec": {}});
+            let (status, answer) = self.api.request(&self.api.admin_kubeconfig(), "POST", &path, Some(&body));
+            assert_eq!(status, 422, "a dry-run {kind} without its fields, as the admin: {answer}");
+        }
     }
 
     /// The kubeconfig every node is given.
@@ -57,18 +82,64 @@ impl KubeStore {
         self.api.stop();
     }
 
-    /// Starts it again on the same data, port and CA.
+    /// Starts it again on the same data, port and CA, and returns once it
+    /// serves the suite's kinds: a kind's storage answers 429 ("storage is
+    /// (re)initializing") for a moment after a start, which the plugins
+    /// take for an unavailable server (error 11) and a test's reads must
+    /// not meet.
     pub fn restart(&mut self) {
         self.api.restart();
+        let started = Instant::now();
+        for (plural, _) in KINDS {
+            let path = format!("{GROUP_PATH}/{plural}?limit=1");
+            loop {
+                let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", &path, None);
+                if status == 200 {
+                    break;
+                }
+                assert!(
+                    status == 429 && started.elapsed() < Duration::from_secs(60),
+                    "GET {path} as the admin after a restart: {status} {body}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        self.warm_up_writes();
     }
 
     /// Every `IPDBlock` object as the API server returns it (any network,
     /// any state), read as the admin.
     pub fn block_objects(&self) -> Vec<Value> {
-        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", BLOCKS_PATH, None);
-        assert_eq!(status, 200, "listing IPDBlocks as the admin: {body}");
-        let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("an IPDBlockList ({e}): {body}"));
-        list["items"].as_array().unwrap_or_else(|| panic!("an IPDBlockList without items: {body}")).clone()
+        self.objects("ipdblocks")
+    }
+
+    /// Every object of the collection `kind` (plural), read as the admin.
+    pub fn objects(&self, kind: &str) -> Vec<Value> {
+        let path = format!("{GROUP_PATH}/{kind}");
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", &path, None);
+        assert_eq!(status, 200, "listing {kind} as the admin: {body}");
+        let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("a list of {kind} ({e}): {body}"));
+        list["items"].as_array().unwrap_or_else(|| panic!("a list of {kind} without items: {body}")).clone()
+    }
+
+    /// The object named `name` of the collection `kind` (plural), read as
+    /// the admin; None when absent.
+    pub fn object(&self, kind: &str, name: &str) -> Option<Value> {
+        let path = format!("{GROUP_PATH}/{kind}/{name}");
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", &path, None);
+        match status {
+            200 => Some(serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path} ({e}): {body}"))),
+            404 => None,
+            _ => panic!("GET {path} as the admin: {status} {body}"),
+        }
+    }
+
+    /// Deletes the object named `name` of the collection `kind` (plural) as
+    /// the admin (`kubectl delete`), which must exist.
+    pub fn delete_object(&self, kind: &str, name: &str) {
+        let path = format!("{GROUP_PATH}/{kind}/{name}");
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "DELETE", &path, None);
+        assert_eq!(status, 200, "DELETE {path} as the admin: {body}");
     }
 
     /// The `IPDBlock` objects of pool blue of network cnet.
@@ -99,6 +170,16 @@ pub fn plugins_account() -> (String, String) {
         text(&ds["metadata"]["namespace"], "namespace"),
         text(&ds["spec"]["template"]["spec"]["serviceAccountName"], "serviceAccountName"),
     )
+}
+
+/// `IPDBlock`'s name of `block` in pool blue of network cnet.
+pub fn block_name(block: Net4) -> String {
+    format!("{NETWORK}.{POOL}.{}", block.to_string().replace(['.', '/'], "-"))
+}
+
+/// `IPDNode`'s name of `node` in network cnet.
+pub fn node_object_name(node: &str) -> String {
+    format!("{NETWORK}.{node}")
 }
 
 fn name_of(object: &Value) -> String {

@@ -574,20 +574,23 @@ pub fn release_node<S: Store>(c: &Cluster<S>, node: &str, operator: &str) -> &'s
 /// [`release_node`], returning what the command printed.
 pub fn release_node_saying<S: Store>(c: &Cluster<S>, node: &str, operator: &str) -> String {
     assert!(has_cluster_tool(), "ipam-delegated cluster --help failed: the operator tool is broken");
+    let out = cluster_tool(c, &c.config(operator), &["release-node", node]);
+    assert_eq!(out.status, 0, "ipam-delegated cluster release-node {node}: {}", brief(&out));
+    out.stdout
+}
+
+/// `ipam-delegated cluster --conf CONFLIST ARGS`, the conflist holding
+/// `config` (a node's plugin configuration, as [`Cluster::config`] makes
+/// it) as its one plugin.
+pub fn cluster_tool<S: Store>(c: &Cluster<S>, config: &Value, args: &[&str]) -> Outcome {
     let conflist = c.dir.path().join("cnet.conflist");
-    let mut plugin = c.config(operator);
-    let plugin_obj = plugin.as_object_mut().unwrap();
+    let mut plugin = config.clone();
+    let plugin_obj = plugin.as_object_mut().expect("a plugin configuration");
     plugin_obj.remove("cniVersion");
     plugin_obj.remove("name");
     let list = json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": [plugin]});
-    std::fs::write(&conflist, serde_json::to_vec_pretty(&list).unwrap()).unwrap();
-    let out = run_args(
-        &suite_bin("ipam-delegated"),
-        &["cluster", "--conf", conflist.to_str().unwrap(), "release-node", node],
-        &[],
-        b"",
-        None,
-    );
-    assert_eq!(out.status, 0, "ipam-delegated cluster release-node {node}: {}", brief(&out));
-    out.stdout
+    std::fs::write(&conflist, serde_json::to_vec_pretty(&list).expect("JSON")).expect("writing the conflist");
+    let mut all = vec!["cluster", "--conf", conflist.to_str().expect("a UTF-8 path")];
+    all.extend_from_slice(args);
+    run_args(&suite_bin("ipam-delegated"), &all, &[], b"", None)
 }
