@@ -41,7 +41,7 @@ impl Plugin for ClusterSelector {
         let requests = suite_delegate::requested_addresses(req, &pools)?;
         let sticky = shared::sticky::Sticky::of(&req.config)?;
         if sticky.is_some() && matches!(settings.store, Store::Kubernetes(_)) {
-            return Err(sticky_not_on_kubernetes());
+            return Err(datastore::kubernetes::sticky_not_here());
         }
         let identity = match &sticky {
             Some(s) => s.identity(&req.config, &req.env.args)?,
@@ -211,16 +211,6 @@ impl Plugin for ClusterSelector {
             format!("no block of this node confirmed within offlineGrace has room, and {unreachable}"),
         ))
     }
-}
-
-/// Identities across nodes are not kept on the Kubernetes API yet: refused
-/// before anything is written, never half done.
-pub fn sticky_not_on_kubernetes() -> CniError {
-    CniError::config(
-        "ipam.cluster.kubernetes",
-        "ipam-da-sticky in a cluster stack (identities across nodes) is kept on the etcd datastore only, for now: \
-         use ipam.cluster.etcd for this network, or leave ipam-da-sticky out of ipam.delegates",
-    )
 }
 
 /// With ipam-da-sticky in the stack: how long a released identity's

@@ -36,8 +36,9 @@ const CLUSTER_KEYS: &[&str] =
 /// Pools of at most this many blocks share them under `shareBlocks: "auto"`.
 pub const AUTO_SHARE_MAX_BLOCKS: u128 = 64;
 /// The most addresses of a shared block on the Kubernetes API: its records
-/// are one object's, which the schema caps at this many.
-pub const KUBERNETES_MAX_SHARED_BLOCK: u128 = crate::datastore::kubernetes::objects::MAX_RECORDS as u128;
+/// are one object's, which the schema (deploy/kubernetes/crds.yaml,
+/// `maxProperties`) caps at this many.
+pub const KUBERNETES_MAX_SHARED_BLOCK: u128 = 2048;
 
 /// `shareBlocks`: whether the blocks this node claims are shared (every
 /// address handed out in them recorded in etcd, any node allocating in them)

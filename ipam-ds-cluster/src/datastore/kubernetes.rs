@@ -666,7 +666,7 @@ impl Datastore for KubeStore {
 
     fn create_record(&self, key: &str, value: &[u8]) -> Answer<Created> {
         if key.starts_with(IDENTITY_KEY_PREFIX) {
-            return Err(Error::Failed(crate::sticky_not_on_kubernetes()));
+            return Err(Error::Failed(sticky_not_here()));
         }
         let (pool, block, address) = parse_record_key(key)?;
         let record = address_record(value, &pool)?;
@@ -751,7 +751,7 @@ impl Datastore for KubeStore {
         _hold_seconds: Option<i64>,
         _not_recovering: bool,
     ) -> Answer<Option<Version>> {
-        Err(Error::Failed(crate::sticky_not_on_kubernetes()))
+        Err(Error::Failed(sticky_not_here()))
     }
 
     fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>> {
@@ -841,6 +841,16 @@ impl Datastore for KubeStore {
         }
         outcomes.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
     }
+}
+
+/// Identities across nodes are not kept on the Kubernetes API yet: refused
+/// before anything is written, never half done.
+pub fn sticky_not_here() -> CniError {
+    CniError::config(
+        "ipam.cluster.kubernetes",
+        "ipam-da-sticky in a cluster stack (identities across nodes) is kept on the etcd datastore only, for now: \
+         use ipam.cluster.etcd for this network, or leave ipam-da-sticky out of ipam.delegates",
+    )
 }
 
 /// The shared blocks of `network` an earlier call kept (ones that do not

@@ -337,7 +337,7 @@ pub struct BlockSpec {
 }
 
 /// At most this many records in a block (the schema's `maxProperties`).
-pub const MAX_RECORDS: usize = 2048;
+pub const MAX_RECORDS: usize = crate::settings::KUBERNETES_MAX_SHARED_BLOCK as usize;
 /// At most this many bytes of JSON in a block's object: under the 1.5 MiB
 /// that the API server's etcd takes in one request, with room for metadata.
 pub const MAX_OBJECT_BYTES: usize = 1 << 20;
