@@ -182,7 +182,9 @@ fn a_block_deleted_by_hand_is_claimed_back_by_its_node_with_its_records_and_its_
         std::thread::sleep(Duration::from_millis(600));
         let container = format!("{node}-after");
         // Tried again as a runtime does: the ADD that claims the block back
-        // may not allocate in it (see this test's report).
+        // does not allocate in it (another free block, room in a shared
+        // one, else 100 "this node's blocks are full"; on etcd too), the
+        // next one does.
         let deadline = Instant::now() + RETRY_FOR;
         let out = loop {
             let out = c.run("ADD", &container, &config(node, "always"), &[]);
