@@ -13,6 +13,7 @@
 
 pub mod kube;
 pub mod sticky;
+pub mod storm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
