@@ -464,6 +464,23 @@ pub fn brief(out: &Outcome) -> String {
     format!("exit {}, stdout {}, stderr {}", out.status, out.stdout.trim(), out.stderr.trim())
 }
 
+/// How long [`place`] retries one pod's ADD, as a runtime does.
+pub const PLACE_RETRY_FOR: Duration = Duration::from_secs(20);
+
+/// `count` pods of `node` (containers `<tag>-<i>`), each ADD retried every
+/// 200 ms as a runtime does until it succeeds (within [`PLACE_RETRY_FOR`]);
+/// the addresses they got.
+pub fn place<S: Store>(c: &Cluster<S>, node: &str, tag: &str, count: usize) -> Vec<IpAddr> {
+    (0..count)
+        .map(|i| added(&c.add_within(node, &format!("{tag}-{i}"), PLACE_RETRY_FOR), &format!("{node}'s pod {tag}-{i}")))
+        .collect()
+}
+
+/// Every address of `from..=to` (the last octet of `prefix`.*).
+pub fn v4_range(prefix: &str, from: u8, to: u8) -> std::collections::BTreeSet<IpAddr> {
+    (from..=to).map(|i| format!("{prefix}.{i}").parse().expect("an address")).collect()
+}
+
 /// Every address an attachment holds across `nodes`' databases, asserting
 /// none twice. (Addresses a node lends out are held in its database under
 /// the network `cnet/lent`, by no attachment: see [`lent_holds`].)
