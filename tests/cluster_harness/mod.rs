@@ -24,7 +24,7 @@ use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 
 use crate::stack::{self, LeaseRow};
-use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
+use crate::support::{self, bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
 
 pub const NETWORK: &str = "cnet";
 /// The pool the readers of blocks and address records read.
@@ -212,15 +212,26 @@ impl<S: Store> Cluster<S> {
     /// `config` on stdin and `extra` variables (CNI_ARGS).
     pub fn run(&self, command: &str, container: &str, config: &Value, extra: &[(&str, &str)]) -> Outcome {
         let cni_path = bin_dir().display().to_string();
-        let mut env = vec![
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", container),
-            ("CNI_NETNS", NETNS_PATH),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", cni_path.as_str()),
-        ];
-        env.extend_from_slice(extra);
+        let env = cni_env(command, container, &cni_path, extra);
         run_env(&suite_bin("ipam-delegated"), &env, config.to_string().as_bytes(), Some(self.dir.path()))
+    }
+
+    /// [`Cluster::run`], its process group SIGKILLed `kill_after` the spawn
+    /// when given (see [`support::run_killable`]).
+    pub fn run_killable(
+        &self,
+        command: &str,
+        container: &str,
+        config: &Value,
+        extra: &[(&str, &str)],
+        kill_after: Option<Duration>,
+    ) -> Fate {
+        let cni_path = bin_dir().display().to_string();
+        let env = cni_env(command, container, &cni_path, extra);
+        match support::run_killable(env, self.dir.path(), config.to_string().as_bytes(), kill_after) {
+            Some(out) => Fate::Done(out),
+            None => Fate::Killed,
+        }
     }
 
     pub fn add(&self, node: &str, container: &str) -> Outcome {
@@ -367,6 +378,32 @@ impl<S: Store> Cluster<S> {
     pub fn node_records(&self, node: &str) -> Vec<Vec<String>> {
         self.table(node, "SELECT key, address, kind, container_id, state FROM cluster_records")
     }
+}
+
+/// The CNI variables of `command` for `container` (eth0), then `extra`
+/// (CNI_ARGS).
+fn cni_env<'a>(
+    command: &'a str,
+    container: &'a str,
+    cni_path: &'a str,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut env = vec![
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", container),
+        ("CNI_NETNS", NETNS_PATH),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", cni_path),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+/// How a call that may be killed ended ([`Cluster::run_killable`]).
+#[derive(Debug)]
+pub enum Fate {
+    Killed,
+    Done(Outcome),
 }
 
 #[derive(Debug, Clone)]

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{added, brief, held_by, held_once, uncovered, Cluster, Holder, Store, Took, NETNS_PATH};
+use super::{added, brief, held_by, held_once, uncovered, Cluster, Fate, Holder, Store, Took};
 use crate::stack::ipv4_of;
-use crate::support::{bin_dir, leftovers, run_killable, Outcome, Rng};
+use crate::support::{leftovers, Rng};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// The node whose runtime never DELs an ADD that did not answer success:
@@ -37,37 +37,6 @@ const STORM: Duration = Duration::from_secs(8);
 /// drawn from 10.50.0.0/23).
 pub fn pools() -> Value {
     json!([{"name": "blue", "ranges": [{"subnet": "10.50.0.0/23"}], "blockSize": 28}])
-}
-
-#[derive(Debug)]
-enum Fate {
-    Killed,
-    Done(Outcome),
-}
-
-/// `command` of `container` on `node` (eth0), CNI_ARGS in `extra`, killed
-/// `kill_after` the spawn when given (see [`run_killable`]).
-fn killable<S: Store>(
-    c: &Cluster<S>,
-    command: &str,
-    node: &str,
-    container: &str,
-    extra: &[(&str, &str)],
-    kill_after: Option<Duration>,
-) -> Fate {
-    let bin = bin_dir().display().to_string();
-    let mut env = vec![
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", container),
-        ("CNI_NETNS", NETNS_PATH),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", bin.as_str()),
-    ];
-    env.extend_from_slice(extra);
-    match run_killable(env, c.dir.path(), c.config(node).to_string().as_bytes(), kill_after) {
-        Some(out) => Fate::Done(out),
-        None => Fate::Killed,
-    }
 }
 
 #[derive(Default, Debug)]
@@ -130,7 +99,7 @@ pub fn storm<S: Store + Sync>(
                         (!mine.is_empty() && rng.percent(35)).then(|| l.remove(mine[rng.index(mine.len())]))
                     };
                     if let Some((_, id, _)) = victim {
-                        let fate = killable(c, "DEL", node, &id, &[], kill);
+                        let fate = c.run_killable("DEL", &id, &c.config(node), &[], kill);
                         let mut t = tally.lock().unwrap();
                         t.dels += 1;
                         let event = match fate {
@@ -153,7 +122,7 @@ pub fn storm<S: Store + Sync>(
                         .then(|| IpAddr::from(Ipv4Addr::new(10, 50, rng.below(2) as u8, 2 + rng.below(250) as u8)));
                     let args = wanted.map(|ip| format!("IgnoreUnknown=1;IP={ip}"));
                     let extra: Vec<(&str, &str)> = args.iter().map(|a| ("CNI_ARGS", a.as_str())).collect();
-                    let fate = killable(c, "ADD", node, &id, &extra, kill);
+                    let fate = c.run_killable("ADD", &id, &c.config(node), &extra, kill);
                     let mut t = tally.lock().unwrap();
                     t.adds += 1;
                     t.statics += usize::from(wanted.is_some());
