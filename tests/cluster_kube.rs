@@ -15,13 +15,14 @@ mod cluster_harness;
 mod stack;
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cluster_harness::kube::{block_name, node_object_name, KubeStore};
 use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
+use support::kubeconfig::forged_token;
 use support::Outcome;
 
 /// Two blocks of 16, shared (`shareBlocks` auto: a pool of at most 64
@@ -361,18 +362,4 @@ fn status_config(config: &Value) -> Value {
     let mut config = config.clone();
     config["cniVersion"] = json!("1.1.0");
     config
-}
-
-/// A copy of `kubeconfig` (a ServiceAccount's) whose token has the
-/// shape of the server's but another signature, written in `dir`.
-fn forged_token(kubeconfig: &Path, dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(kubeconfig).expect("the ServiceAccount's kubeconfig");
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("a kubeconfig");
-    let user = &mut config["users"][0]["user"];
-    let token = user["token"].as_str().expect("a bearer token").to_string();
-    let (signed, _) = token.rsplit_once('.').expect("a JWT");
-    user["token"] = serde_yaml::Value::from(format!("{signed}.bm90LXRoZS1zZXJ2ZXJzLXNpZ25hdHVyZQ"));
-    let forged = dir.join("forged.kubeconfig");
-    std::fs::write(&forged, serde_yaml::to_string(&config).expect("YAML")).expect("writing the forged kubeconfig");
-    forged
 }

@@ -21,26 +21,6 @@ use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
 
-/// How long a runtime keeps retrying one pod's ADD in these tests.
-const RETRY_FOR: Duration = Duration::from_secs(20);
-
-/// `count` pods of `node` (containers `<tag>-<i>`), each ADD retried as a
-/// runtime does until it succeeds; the addresses they got.
-fn place(c: &Cluster<KubeStore>, node: &str, tag: &str, count: usize) -> Vec<IpAddr> {
-    (0..count)
-        .map(|i| {
-            let out = c.add_within(node, &format!("{tag}-{i}"), RETRY_FOR);
-            assert_eq!(out.status, 0, "{node}'s pod {tag}-{i}: {}", brief(&out));
-            ipv4_of(out.result())
-        })
-        .collect()
-}
-
-/// Every address of `from..=to` (the last octet of `prefix`.*).
-fn v4_range(prefix: &str, from: u8, to: u8) -> BTreeSet<IpAddr> {
-    (from..=to).map(|i| format!("{prefix}.{i}").parse().expect("an address")).collect()
-}
-
 #[test]
 fn idle_owners_of_shared_blocks_strand_no_address() {
     let _took = Took::new("idle_owners_of_shared_blocks_strand_no_address");
@@ -185,7 +165,7 @@ fn a_block_deleted_by_hand_is_claimed_back_by_its_node_with_its_records_and_its_
         // does not allocate in it (another free block, room in a shared
         // one, else 100 "this node's blocks are full"; on etcd too), the
         // next one does.
-        let deadline = Instant::now() + RETRY_FOR;
+        let deadline = Instant::now() + PLACE_RETRY_FOR;
         let out = loop {
             let out = c.run("ADD", &container, &config(node, "always"), &[]);
             if out.status == 0 || Instant::now() > deadline {

@@ -17,23 +17,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use cluster_harness::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use stack::ipv4_of;
-
-/// How long a runtime keeps retrying one pod's ADD in these tests.
-const RETRY_FOR: Duration = Duration::from_secs(20);
-
-/// `count` pods of `node` (containers `<tag>-<i>`), each ADD retried as a
-/// runtime does until it succeeds; the addresses they got.
-fn place(c: &Cluster, node: &str, tag: &str, count: usize) -> Vec<Value> {
-    (0..count)
-        .map(|i| {
-            let out = c.add_within(node, &format!("{tag}-{i}"), RETRY_FOR);
-            assert_eq!(out.status, 0, "{node}'s pod {tag}-{i}: {}", brief(&out));
-            out.result().clone()
-        })
-        .collect()
-}
 
 /// Pods placed by several nodes at once, each node two at a time.
 fn place_together(c: &Cluster, nodes: &[&str], per_node: usize) {
@@ -45,11 +30,6 @@ fn place_together(c: &Cluster, nodes: &[&str], per_node: usize) {
             }
         }
     });
-}
-
-/// Every address of `from..=to` (the last octet of 10.x.y.*).
-fn v4_range(prefix: &str, from: u8, to: u8) -> BTreeSet<IpAddr> {
-    (from..=to).map(|i| format!("{prefix}.{i}").parse().expect("an address")).collect()
 }
 
 fn held_addresses(c: &Cluster, nodes: &[&str]) -> BTreeSet<IpAddr> {
@@ -197,13 +177,13 @@ fn deleted_pods_free_their_address_for_every_node() {
         30.0,
     );
     let got = place(&c, "n1", "p", 16);
-    let freed: BTreeSet<IpAddr> = [ipv4_of(&got[3]), ipv4_of(&got[9])].into();
+    let freed: BTreeSet<IpAddr> = [got[3], got[9]].into();
     for i in [3, 9] {
         let out = c.del("n1", &format!("p-{i}"));
         assert_eq!(out.status, 0, "{}", brief(&out));
     }
     assert!(c.addrs().iter().all(|a| !freed.contains(&a.ip)), "DEL deleted their records: {:?}", c.addrs());
-    let again: BTreeSet<IpAddr> = place(&c, "n2", "q", 2).iter().map(ipv4_of).collect();
+    let again: BTreeSet<IpAddr> = place(&c, "n2", "q", 2).into_iter().collect();
     assert_eq!(again, freed, "n2 got exactly the two addresses n1's pods left");
     held_once(&c, &["n1", "n2"]);
 }
@@ -286,7 +266,7 @@ fn an_address_whose_record_may_not_be_in_etcd_is_never_handed_out() {
         30.0,
     );
     let first = place(&c, "n1", "p", 1);
-    assert_eq!(ipv4_of(&first[0]), "10.67.0.16".parse::<IpAddr>().unwrap());
+    assert_eq!(first[0], "10.67.0.16".parse::<IpAddr>().unwrap());
     // c2's grant of .17, killed before the etcd transaction: its row only.
     let key = "/ipam-delegated/v1/cnet/blue/addrs/10.67.0.16-28/10.67.0.17";
     let value = r#"{"kind":"allocated","node":"n1","container":"c2","ifname":"eth0"}"#;

@@ -29,7 +29,7 @@ use ipam_ds_cluster::etcd::testing::TestEtcdCluster;
 use serde_json::{json, Value};
 use stack::ipv4_of;
 use support::sticky::pod;
-use support::{bin_dir, leftovers, run_killable, Outcome, Rng, CLUSTER_STICKY_STACK};
+use support::{leftovers, Outcome, Rng, CLUSTER_STICKY_STACK};
 
 const IDENTITY_KEYS: &str = "/ipam-delegated/v1/cnet/_sticky/";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -71,13 +71,6 @@ fn assert_code(out: &Outcome, code: u64, what: &str) -> String {
     msg
 }
 
-/// How a killable call ended.
-#[derive(Debug)]
-enum Fate {
-    Killed,
-    Done(Outcome),
-}
-
 /// `command` of pod `name` in `container` on `node`, its process group
 /// SIGKILLed `kill_after` the spawn when given.
 fn killable<E: Etcd>(
@@ -88,21 +81,8 @@ fn killable<E: Etcd>(
     name: &str,
     kill_after: Option<Duration>,
 ) -> Fate {
-    let bin = bin_dir().display().to_string();
     let args = pod(name);
-    let env = [
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", container),
-        ("CNI_NETNS", NETNS_PATH),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", bin.as_str()),
-        ("CNI_ARGS", args.as_str()),
-    ];
-    let config = sticky_config(c, node, HOLD).to_string();
-    match run_killable(env, c.dir.path(), config.as_bytes(), kill_after) {
-        Some(out) => Fate::Done(out),
-        None => Fate::Killed,
-    }
+    c.run_killable(command, container, &sticky_config(c, node, HOLD), &[("CNI_ARGS", args.as_str())], kill_after)
 }
 
 /// A call that must not be killed and must succeed.

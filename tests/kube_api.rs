@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use kube_harness::KubeApi;
 use serde_json::{json, Value};
+use support::kubeconfig::forged_token;
 use support::manifests::{files, objects};
 
 /// The verbs of a resource, each checked against what the roles grant.
@@ -459,18 +460,4 @@ fn list_path(group: &str, resource: &str, namespace: Option<&str>) -> Option<Str
         Some(ns) => format!("{prefix}/namespaces/{ns}/{resource}"),
         None => format!("{prefix}/{resource}"),
     })
-}
-
-/// A copy of `kubeconfig` (a ServiceAccount's) whose token is not one the
-/// server issued: the same claims' shape, another signature.
-fn forged_token(kubeconfig: &Path, dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(kubeconfig).expect("the ServiceAccount's kubeconfig");
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("a kubeconfig");
-    let user = &mut config["users"][0]["user"];
-    let token = user["token"].as_str().expect("a bearer token").to_string();
-    let (signed, _) = token.rsplit_once('.').expect("a JWT");
-    user["token"] = serde_yaml::Value::from(format!("{signed}.bm90LXRoZS1zZXJ2ZXJzLXNpZ25hdHVyZQ"));
-    let forged = dir.join("forged.kubeconfig");
-    std::fs::write(&forged, serde_yaml::to_string(&config).expect("YAML")).expect("writing the forged kubeconfig");
-    forged
 }

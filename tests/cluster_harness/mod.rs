@@ -13,6 +13,7 @@
 
 pub mod kube;
 pub mod sticky;
+pub mod storm;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -23,7 +24,7 @@ use ipam_ds_cluster::etcd::testing::{TestEtcd, TestEtcdCluster};
 use serde_json::{json, Value};
 
 use crate::stack::{self, LeaseRow};
-use crate::support::{bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
+use crate::support::{self, bin_dir, list_leases, run_args, run_env, suite_bin, Outcome, CLUSTER_STACK};
 
 pub const NETWORK: &str = "cnet";
 /// The pool the readers of blocks and address records read.
@@ -211,15 +212,26 @@ impl<S: Store> Cluster<S> {
     /// `config` on stdin and `extra` variables (CNI_ARGS).
     pub fn run(&self, command: &str, container: &str, config: &Value, extra: &[(&str, &str)]) -> Outcome {
         let cni_path = bin_dir().display().to_string();
-        let mut env = vec![
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", container),
-            ("CNI_NETNS", NETNS_PATH),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", cni_path.as_str()),
-        ];
-        env.extend_from_slice(extra);
+        let env = cni_env(command, container, &cni_path, extra);
         run_env(&suite_bin("ipam-delegated"), &env, config.to_string().as_bytes(), Some(self.dir.path()))
+    }
+
+    /// [`Cluster::run`], its process group SIGKILLed `kill_after` the spawn
+    /// when given (see [`support::run_killable`]).
+    pub fn run_killable(
+        &self,
+        command: &str,
+        container: &str,
+        config: &Value,
+        extra: &[(&str, &str)],
+        kill_after: Option<Duration>,
+    ) -> Fate {
+        let cni_path = bin_dir().display().to_string();
+        let env = cni_env(command, container, &cni_path, extra);
+        match support::run_killable(env, self.dir.path(), config.to_string().as_bytes(), kill_after) {
+            Some(out) => Fate::Done(out),
+            None => Fate::Killed,
+        }
     }
 
     pub fn add(&self, node: &str, container: &str) -> Outcome {
@@ -368,6 +380,32 @@ impl<S: Store> Cluster<S> {
     }
 }
 
+/// The CNI variables of `command` for `container` (eth0), then `extra`
+/// (CNI_ARGS).
+fn cni_env<'a>(
+    command: &'a str,
+    container: &'a str,
+    cni_path: &'a str,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut env = vec![
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", container),
+        ("CNI_NETNS", NETNS_PATH),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", cni_path),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+/// How a call that may be killed ended ([`Cluster::run_killable`]).
+#[derive(Debug)]
+pub enum Fate {
+    Killed,
+    Done(Outcome),
+}
+
 #[derive(Debug, Clone)]
 pub struct BlockRec {
     pub key: String,
@@ -461,6 +499,23 @@ pub fn added(out: &Outcome, what: &str) -> IpAddr {
 /// A short account of a run, for assertion messages.
 pub fn brief(out: &Outcome) -> String {
     format!("exit {}, stdout {}, stderr {}", out.status, out.stdout.trim(), out.stderr.trim())
+}
+
+/// How long [`place`] retries one pod's ADD, as a runtime does.
+pub const PLACE_RETRY_FOR: Duration = Duration::from_secs(20);
+
+/// `count` pods of `node` (containers `<tag>-<i>`), each ADD retried every
+/// 200 ms as a runtime does until it succeeds (within [`PLACE_RETRY_FOR`]);
+/// the addresses they got.
+pub fn place<S: Store>(c: &Cluster<S>, node: &str, tag: &str, count: usize) -> Vec<IpAddr> {
+    (0..count)
+        .map(|i| added(&c.add_within(node, &format!("{tag}-{i}"), PLACE_RETRY_FOR), &format!("{node}'s pod {tag}-{i}")))
+        .collect()
+}
+
+/// Every address of `from..=to` (the last octet of `prefix`.*).
+pub fn v4_range(prefix: &str, from: u8, to: u8) -> std::collections::BTreeSet<IpAddr> {
+    (from..=to).map(|i| format!("{prefix}.{i}").parse().expect("an address")).collect()
 }
 
 /// Every address an attachment holds across `nodes`' databases, asserting

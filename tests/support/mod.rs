@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod go;
+pub mod kubeconfig;
 pub mod manifests;
 pub mod markdown;
 pub mod sticky;
