@@ -127,7 +127,7 @@ fn the_targets_the_layouts_and_the_bounds_are_reported() {
         ..Default::default()
     };
     let table = summary::table(&fig);
-    for row in [
+    contain_all(&table, &[
         "| ADD median, full stack (n=40) | 1.40 ms | 3.00 ms | 0.47× | ≤ 0.4× | **NO** |",
         "| ADD median, full stack, copies layout (each delegate a process) | 5.00 ms | 3.00 ms | 1.67× | (comparison) |  |",
         "| ADD median, ipam-da-sequential alone | 1.20 ms | 3.00 ms | 0.40× | ≤ 0.4× | yes |",
@@ -138,9 +138,7 @@ fn the_targets_the_layouts_and_the_bounds_are_reported() {
         "| fsync-family calls per ADD, steady state, full stack (strace -f, n=4) | 1.50 (1 to 3) | 0 | — | counted |  |",
         "| fsync-family calls per first ADD on a fresh node, full stack (strace -f, n=1) | 10 | — | — | counted |  |",
         "| fsync-family calls per DEL, steady state, full stack (strace -f, n=4) | 1 | — | — | counted |  |",
-    ] {
-        assert!(table.contains(row), "{row} missing from\n{table}");
-    }
+    ]);
     let bounds = bounds::list(&fig);
     assert!(bounds.contains("(CNI_COMMAND=VERSION) 0.90 ms"), "{bounds}");
     assert!(bounds.contains("that floor is 0.30×"), "{bounds}");
@@ -190,26 +188,25 @@ fn the_floor_and_the_suites_distance_to_it_are_reported() {
         ..Default::default()
     };
     let t = summary::table(&fig);
-    for row in [
+    contain_all(&t, &[
         "| ADD median, full stack (n=40) | 1.80 ms | 3.00 ms | 0.60× | ≤ 0.4× | **NO** |",
         "| ADD median, the floor: ipam-bench-floor (the least work of a steady-state ADD as a program of its own, built as the suite's program is) | 1.20 ms | 3.00 ms | 0.40× | (floor) |  |",
         "| ADD p99, the floor | 1.80 ms | 4.50 ms | 0.40× |  |  |",
         "| ADD median above the floor, full stack (its median − the floor's) | +0.60 ms (1.50× the floor) | +1.80 ms (2.50× the floor) | — | (distance) |  |",
         "| ADD median above the floor, ipam-da-sequential alone | +0.50 ms (1.42× the floor) | — | — | (distance) |  |",
-    ] {
-        assert!(t.contains(row), "{row} missing from\n{t}");
-    }
+    ]);
     let b = bounds::list(&fig);
-    for text in [
-        "Its ADD median is 1.20 ms (p99 1.80 ms, CPU 0.50 ms), 0.40× host-local's ADD median.",
-        "of the floor's 1.20 ms, 0.60 ms are starting and ending a process of that build, 0.60 ms the work.",
-        "(CNI_COMMAND=VERSION) takes 0.90 ms, +0.30 ms against `ipam-bench-null`",
-        "The ADD median of the full stack, 1.80 ms, is +0.60 ms above the floor (1.50× the floor's).",
-        "The ADD median of ipam-da-sequential alone, 1.70 ms, is +0.50 ms above the floor (1.42× the floor's).",
-        "takes 1.10 ms, the full stack's 1.60 ms: +0.50 ms above it (1.45×).",
-    ] {
-        assert!(b.contains(text), "{text} missing from\n{b}");
-    }
+    contain_all(
+        &b,
+        &[
+            "Its ADD median is 1.20 ms (p99 1.80 ms, CPU 0.50 ms), 0.40× host-local's ADD median.",
+            "of the floor's 1.20 ms, 0.60 ms are starting and ending a process of that build, 0.60 ms the work.",
+            "(CNI_COMMAND=VERSION) takes 0.90 ms, +0.30 ms against `ipam-bench-null`",
+            "The ADD median of the full stack, 1.80 ms, is +0.60 ms above the floor (1.50× the floor's).",
+            "The ADD median of ipam-da-sequential alone, 1.70 ms, is +0.50 ms above the floor (1.42× the floor's).",
+            "takes 1.10 ms, the full stack's 1.60 ms: +0.50 ms above it (1.45×).",
+        ],
+    );
     let md = markdown(&fig, &machine(), &t, Duration::from_secs(1));
     assert!(md.contains(&format!("| ADD, {floor} | 40 | 1.20 | 1.80 | 2.40 | 0.50 |")), "{md}");
     assert!(md.contains("| ipam-bench-null (the floor program's build, doing nothing) | 40 | 0.60 |"), "{md}");
@@ -395,7 +392,7 @@ fn pod_waves(name: &'static str, waves: &[(usize, usize, usize, f64)]) -> PodWav
 fn the_tight_pool_and_the_waves_have_their_rows_and_a_section() {
     let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
     let t = cluster::table(&fig);
-    for row in [
+    contain_all(&t, &[
         "| etcd writes per DEL, steady state (Put, DeleteRange, writing Txn) | 0.00 | 0 | — | (counted) |  |",
         "| etcd requests per ADD, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; etcd's count over 50 ADDs) | 1.00 | 0 | — | ≤ 1 | yes |",
         "| etcd writes per ADD, tight pool (10.31.0.0/24 in 4 blocks of /26, one node; Put, DeleteRange, writing Txn) | 1.00 | 0 | — | (counted) |  |",
@@ -409,9 +406,7 @@ fn the_tight_pool_and_the_waves_have_their_rows_and_a_section() {
         "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): wall time to place them | 46.20 s (1.20 + 45.00 s); 180 not placed by the deadline | — | — | (measured) |  |",
         "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): failed ADD attempts | 450 | — | — | (counted) |  |",
         "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): addresses held twice | 0 | — | — | 0 | yes |",
-    ] {
-        assert!(t.contains(row), "{row} missing from\n{t}");
-    }
+    ]);
     let mut c = cluster_figures();
     c.waves[0].duplicates = 1;
     c.tight.add.server = methods_txn(60);
@@ -420,16 +415,14 @@ fn the_tight_pool_and_the_waves_have_their_rows_and_a_section() {
     assert!(t.contains("one wave (nodes 1-10 at once): addresses held twice | 1 | — | — | 0 | **NO** |"), "{t}");
     assert!(t.contains("over 50 ADDs) | 1.20 | 0 | — | ≤ 1 | **NO** |"), "{t}");
     let md = markdown(&fig, &machine(), &summary::table(&fig), Duration::from_secs(1));
-    for text in [
+    contain_all(&md, &[
         "| ADD, tight pool | 50 | 0 | 50 | 0 | 0 | 0 | 0 | 1.000 | 0 range, 50 txn (50 writing), 0 other; 50 of 50 calls logged |",
         "The tight pool is a pool of few blocks: 10.31.0.0/24, blockSize 26 (4 blocks, 253 addresses to hand out)",
         "### 1000 pods into 1000 addresses",
         "| two waves | nodes 6-10 | 500 | 320 | 450 | 45.00 s |",
         "Two waves: 820 of 1000 pods placed in 46.20 s (1.20 + 45.00 s); 180 not placed by the deadline; 0 address(es) answered twice",
         "450 ADD attempt(s) failed with code 100; the first said: \"no free IPv4 address\"",
-    ] {
-        assert!(md.contains(text), "{text} missing from\n{md}");
-    }
+    ]);
 }
 
 fn methods_txn(txn: u64) -> BTreeMap<String, u64> {
@@ -440,7 +433,7 @@ fn methods_txn(txn: u64) -> BTreeMap<String, u64> {
 fn the_cluster_figures_have_their_targets_and_a_section() {
     let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
     let t = cluster::table(&fig);
-    for row in [
+    contain_all(&t, &[
         "| ADD median, full stack, steady state (n=300; the node owns a block with room) | 3.00 ms | 2.00 ms | 1.50× | ≤ 1.2× | **NO** |",
         "| ADD p90, full stack, steady state | 4.00 ms | 3.00 ms | 1.33× |  |  |",
         "| etcd reads per ADD, steady state (etcd's count over 200 ADDs: Range + read-only Txn per the calls' logs) | 1.00 | 0 | — | ≤ 1 | yes |",
@@ -449,9 +442,7 @@ fn the_cluster_figures_have_their_targets_and_a_section() {
         "| 8 nodes × 16-way concurrent ADD throughput (2000 ADDs each way) | 400.0 ADD/s | 500.0 ADD/s | 0.80× | (comparison) |  |",
         "| addresses handed out twice across the 8 nodes | 0 | — | — | 0 | yes |",
         "| ADDs that failed, 8 nodes from empty (a /16 pool: room for every one) | 0 | 0 | — | 0 | yes |",
-    ] {
-        assert!(t.contains(row), "{row} missing from\n{t}");
-    }
+    ]);
     // A writing txn in the steady state is a write, once the logs say so.
     let mut c = cluster_figures();
     c.steady_add.client = ClientCount::Etcd(RequestCount { ranges: 0, txns: 200, writing_txns: 2, other: 0 });
@@ -486,7 +477,7 @@ fn the_cluster_figures_have_their_targets_and_a_section() {
 fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
     let fig = Figures { counts: Some(crate::setup::QUICK), cluster: Some(cluster_figures()), ..Default::default() };
     let t = cluster::side_by_side(&fig);
-    for row in [
+    contain_all(&t, &[
         "| ADD median, steady state (n=300; the node owns a block with room) | 2.00 ms | 3.00 ms (1.50×) | 2.20 ms (1.10×) | ≤ 1.2× local | yes |",
         "| DEL median, steady state | 2.00 ms | 2.20 ms | 2.10 ms |  |  |",
         "| requests per ADD, steady state (the store's count over 200 ADDs) | 0 | 1.000 | 0.020 | 0 (the confirmation cache, 2 s) |  |",
@@ -500,9 +491,7 @@ fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
         "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): pods placed | — | 820 of 1000 | 1000 of 1000 | 1000 | yes |",
         "| 1000 pods into 1000 addresses, two waves (nodes 1-5, then nodes 6-10): time to the last | — | 46.20 s (1.20 + 45.00 s); 180 not placed by the deadline | 11.00 s (2.00 + 9.00 s) | (measured) |  |",
         "| 1000 pods into 1000 addresses, one wave (nodes 1-10 at once): addresses held twice | — | 0 | 0 | 0 | yes |",
-    ] {
-        assert!(t.contains(row), "{row} missing from\n{t}");
-    }
+    ]);
     let mut c = cluster_figures();
     if let Some(k) = c.kube.as_mut() {
         k.add.stats.median_ms = 2.6;
@@ -520,7 +509,7 @@ fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
     assert!(t.contains("over 50 calls) | 0 | 1.000 | 2.000 | 1 | **NO** |"), "{t}");
     assert!(t.contains("one wave (nodes 1-10 at once): addresses held twice | — | 0 | 2 | 0 | **NO** |"), "{t}");
     let md = markdown(&fig, &machine(), &summary::table(&fig), Duration::from_secs(1));
-    for text in [
+    contain_all(&md, &[
         "### On the Kubernetes API, side by side with etcd",
         "| Kubernetes API server (cluster mode) | Kubernetes v1.36.3 (kube-apiserver and its etcd in one process, tests/kube) |",
         "| etcd (cluster mode) | etcd Version: 3.4.23 |",
@@ -528,9 +517,7 @@ fn the_two_stores_side_by_side_have_their_targets_and_a_section() {
         "| GET of an IPDNode by a new client (TCP and TLS handshake first) | 200 | 4.00 | 8.00 | 12.00 |",
         "| LIST of the IPDBlocks (a consistent read) right after that replace of an IPDNode | 200 | 100.00 |",
         "a LIST of the blocks (a consistent read, as a confirming ADD and a claim make it) 1.00 ms, but 100.00 ms right after a write of another resource (an IPDNode)",
-    ] {
-        assert!(md.contains(text), "{text} missing from\n{md}");
-    }
+    ]);
     let mut c = cluster_figures();
     c.kube = None;
     c.kube_note = Some("no go command".into());
@@ -559,4 +546,11 @@ fn the_sticky_section_comes_before_the_latency_section() {
     let md = markdown(&fig, &machine(), "", Duration::from_secs(1));
     let (sticky, latency) = (md.find("## Sticky addresses"), md.find("## Latency ("));
     assert!(sticky.is_some() && sticky < latency, "{md}");
+}
+
+/// Each of `expected` is in `text` (the first one missing fails the test).
+fn contain_all(text: &str, expected: &[&str]) {
+    for part in expected {
+        assert!(text.contains(part), "{part} missing from\n{text}");
+    }
 }
