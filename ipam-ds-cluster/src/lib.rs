@@ -23,7 +23,7 @@ use shared::{suite_delegate, About, Builtin, CniError, Code, Plugin, Reply, Requ
 
 use node::Session;
 use rows::ClusterRows;
-use settings::{Settings, Store};
+use settings::Settings;
 
 pub const ABOUT: About = About {
     name: "ipam-ds-cluster",
@@ -40,9 +40,6 @@ impl Plugin for ClusterSelector {
         let attachment = req.attachment()?;
         let requests = suite_delegate::requested_addresses(req, &pools)?;
         let sticky = shared::sticky::Sticky::of(&req.config)?;
-        if sticky.is_some() && matches!(settings.store, Store::Kubernetes(_)) {
-            return Err(datastore::kubernetes::sticky_not_here());
-        }
         let identity = match &sticky {
             Some(s) => s.identity(&req.config, &req.env.args)?,
             None => None,

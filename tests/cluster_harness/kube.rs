@@ -219,6 +219,10 @@ impl Store for KubeStore {
             let name = name_of(&object);
             let Some(records) = object["spec"]["records"].as_object() else { continue };
             for (ip, record) in records {
+                // A hold whose end is past is no record any more.
+                if record["heldUntil"].as_str().is_some_and(|t| unix_seconds(t) < now_unix()) {
+                    continue;
+                }
                 let text = |k: &str| record[k].as_str().unwrap_or_default().to_string();
                 addrs.push(AddrRec {
                     ip: ip.parse().unwrap_or_else(|e| panic!("IPDBlock {name}: a record of {ip:?} ({e})")),
@@ -232,4 +236,48 @@ impl Store for KubeStore {
         }
         addrs
     }
+
+    /// Every `IPDIdentity` of network cnet, in etcd's layout.
+    fn identities(&self) -> Vec<(String, Value)> {
+        let mut found = Vec::new();
+        for object in self.objects("ipdidentities") {
+            let spec = &object["spec"];
+            if spec["network"] != NETWORK {
+                continue;
+            }
+            let text = |k: &str| spec[k].as_str().unwrap_or_default().to_string();
+            let mut record = json!({"node": text("node"), "addresses": spec["addresses"].clone()});
+            match spec["state"].as_str() {
+                Some("Live") => record["container"] = json!(text("container")),
+                Some("Held") => record["until"] = json!(unix_seconds(&text("until"))),
+                _ => panic!("IPDIdentity in no known state: {object}"),
+            }
+            if let Some(sharers) = spec.get("sharers") {
+                record["sharers"] = sharers.clone();
+            }
+            found.push((format!("{}/{}", text("ifname"), text("identity")), record));
+        }
+        found
+    }
+}
+
+/// Unix seconds of an RFC 3339 time as the API server writes it
+/// (`2026-11-28T17:40:05Z`).
+pub fn unix_seconds(text: &str) -> i64 {
+    let n = |from: usize, to: usize| -> i64 {
+        text.get(from..to).and_then(|f| f.parse().ok()).unwrap_or_else(|| panic!("not an RFC 3339 time: {text:?}"))
+    };
+    let (y, m, d) = (n(0, 4), n(5, 7), n(8, 10));
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    days * 86400 + n(11, 13) * 3600 + n(14, 16) * 60 + n(17, 19)
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }

@@ -13,6 +13,7 @@
 
 pub mod kube;
 pub mod sticky;
+pub mod sticky_storm;
 pub mod storm;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +34,7 @@ pub const POOL: &str = "blue";
 pub const POOL_KEYS: &str = "/ipam-delegated/v1/cnet/blue/";
 pub const BLOCKS: &str = "/ipam-delegated/v1/cnet/blue/blocks/";
 pub const ADDRS: &str = "/ipam-delegated/v1/cnet/blue/addrs/";
+pub const IDENTITIES: &str = "/ipam-delegated/v1/cnet/_sticky/";
 pub const NETNS_PATH: &str = "/var/run/netns/x";
 
 // ---------------------------------------------------------------------------
@@ -50,6 +52,10 @@ pub trait Store {
     fn blocks(&self) -> Vec<BlockRec>;
     /// Every address record of the pool.
     fn addrs(&self) -> Vec<AddrRec>;
+    /// Every workload identity of network cnet, as `<ifname>/<identity>`
+    /// and its record in etcd's layout (`node`, `container`, `addresses`,
+    /// `until`: Unix seconds, absent while live).
+    fn identities(&self) -> Vec<(String, Value)>;
 }
 
 /// The etcd of a `Cluster`: what the nodes use, and what the tests read.
@@ -123,6 +129,16 @@ impl<E: Etcd> Store for E {
                     lender: text("lender"),
                     key,
                 }
+            })
+            .collect()
+    }
+
+    fn identities(&self) -> Vec<(String, Value)> {
+        self.dump(IDENTITIES)
+            .into_iter()
+            .map(|(key, value)| {
+                let name = key.strip_prefix(IDENTITIES).expect("an identity key").to_string();
+                (name, serde_json::from_str(&value).unwrap_or_else(|e| panic!("identity {key}: {e}: {value}")))
             })
             .collect()
     }

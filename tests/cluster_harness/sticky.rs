@@ -6,23 +6,23 @@ use std::net::IpAddr;
 
 use serde_json::{json, Value};
 
-use super::{brief, Cluster};
+use super::{brief, Cluster, Store};
 pub use crate::support::sticky::pod;
 use crate::support::{addresses, Outcome, CLUSTER_STICKY_STACK};
 
 /// `node`'s configuration with the sticky stack, `ipam.sticky` being `sticky`.
-pub fn sticky_config(c: &Cluster, node: &str, sticky: &Value) -> Value {
+pub fn sticky_config<S: Store>(c: &Cluster<S>, node: &str, sticky: &Value) -> Value {
     let mut config = c.config(node);
     config["ipam"]["delegates"] = json!(CLUSTER_STICKY_STACK);
     config["ipam"]["sticky"] = sticky.clone();
     config
 }
 
-pub fn add(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
+pub fn add<S: Store>(c: &Cluster<S>, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
     c.run("ADD", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
 }
 
-pub fn del(c: &Cluster, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
+pub fn del<S: Store>(c: &Cluster<S>, node: &str, ctr: &str, name: &str, sticky: &Value) -> Outcome {
     c.run("DEL", ctr, &sticky_config(c, node, sticky), &[("CNI_ARGS", &pod(name))])
 }
 

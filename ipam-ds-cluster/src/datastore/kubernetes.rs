@@ -22,23 +22,26 @@
 //! on a block, and a block as etcd's layout would hold it), `shapes`
 //! (records in the node database's and etcd's terms).
 //!
-//! Not yet on this store (refused with error 7 naming the setting, before
-//! anything is written): workload identities (ipam-da-sticky in cluster
-//! mode). Not yet detected on it: the API server's etcd restored from an
+//! and `identities` (workload identities: an `IPDIdentity` each, changed
+//! with its addresses' records in an order a kill -9 cannot break).
+//!
+//! Not yet detected on this store: the API server's etcd restored from an
 //! older backup (`marks` has no global revision here; docs/kubernetes.md
 //! says what the per-object check will compare).
 
 mod blocks;
+mod identities;
 pub mod names;
 pub mod objects;
 mod requests;
 mod shapes;
 
-use blocks::Step;
+use blocks::{record_at, Step};
+use identities::{identity_versioned, is_identity_key};
 use requests::{bug, not_ours};
 use shapes::{
-    address_record, by_block, digest_version, identity_record, node_entry, parse_record_key, random_claim, record_key,
-    record_versioned, same_record, seconds, spread, IDENTITY_KEY_PREFIX,
+    address_record, by_block, digest_version, node_entry, parse_record_key, random_claim, record_key, record_versioned,
+    same_record, seconds, spread,
 };
 
 use std::cell::{Cell, RefCell};
@@ -231,7 +234,7 @@ impl KubeStore {
             return Ok(None);
         }
         let name = self.block_name(pool, block);
-        let records = self.blocks.borrow().get(&name).map(|(o, _)| self.address_entries(o)).unwrap_or_default();
+        let records = self.blocks.borrow().get(&name).map(|(o, at)| self.address_entries(o, *at)).unwrap_or_default();
         Ok(Some((claim, records)))
     }
 }
@@ -398,7 +401,7 @@ impl Datastore for KubeStore {
     }
 
     fn block_records(&self, pool: &str, block: IpNet) -> Answer<Vec<super::AddressEntry>> {
-        Ok(self.read_block(pool, block)?.map(|o| self.address_entries(&o)).unwrap_or_default())
+        Ok(self.read_block(pool, block)?.map(|o| self.address_entries(&o, self.now.get())).unwrap_or_default())
     }
 
     fn give_back(&self, pool: &str, block: IpNet, created: i64) -> Answer<bool> {
@@ -450,6 +453,10 @@ impl Datastore for KubeStore {
                     Some(found) => Some(found.clone()),
                     None => self.read_block(pool, *block)?,
                 };
+                let found = match found {
+                    Some(found) => Some(self.without_ended_holds(pool, found)?),
+                    None => None,
+                };
                 let now = self.now.get();
                 match found {
                     Some(found) => {
@@ -458,7 +465,7 @@ impl Datastore for KubeStore {
                             c.wanted = c.wanted.max(wanted.at.0);
                         }
                         let entry = Self::block_entry(&found, now).map(|e| e.stored);
-                        c.blocks.push((entry, self.address_entries(&found)));
+                        c.blocks.push((entry, self.address_entries(&found, now)));
                     }
                     None => c.blocks.push((None, Vec::new())),
                 }
@@ -473,17 +480,23 @@ impl Datastore for KubeStore {
     }
 
     fn record(&self, key: &str) -> Answer<Option<Versioned>> {
+        if is_identity_key(key) {
+            return self.identity(key);
+        }
         let (pool, block, address) = parse_record_key(key)?;
         let found = self.read_block(&pool, block)?;
-        Ok(found.and_then(|o| o.spec.records.get(&address).map(record_versioned)))
+        Ok(found.and_then(|o| record_at(&o.spec, address, self.now.get()).map(record_versioned)))
     }
 
     fn delete_record(&self, key: &str, version: Version) -> Answer<bool> {
+        if is_identity_key(key) {
+            return self.delete_identity(key, version);
+        }
         let (pool, block, address) = parse_record_key(key)?;
         self.change_block(&pool, block, |found, now| {
-            let Some(found) =
-                found.filter(|f| f.spec.records.get(&address).map(|r| record_versioned(r).version) == Some(version))
-            else {
+            let as_read =
+                |f: &&Object<BlockSpec>| record_at(&f.spec, address, now).map(|r| record_versioned(r).version);
+            let Some(found) = found.filter(|f| as_read(f) == Some(version)) else {
                 return Ok(Step::Answer(false));
             };
             Ok(match Self::without(found, &[address], now) {
@@ -502,7 +515,8 @@ impl Datastore for KubeStore {
             let network = self.read_network()?;
             if !network.as_ref().is_some_and(same_cut) {
                 let (holder, owner) = self.read_block(r.pool, r.block)?.map_or((None, None), |o| {
-                    (o.spec.records.get(&r.address).map(record_versioned), Self::block_entry(&o, self.now.get()))
+                    let now = self.now.get();
+                    (record_at(&o.spec, r.address, now).map(record_versioned), Self::block_entry(&o, now))
                 });
                 let definition = network.and_then(|n| Self::definition_of(&n, r.pool));
                 return Ok(Outcome::Refused(ReserveRefusal { holder, owner: owner.map(|o| o.stored), definition }));
@@ -510,7 +524,7 @@ impl Datastore for KubeStore {
         }
         let record = address_record(r.value, r.pool)?;
         self.change_block(r.pool, r.block, |found, now| {
-            let holder = found.and_then(|f| f.spec.records.get(&r.address));
+            let holder = found.and_then(|f| record_at(&f.spec, r.address, now));
             let entry = found.and_then(|f| Self::block_entry(f, now));
             let block_as_read = match r.block_is {
                 BlockIs::Claim(created) => found.is_some_and(
@@ -535,10 +549,10 @@ impl Datastore for KubeStore {
     fn take_lent(&self, key: &str, version: Version, value: &[u8]) -> Answer<Outcome<()>> {
         let (pool, block, address) = parse_record_key(key)?;
         let record = address_record(value, &pool)?;
-        self.change_block(&pool, block, |found, _| {
-            let Some(found) =
-                found.filter(|f| f.spec.records.get(&address).map(|r| record_versioned(r).version) == Some(version))
-            else {
+        self.change_block(&pool, block, |found, now| {
+            let as_read =
+                |f: &&Object<BlockSpec>| record_at(&f.spec, address, now).map(|r| record_versioned(r).version);
+            let Some(found) = found.filter(|f| as_read(f) == Some(version)) else {
                 return Ok(Step::Answer(Outcome::Refused(())));
             };
             let mut spec = found.spec.clone();
@@ -558,7 +572,7 @@ impl Datastore for KubeStore {
         let record = address_record(value, pool)?;
         self.change_block(pool, block, |found, now| {
             let entry = found.and_then(|f| Self::block_entry(f, now));
-            let free = found.is_some_and(|f| !f.spec.records.contains_key(&address));
+            let free = found.is_some_and(|f| record_at(&f.spec, address, now).is_none());
             match found {
                 Some(found) if free && entry.as_ref().is_some_and(|e| e.stored.version == block_at) => {
                     let mut spec = found.spec.clone();
@@ -567,7 +581,7 @@ impl Datastore for KubeStore {
                 }
                 _ => Ok(Step::Answer(Outcome::Refused(GrantRefusal {
                     block: entry.map(|e| e.stored),
-                    records: found.map(|f| self.address_entries(f)).unwrap_or_default(),
+                    records: found.map(|f| self.address_entries(f, now)).unwrap_or_default(),
                     recovering: false,
                 }))),
             }
@@ -575,7 +589,9 @@ impl Datastore for KubeStore {
     }
 
     fn address_records(&self, pool: &str) -> Answer<Vec<super::AddressEntry>> {
-        Ok(self.pool_blocks(pool, self.cached_lists)?.iter().flat_map(|b| self.address_entries(b)).collect())
+        let found = self.pool_blocks(pool, self.cached_lists)?;
+        let now = self.now.get();
+        Ok(found.iter().flat_map(|b| self.address_entries(b, now)).collect())
     }
 
     fn pool_records(&self, pool: &str) -> Answer<PoolRecords> {
@@ -583,7 +599,7 @@ impl Datastore for KubeStore {
         let now = self.now.get();
         Ok(PoolRecords {
             blocks: found.iter().filter_map(|b| Self::block_entry(b, now)).collect(),
-            records: found.iter().flat_map(|b| self.address_entries(b)).collect(),
+            records: found.iter().flat_map(|b| self.address_entries(b, now)).collect(),
             recovering: false,
         })
     }
@@ -593,7 +609,7 @@ impl Datastore for KubeStore {
         for ((pool, block), of_block) in by_block(keys)? {
             let found = self.read_block(&pool, block)?;
             for (key, address) in of_block {
-                if !found.as_ref().is_some_and(|f| f.spec.records.contains_key(&address)) {
+                if found.as_ref().is_none_or(|f| record_at(&f.spec, address, self.now.get()).is_none()) {
                     missing.push(key);
                 }
             }
@@ -605,8 +621,8 @@ impl Datastore for KubeStore {
         let mut created = 0;
         for ((pool, block), of_block) in by_block(keys)? {
             let record = address_record(value, &pool)?;
-            created += self.change_block(&pool, block, |found, _| {
-                if found.is_some_and(|f| of_block.iter().any(|(_, a)| f.spec.records.contains_key(a))) {
+            created += self.change_block(&pool, block, |found, now| {
+                if found.is_some_and(|f| of_block.iter().any(|(_, a)| record_at(&f.spec, *a, now).is_some())) {
                     return Ok(Step::Answer(0));
                 }
                 let mut spec = found.map_or_else(|| self.blank_block(&pool, block), |f| f.spec.clone());
@@ -665,13 +681,13 @@ impl Datastore for KubeStore {
     }
 
     fn create_record(&self, key: &str, value: &[u8]) -> Answer<Created> {
-        if key.starts_with(IDENTITY_KEY_PREFIX) {
-            return Err(Error::Failed(sticky_not_here()));
+        if is_identity_key(key) {
+            return self.create_identity(key, value);
         }
         let (pool, block, address) = parse_record_key(key)?;
         let record = address_record(value, &pool)?;
-        self.change_block(&pool, block, |found, _| {
-            if let Some(there) = found.and_then(|f| f.spec.records.get(&address)) {
+        self.change_block(&pool, block, |found, now| {
+            if let Some(there) = found.and_then(|f| record_at(&f.spec, address, now)) {
                 return Ok(Step::Answer(Created::Exists(Some(record_versioned(there)))));
             }
             let mut spec = found.map_or_else(|| self.blank_block(&pool, block), |f| f.spec.clone());
@@ -712,6 +728,10 @@ impl Datastore for KubeStore {
         let mut read: HashMap<(String, IpNet), Option<Object<BlockSpec>>> = HashMap::new();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
+            if is_identity_key(key) {
+                out.push(self.identity(key)?);
+                continue;
+            }
             let (pool, block, address) = parse_record_key(key)?;
             let found = match read.get(&(pool.clone(), block)) {
                 Some(found) => found.clone(),
@@ -721,37 +741,33 @@ impl Datastore for KubeStore {
                     found
                 }
             };
-            out.push(found.and_then(|f| f.spec.records.get(&address).map(record_versioned)));
+            out.push(found.and_then(|f| record_at(&f.spec, address, self.now.get()).map(record_versioned)));
         }
         Ok(out)
     }
 
     fn identity_key(&self, ifname: &str, identity: &str) -> String {
-        format!("{IDENTITY_KEY_PREFIX}{}", names::identity_name(&self.network, ifname, identity))
+        identities::identity_key(ifname, identity)
     }
 
     fn identities(&self) -> Answer<Vec<(String, String, Versioned)>> {
         let labels = format!("{}={}", objects::LABEL_NETWORK, names::text(&self.network));
         let found = self.list::<IdentitySpec>(&labels, false)?;
+        let now = self.now.get();
         Ok(found
             .into_iter()
-            .filter(|i| i.spec.network == self.network)
-            .map(|i| {
-                let record = identity_record(&i.spec);
-                let value = to_bytes(&record);
-                let stored = Versioned { version: digest_version(&[&value]), value, created: 0 };
-                (i.spec.ifname.clone(), i.spec.identity.clone(), stored)
-            })
+            .filter(|i| i.spec.network == self.network && !identities::ended(i, now))
+            .map(|i| (i.spec.ifname.clone(), i.spec.identity.clone(), identity_versioned(&i)))
             .collect())
     }
 
     fn change_together(
         &self,
-        _changes: &[RecordChange],
-        _hold_seconds: Option<i64>,
+        changes: &[RecordChange],
+        hold_seconds: Option<i64>,
         _not_recovering: bool,
     ) -> Answer<Option<Version>> {
-        Err(Error::Failed(sticky_not_here()))
+        self.change_identity_together(changes, hold_seconds)
     }
 
     fn node_entry_of(&self, node: &str) -> Answer<Option<Versioned>> {
@@ -803,7 +819,8 @@ impl Datastore for KubeStore {
                 let mut released = Vec::with_capacity(of_block.len());
                 for (i, address) in &of_block {
                     let r = &releases[*i];
-                    let as_written = spec.records.get(address).is_some_and(|there| same_record(there, r.value));
+                    let as_written =
+                        record_at(&found.spec, *address, now).is_some_and(|there| same_record(there, r.value));
                     if as_written {
                         match &r.then {
                             Some(then) => drop(spec.records.insert(*address, address_record(then, &pool)?)),
@@ -841,16 +858,6 @@ impl Datastore for KubeStore {
         }
         outcomes.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
     }
-}
-
-/// Identities across nodes are not kept on the Kubernetes API yet: refused
-/// before anything is written, never half done.
-pub fn sticky_not_here() -> CniError {
-    CniError::config(
-        "ipam.cluster.kubernetes",
-        "ipam-da-sticky in a cluster stack (identities across nodes) is kept on the etcd datastore only, for now: \
-         use ipam.cluster.etcd for this network, or leave ipam-da-sticky out of ipam.delegates",
-    )
 }
 
 /// The shared blocks of `network` an earlier call kept (ones that do not

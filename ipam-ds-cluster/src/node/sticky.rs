@@ -478,8 +478,14 @@ impl Node<'_> {
         // As `release-node` of an earlier build wrote it, passing the
         // identity here: without the interface.
         let passed_before = to_text(&AddressRecord { ifname: String::new(), ..self.live_record(who, identity) });
+        // Or held for it already: a hold whose change of the identity a kill
+        // cut short (a store that writes them one at a time), done again.
+        let held_here = to_text(&AddressRecord::held_for(identity));
         let ours = |value: &[u8], row_value: Option<&[u8]>| {
-            Some(value) == row_value || value == live_here.as_bytes() || value == passed_before.as_bytes()
+            Some(value) == row_value
+                || value == live_here.as_bytes()
+                || value == passed_before.as_bytes()
+                || value == held_here.as_bytes()
         };
         let reads: Vec<String> = std::iter::once(key.clone()).chain(keyed.iter().map(|(_, k)| k.clone())).collect();
         let held = retry(CLAIM_ROUNDS, || {

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use shared::{CniError, Code};
 
-use super::objects::{self, BlockSpec, BlockState, Object, Owner, Time};
+use super::objects::{self, BlockSpec, BlockState, Object, Owner, Record, Time};
 use super::requests::not_ours;
 use super::shapes::{digest_version, pause, record_key, record_versioned};
 use super::{names, KubeStore, ROUNDS};
@@ -93,7 +93,11 @@ impl KubeStore {
             let done = match decide(object.as_ref(), at)? {
                 Step::Answer(answer) if fresh => return Ok(answer),
                 Step::Answer(_) => None,
-                Step::Write(spec, answer) => {
+                Step::Write(mut spec, answer) => {
+                    // Holds ended by this read's Date go with any write:
+                    // what is freed so is written at a read after the end
+                    // (see identities.rs).
+                    spec.records.retain(|_, record| !ended_hold(record, at));
                     let written = match &object {
                         Some(o) => o.with_spec(*spec),
                         None => Object::new(*spec),
@@ -167,10 +171,13 @@ impl KubeStore {
         Some(BlockEntry { block: object.spec.cidr, stored: Versioned { value, version, created: claim } })
     }
 
-    pub(super) fn address_entries(&self, object: &Object<BlockSpec>) -> Vec<AddressEntry> {
+    /// The block's address records as the cluster counts them at `now`
+    /// (an identity's hold whose end is past is none).
+    pub(super) fn address_entries(&self, object: &Object<BlockSpec>, now: Time) -> Vec<AddressEntry> {
         let spec = &object.spec;
         spec.records
-            .iter()
+            .keys()
+            .filter_map(|address| Some((address, record_at(spec, *address, now)?)))
             .map(|(address, record)| AddressEntry {
                 key: record_key(&spec.pool, spec.cidr, *address),
                 block: spec.cidr,
@@ -211,4 +218,15 @@ impl KubeStore {
             Step::Write(Box::new(spec), ())
         }
     }
+}
+
+/// The record of `address` in `spec` as the cluster counts it at `now`: a
+/// hold of an identity whose end is past by then is none.
+pub(super) fn record_at(spec: &BlockSpec, address: IpAddr, now: Time) -> Option<&Record> {
+    spec.records.get(&address).filter(|record| !ended_hold(record, now))
+}
+
+/// Whether `record` is an identity's hold whose end is past at `now`.
+pub(super) fn ended_hold(record: &Record, now: Time) -> bool {
+    matches!(record, Record::Identity(hold) if hold.held_until.is_some_and(|end| end.is_past_at(now)))
 }

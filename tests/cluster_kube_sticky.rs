@@ -1,0 +1,252 @@
+//! Sticky addresses across nodes on the Kubernetes API (an `IPDIdentity`
+//! per identity, ipam-ds-cluster/src/datastore/kubernetes/identities.rs),
+//! on a real API server with RBAC enforced, every node calling with the
+//! installer DaemonSet's ServiceAccount token: a workload identity gets its
+//! address on whatever node it lands, in blocks of a node's own and in
+//! shared ones; two nodes adding one identity at once give it to one;
+//! `shareLive`; a hold ends by the API server's clock, whatever a node's
+//! says; release-node holds a dead node's identities; and kill -9 at every
+//! step while identities move (the storm of tests/cluster_sticky_kill.rs).
+
+mod cluster_harness;
+mod stack;
+mod support;
+
+use std::time::Duration;
+
+use cluster_harness::kube::{block_name, KubeStore};
+use cluster_harness::sticky::*;
+use cluster_harness::sticky_storm::{identity_keys, storm, Key};
+use cluster_harness::*;
+use serde_json::{json, Value};
+use support::{addresses, assert_error, Outcome};
+
+/// Debian's libfaketime (package faketime): moves a call's wall clock.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+fn kube(pools: Value) -> Cluster<KubeStore> {
+    Cluster::on_kubernetes(pools, 30.0)
+}
+
+fn blue() -> Cluster<KubeStore> {
+    kube(blue_pools())
+}
+
+fn assert_no_address_twice(c: &Cluster<KubeStore>, nodes: &[&str]) {
+    let (_, twice) = held_by(c, nodes);
+    assert!(twice.is_empty(), "addresses held twice: {twice:?}");
+}
+
+fn key(c: &Cluster<KubeStore>, name: &str) -> Key {
+    identity_keys(c).remove(name).unwrap_or_else(|| panic!("no IPDIdentity of {name}: {:?}", identity_keys(c)))
+}
+
+/// `command` of pod `name` in `ctr` on `node` with the node's wall clock
+/// moved by `offset` (libfaketime's `+1d`), its boot-time clock not.
+fn at_clock(
+    c: &Cluster<KubeStore>,
+    command: &str,
+    node: &str,
+    ctr: &str,
+    name: &str,
+    sticky: &Value,
+    offset: &str,
+) -> Outcome {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: apt-get install faketime (the test moves a call's wall clock)"
+    );
+    let args = pod(name);
+    let env = [
+        ("CNI_ARGS", args.as_str()),
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME", offset),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    c.run(command, ctr, &sticky_config(c, node, sticky), &env)
+}
+
+#[test]
+fn a_pod_re_created_on_another_node_gets_its_address_in_blocks_of_their_own() {
+    let mut c = blue();
+    c.share_blocks = Some("never");
+    let sticky = json!({"hold": 600});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    ok(&add(&c, "n2", "w1", "web-0", &sticky));
+    let live = key(&c, "db-0");
+    assert_eq!((live.node.as_str(), live.container.as_str(), live.until), ("n1", "c1", 0), "{live:?}");
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    let held = key(&c, "db-0");
+    assert!(held.until > 0 && held.addresses == [ip(&first[0])], "db-0 is held with its address: {held:?}");
+    // Its address has a record of kind identity in n1's block, naming the
+    // IPDIdentity's uid, with the hold's end.
+    let block = c.blocks_of("n1").into_iter().find(|b| b.contains(ip(&first[0]))).expect("it lies in n1's block");
+    let object = c.store.object("ipdblocks", &block_name(block)).expect("n1's block");
+    let record = &object["spec"]["records"][ip(&first[0]).to_string()];
+    assert!(
+        record["kind"] == "identity" && record["identity"] == "prod/db-0" && record["heldUntil"].is_string(),
+        "{record}"
+    );
+    for i in 0..5 {
+        let got = ok(&add(&c, "n1", &format!("o{i}"), &format!("other-{i}"), &sticky));
+        assert_ne!(got, first, "n1 handed out db-0's held address");
+    }
+    // db-0 lands on n2: the same address, in n1's block.
+    assert_eq!(ok(&add(&c, "n2", "c2", "db-0", &sticky)), first);
+    let moved = key(&c, "db-0");
+    assert_eq!((moved.node.as_str(), moved.container.as_str(), moved.until), ("n2", "c2", 0), "{moved:?}");
+    assert_no_address_twice(&c, &["n1", "n2"]);
+    for i in 5..9 {
+        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("other-{i}"), &sticky)), first);
+    }
+    // And back to n1 after a DEL on n2.
+    del(&c, "n2", "c2", "db-0", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(&c, "n1", "c3", "db-0", &sticky)), first);
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks() {
+    let c = kube(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.10", "rangeEnd": "10.61.0.40"}], "blockSize": 27}]),
+    );
+    let sticky = json!({});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(&c, "n2", "c2", "db-0", &sticky)), first);
+    let rec = c.addrs().into_iter().find(|a| a.ip == ip(&first[0])).expect("its record");
+    assert_eq!((rec.node.as_str(), rec.container.as_str()), ("n2", "c2"), "{rec:?}");
+    for i in 0..3 {
+        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), first);
+    }
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn two_nodes_adding_one_identity_at_once_give_it_to_one() {
+    let c = blue();
+    let sticky = json!({});
+    for round in 0..4 {
+        let name = format!("racer-{round}");
+        let outs: Vec<Outcome> = std::thread::scope(|s| {
+            let a = s.spawn(|| add(&c, "n1", &format!("a{round}"), &name, &sticky));
+            let b = s.spawn(|| add(&c, "n2", &format!("b{round}"), &name, &sticky));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let won: Vec<&Outcome> = outs.iter().filter(|o| o.status == 0).collect();
+        assert_eq!(won.len(), 1, "round {round}: {:?}", outs.iter().map(brief).collect::<Vec<_>>());
+        let lost = outs.iter().find(|o| o.status != 0).unwrap();
+        let winner = if outs[0].status == 0 { "n1" } else { "n2" };
+        assert_error(lost, 101, &[&format!("node {winner}"), "shareLive"]);
+    }
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn share_live_lets_a_migrating_vm_have_its_address_on_both_nodes() {
+    let c = blue();
+    let sticky = json!({"shareLive": true});
+    let source = ok(&add(&c, "n1", "src", "vm-1", &sticky));
+    assert_eq!(ok(&add(&c, "n2", "dst", "vm-1", &sticky)), source);
+    del(&c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
+    let live = key(&c, "vm-1");
+    assert_eq!((live.node.as_str(), live.container.as_str(), live.until), ("n2", "dst", 0), "{live:?}");
+    for i in 0..4 {
+        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), source);
+    }
+    del(&c, "n2", "dst", "vm-1", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(&c, "n1", "again", "vm-1", &sticky)), source);
+}
+
+/// Two addresses, in n1's own block: held for db-0 and db-1, then nobody's
+/// once the holds end by the API server's clock. A node whose wall clock is
+/// a day ahead neither ends a hold early nor is kept from taking one over;
+/// once they have ended, the owner removes the holds' records before
+/// handing the addresses out again.
+#[test]
+fn a_hold_ends_by_the_api_server_s_clock_not_a_node_s() {
+    let mut c = kube(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.62.0.0/24", "rangeStart": "10.62.0.10", "rangeEnd": "10.62.0.11"}], "blockSize": 27}]),
+    );
+    c.share_blocks = Some("never");
+    let sticky = json!({"hold": 4});
+    let a = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    let b = ok(&add(&c, "n1", "c2", "db-1", &sticky));
+    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    // n1 a day ahead: the hold has not ended for the API server.
+    assert_error(&at_clock(&c, "ADD", "n1", "w1", "web-0", &sticky, "+1d"), 100, &[]);
+    // n2 a day ahead takes db-0 over with its address, in n1's block.
+    assert_eq!(ok(&at_clock(&c, "ADD", "n2", "c3", "db-0", &sticky, "+1d")), a);
+    del(&c, "n2", "c3", "db-0", &sticky).assert_quiet_success();
+    del(&c, "n1", "c2", "db-1", &sticky).assert_quiet_success();
+    let held = key(&c, "db-1");
+    assert!(held.until > 0, "{held:?}");
+    // Both held: nothing for web-0 on n1, a day ahead.
+    assert_error(&at_clock(&c, "ADD", "n1", "w1", "web-0", &sticky, "+1d"), 100, &[]);
+    std::thread::sleep(Duration::from_secs(6));
+    // Ended by the server's clock: n1 hands both out again, and no record
+    // of either hold is left in its block. (A node whose clock went back
+    // keeps its own holds of the addresses longer: the safe side.)
+    let mut got: Vec<String> =
+        (0..2).flat_map(|i| ok(&add(&c, "n1", &format!("w{i}"), &format!("web-{i}"), &sticky))).collect();
+    got.sort();
+    let mut both = [a[0].clone(), b[0].clone()];
+    both.sort();
+    assert_eq!(got, both, "the two addresses whose holds ended");
+    assert!(c.addrs().is_empty(), "records left: {:?}", c.addrs());
+    let objects = c.store.pool_blocks();
+    assert!(
+        objects.iter().all(|o| o["spec"]["records"].as_object().is_none_or(|r| r.is_empty())),
+        "a hold's record is left in {objects:?}"
+    );
+    // db-0 and db-1 come back with other addresses (none left: 100).
+    assert_error(&add(&c, "n2", "c4", "db-0", &sticky), 100, &[]);
+    assert_no_address_twice(&c, &["n1", "n2"]);
+}
+
+#[test]
+fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
+    let mut c =
+        Cluster::on_kubernetes(json!([{"name": "blue", "ranges": [{"subnet": "10.63.0.0/26"}], "blockSize": 27}]), 1.0);
+    c.share_blocks = Some("never");
+    c.call_timeout = 1;
+    let sticky = json!({});
+    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
+    let shared = ok(&add(&c, "n1", "c2", "vm-1", &json!({"shareLive": true})));
+    assert_eq!(ok(&add(&c, "n2", "c3", "vm-1", &json!({"shareLive": true}))), shared);
+    assert_error(&add(&c, "n2", "c4", "db-0", &sticky), 101, &["node n1"]);
+    release_node(&c, "n1", "n2");
+    let db = key(&c, "db-0");
+    assert!(db.until > 0, "held: {db:?}");
+    let vm = key(&c, "vm-1");
+    assert_eq!((vm.node.as_str(), vm.container.as_str()), ("n2", "c3"), "passed to n2: {vm:?}");
+    // After the tombstone's wait, another node claims n1's block and keeps off both addresses.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut placed = 0;
+    for i in 0..70 {
+        let got = add(&c, "n3", &format!("o{i}"), &format!("o-{i}"), &sticky);
+        if got.status != 0 {
+            assert_error(&got, 100, &[]);
+            break;
+        }
+        let got = addresses(&got);
+        assert!(got != first && got != shared, "n3 handed out {got:?}");
+        placed += 1;
+    }
+    assert_eq!(placed, 59, "n3 filled both blocks but for the identities' addresses: {:?}", c.blocks());
+    assert_eq!(ok(&add(&c, "n2", "c4", "db-0", &sticky)), first);
+    assert_no_address_twice(&c, &["n2", "n3"]);
+}
+
+#[test]
+fn kill_storm_over_blocks_of_a_nodes_own() {
+    let mut c = kube(json!([{"name": "blue", "ranges": [{"subnet": "10.55.0.0/24"}], "blockSize": 27}]));
+    c.share_blocks = Some("never");
+    storm("kill_storm_over_blocks_of_a_nodes_own on Kubernetes", c, &format!("kso-{}-", std::process::id()));
+}
+
+#[test]
+fn kill_storm_over_shared_blocks() {
+    let c = kube(json!([{"name": "blue", "ranges": [{"subnet": "10.56.0.0/24"}], "blockSize": 27}]));
+    storm("kill_storm_over_shared_blocks on Kubernetes", c, &format!("kss-{}-", std::process::id()));
+}
