@@ -230,7 +230,10 @@ impl<'s> Node<'s> {
             }
             match self.datastore.put_node_entry(&entry, found.as_ref())? {
                 Swap::Done => {
-                    tracing::info!("node {} is this node database's in etcd ({key})", self.settings.node);
+                    tracing::info!(
+                        "node {} is this node database's in the cluster's store ({key})",
+                        self.settings.node
+                    );
                     Ok(Attempt::Done(()))
                 }
                 Swap::Conflict(now) => {
@@ -240,7 +243,7 @@ impl<'s> Node<'s> {
             }
         })?;
         registered.ok_or_else(|| {
-            CniError::new(Code::TryAgainLater, format!("etcd's entry {key} of this node keeps changing: try again"))
+            CniError::new(Code::TryAgainLater, format!("this node's entry {key} keeps changing: try again"))
         })
     }
 
@@ -286,7 +289,7 @@ impl<'s> Node<'s> {
                     Code::NotRecorded,
                     format!("address {} is not recorded for this attachment in the cluster", r.address),
                 )
-                .with_details(format!("etcd key {}", r.key)));
+                .with_details(r.key.clone()));
             }
         }
         Ok(())
@@ -432,7 +435,7 @@ impl<'s> Node<'s> {
         let (records, blocks, contested, boot) = match pending {
             Ok(pending) => pending,
             Err(e) => {
-                tracing::warn!("cannot read what is left to settle with etcd: {e}");
+                tracing::warn!("cannot read what is left to settle with the cluster's store: {e}");
                 return;
             }
         };

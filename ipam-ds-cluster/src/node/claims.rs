@@ -59,7 +59,7 @@ impl Node<'_> {
                     // it down: the node takes it back (its addresses are read
                     // at the next confirmation, before any is handed out).
                     tracing::warn!(
-                        "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
+                        "block {block} of pool {} is this node's in the cluster's store but was not recorded: adopted",
                         g.pool.name
                     );
                     let taken = self.block_addresses(tx, &g.pool.name, &block)?;
@@ -264,7 +264,7 @@ impl Node<'_> {
                 None if gave_back(tx, &network, &g.pool.name, &block, found.created) => Ok(None),
                 None => {
                     tracing::warn!(
-                        "block {block} of pool {} is this node's in etcd but was not recorded: adopted",
+                        "block {block} of pool {} is this node's in the cluster's store but was not recorded: adopted",
                         g.pool.name
                     );
                     let taken = self.block_addresses(tx, &g.pool.name, &block)?;

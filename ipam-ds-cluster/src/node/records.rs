@@ -183,7 +183,7 @@ impl Node<'_> {
                     shown(&r.container),
                     shown(&r.ifname)
                 ),
-                Err(_) => format!("etcd key {key} holds it"),
+                Err(_) => format!("{key} holds it"),
             },
             (None, Some(kv)) => match serde_json::from_slice::<BlockRecord>(&kv.value) {
                 Ok(r) if r.node == self.settings.node => {
@@ -439,7 +439,7 @@ impl Node<'_> {
                 }
                 Err(e) => {
                     let e = CniError::from(e);
-                    tracing::debug!("{} stays to be released when etcd answers: {e}", r.key);
+                    tracing::debug!("{} stays to be released when the cluster's store answers: {e}", r.key);
                     left.push(Unreleased { record: r.clone(), why: e });
                 }
             }

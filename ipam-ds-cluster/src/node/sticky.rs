@@ -142,7 +142,7 @@ impl Node<'_> {
                         shown(&record.container)
                     ),
                 )
-                .with_details(format!("etcd key {key}; DEL of that container releases it")));
+                .with_details(format!("{key}; DEL of that container releases it")));
             }
             Ok(match self.share(store, geometries, who, s, (&key, &found), record)? {
                 true => Attempt::Done(None),
@@ -440,7 +440,7 @@ impl Node<'_> {
             match self.hold_identity(store, who, &identity, &addresses, &rows, hold) {
                 Ok(keys) => handled.extend(keys),
                 Err(e) => {
-                    tracing::warn!("identity {identity:?} is held on this node until etcd answers: {e}");
+                    tracing::warn!("identity {identity:?} is held on this node until the cluster's store answers: {e}");
                     store.write(|tx| tx.set_note(&pending_note(&self.network, &who.ifname, &identity), "1"))?;
                     // Its records stay the identity's until a later call
                     // publishes its hold or passes it on: released, they
