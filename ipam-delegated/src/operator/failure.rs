@@ -116,6 +116,17 @@ pub enum Failure {
     },
     BlockSignals(io::Error),
     WaitForSignal(io::Error),
+    /// `--kubeconfig` outside a pod: a variable of the in-cluster environment is not set.
+    NotInCluster(&'static str),
+    BadInCluster {
+        variable: &'static str,
+        value: OsString,
+    },
+    /// A file of the pod's ServiceAccount (`--service-account-dir`) that is not what the kubelet writes.
+    ServiceAccount {
+        path: PathBuf,
+        problem: String,
+    },
 }
 
 /// What was being done to a path that failed.
@@ -256,6 +267,17 @@ impl fmt::Display for Failure {
             Failure::Link { path, target, error } => write!(f, "cannot link {} -> {target}: {error}", path.display()),
             Failure::BlockSignals(error) => write!(f, "cannot block SIGTERM and SIGINT to wait for them: {error}"),
             Failure::WaitForSignal(error) => write!(f, "cannot wait for a signal: {error}"),
+            Failure::NotInCluster(variable) => write!(
+                f,
+                "{variable} is not set: --kubeconfig takes the API server's address from the environment the \
+                 kubelet gives every pod (KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT)"
+            ),
+            Failure::BadInCluster { variable, value } => {
+                write!(f, "{variable} {value:?} is not the API server's address or port")
+            }
+            Failure::ServiceAccount { path, problem } => {
+                write!(f, "{} (the pod's ServiceAccount, --service-account-dir): {problem}", path.display())
+            }
         }
     }
 }

@@ -103,7 +103,8 @@ fn network_configuration(source: &Path) -> Result<(String, Vec<u8>), Failure> {
     Ok((name, contents))
 }
 
-fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
+/// A file of at most [`MAX_DATA_FILE`] bytes.
+pub fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
     let file = File::open(path).map_err(unreadable(path))?;
     let mut bytes = Vec::new();
     file.take(MAX_DATA_FILE + 1).read_to_end(&mut bytes).map_err(unreadable(path))?;
