@@ -460,6 +460,24 @@ fn a_foreign_file_is_refused_and_nothing_changes_unless_force() {
     assert_eq!(fs::read(host.conf_dir().join("net.conflist")).expect("conflist"), fs::read(&source).expect("source"));
 }
 
+/// The DaemonSet mounts the Secret of the optional etcd as optional: absent,
+/// its volume is an empty directory, and nothing is copied; a directory
+/// that is not there at all is a mistake.
+#[test]
+fn an_empty_etcd_secret_copies_nothing_and_a_missing_one_is_refused() {
+    let host = Host::new();
+    let empty = host.scratch("secret");
+    let out = host.run(&program(), &[&format!("--etcd-secret={}", empty.display())]);
+    assert_success(&out);
+    assert!(stdout(&out).contains(&format!("no etcd files: {} is empty", empty.display())), "{}", stdout(&out));
+    assert!(!host.etcd_dir().exists(), "{:?}", host.tree());
+
+    let missing = host.root.join("no-such-secret");
+    let out = host.run(&program(), &[&format!("--etcd-secret={}", missing.display())]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(&missing.display().to_string()), "{}", stderr(&out));
+}
+
 #[test]
 fn node_name_must_be_set_and_a_name() {
     let host = Host::new();

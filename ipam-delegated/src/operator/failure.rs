@@ -100,7 +100,6 @@ pub enum Failure {
         source: PathBuf,
         problem: ConflistProblem,
     },
-    EmptyEtcdSecret(PathBuf),
     NotUtf8Name(PathBuf),
     TooLarge {
         path: PathBuf,
@@ -260,7 +259,6 @@ impl fmt::Display for Failure {
                 second.display()
             ),
             Failure::Conflist { source, problem } => write!(f, "--conflist {}: {problem}", source.display()),
-            Failure::EmptyEtcdSecret(dir) => write!(f, "--etcd-secret {} holds no file", dir.display()),
             Failure::NotUtf8Name(path) => write!(f, "{}: a file name that is not UTF-8", path.display()),
             Failure::TooLarge { path, limit } => write!(f, "{}: larger than {limit} bytes", path.display()),
             Failure::NoDirectory(path) => write!(f, "{}: names no file in a directory", path.display()),

@@ -132,8 +132,13 @@ fn install(options: &Options) -> Result<(Report, Option<Vec<u8>>), Failure> {
         }
         None => None,
     };
+    let mut no_secret = None;
     if let Some(secret) = &options.etcd_secret {
-        for (name, contents) in sources::secret_files(secret)? {
+        let files = sources::secret_files(secret)?;
+        if files.is_empty() {
+            no_secret = Some(format!("no etcd files: {} is empty (no Secret)\n", secret.display()));
+        }
+        for (name, contents) in files {
             data_file(options.etcd_dir.join(name), contents, 0o600)?;
         }
     }
@@ -144,5 +149,6 @@ fn install(options: &Options) -> Result<(Report, Option<Vec<u8>>), Failure> {
     let plan = plan::plan(wanted, &recorded, options.force)?;
     let mut out = apply::install(&plan, recorded, installed.as_ref(), &program, &manifest_file)?;
     out += &format!("node name {node} in {}\n", options.node_file.display());
+    out += no_secret.as_deref().unwrap_or_default();
     Ok((Report::fine(out), kubeconfig))
 }
