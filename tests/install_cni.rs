@@ -340,6 +340,20 @@ fn wait_for_line(child: &mut Child, what: &str) -> mpsc::Receiver<String> {
     }
 }
 
+/// Waits, within `limit`, for the next line of `lines` that contains
+/// `what`; the lines before it.
+fn line_with(lines: &mpsc::Receiver<String>, what: &str, limit: Duration) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    let mut before = Vec::new();
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains(what) => return before,
+            Ok(line) => before.push(line),
+            Err(e) => panic!("no line with {what:?} within {limit:?} ({e}); saw {before:?}"),
+        }
+    }
+}
+
 fn signal(child: &Child, signal: libc::c_int) {
     let pid = libc::pid_t::try_from(child.id()).expect("pid");
     // SAFETY: kill only sends a signal to our own child.
@@ -637,8 +651,8 @@ fn the_kubeconfig_is_the_pods_credentials_private_and_follows_the_refreshed_toke
     eprintln!("the refreshed token reached the host's kubeconfig in {took:?}");
     assert_ne!(fs::metadata(&kubeconfig).expect("stat").ino(), inode);
     assert_eq!(mode(&kubeconfig), 0o600);
-    let said: Vec<String> = lines.try_iter().collect();
-    assert!(said.iter().any(|l| l.contains("token or CA changed")), "{said:?}");
+    let said = line_with(&lines, "token or CA changed", Duration::from_secs(10));
+    assert!(said.is_empty(), "the installer said, before the token changed: {said:?}");
     assert!(!host.tree().iter().any(|p| p.contains(".install-cni-")), "{:?}", host.tree());
 
     // A token file the kubelet is midway through (empty) is said, and the
