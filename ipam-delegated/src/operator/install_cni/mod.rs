@@ -63,7 +63,7 @@ pub struct Options {
 }
 
 /// Installs (or uninstalls), prints what it did, then waits for SIGTERM or
-/// SIGINT unless `--once`. The signals are blocked first, so that one that
+/// SIGINT unless `--once`, keeping a `--kubeconfig` current meanwhile. The signals are blocked first, so that one that
 /// comes during the installation ends the wait at once instead of the
 /// installation halfway.
 pub fn main(options: &Options) -> ExitCode {
