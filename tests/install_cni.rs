@@ -4,7 +4,15 @@
 //! second run that changes nothing; a new build replacing a program that is
 //! running; a foreign file refused without --force; the wait that SIGTERM
 //! ends with 0; and --uninstall, which removes exactly what was installed.
+//! The plugins' kubeconfig (`--kubeconfig`), made from a ServiceAccount
+//! volume laid out as the kubelet lays it out: written private, written
+//! again when the kubelet refreshes the token, removed by --uninstall; and
+//! used by real plugin calls against a real API server
+//! (tests/cluster_harness/kube.rs), whose refusal of a token is error 7
+//! naming the kubeconfig.
 
+mod cluster_harness;
+mod stack;
 mod support;
 
 use std::fs;
@@ -12,11 +20,22 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use cluster_harness::kube::plugins_account;
+use cluster_harness::{added, blue_pools, brief, failure, Cluster};
+use ipam_ds_cluster::kube::Kubeconfig;
+use serde_json::json;
+use support::kubeconfig::forged_token;
+
 const MANIFEST: &str = ".ipam-delegated-installed";
+
+/// How often the installer reads the pod's token (install_cni/watch.rs).
+const TOKEN_POLL: Duration = Duration::from_secs(2);
 
 /// The tests' list of the suite's executables is the program's: the
 /// program and the delegates it lists (`ipam-delegated delegates`).
@@ -64,6 +83,10 @@ impl Host {
         self.root.join("etc/cni/ipam-delegated/etcd")
     }
 
+    fn kubeconfig(&self) -> PathBuf {
+        self.root.join("etc/cni/ipam-delegated/kubeconfig")
+    }
+
     /// A scratch directory beside the host tree (sources, other builds).
     fn scratch(&self, name: &str) -> PathBuf {
         let dir = self.root.parent().expect("tempdir").join(name);
@@ -87,6 +110,23 @@ impl Host {
     fn command(&self, exe: &Path, extra: &[&str]) -> Command {
         let mut command = Command::new(exe);
         command.args(self.args(extra)).env_remove("CNI_COMMAND").env("NODE_NAME", "node-a");
+        // Outside a pod unless a test says otherwise (these tests may run in one).
+        command.env_remove("KUBERNETES_SERVICE_HOST").env_remove("KUBERNETES_SERVICE_PORT");
+        command
+    }
+
+    /// The installer with `--kubeconfig` made from the ServiceAccount volume
+    /// `account`, in the in-cluster environment of an API server at
+    /// `host`:`port`, then `extra`.
+    fn with_kubeconfig(&self, account: &Path, host: &str, port: u16, extra: &[&str]) -> Command {
+        let mut args = vec![
+            format!("--kubeconfig={}", self.kubeconfig().display()),
+            format!("--service-account-dir={}", account.display()),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut command = self.command(&program(), &args);
+        command.env("KUBERNETES_SERVICE_HOST", host).env("KUBERNETES_SERVICE_PORT", port.to_string());
         command
     }
 
@@ -152,16 +192,50 @@ fn assert_success(output: &Output) {
     );
 }
 
-/// A mounted Secret as the kubelet lays it out: each key a symlink into
-/// `..data`, itself a symlink to a timestamped directory.
-fn secret_mount(dir: &Path, files: &[(&str, &str)]) {
-    let stamped = dir.join("..2026_11_25_08_00_00.123456789");
-    fs::create_dir_all(&stamped).expect("secret dir");
+/// A Secret or a projected volume (the ServiceAccount's token and CA) as the
+/// kubelet mounts it: each key a symlink into `..data`, itself a symlink to
+/// a timestamped directory. Called again on the same `dir`, the kubelet's
+/// update: a new timestamped directory, `..data` renamed over to it at once.
+fn kubelet_volume(dir: &Path, files: &[(&str, &str)]) {
+    static UPDATES: AtomicU32 = AtomicU32::new(0);
+    let stamp = format!("..2026_11_25_08_00_00.{:09}", UPDATES.fetch_add(1, Ordering::Relaxed));
+    fs::create_dir_all(dir.join(&stamp)).expect("volume dir");
     for (name, contents) in files {
-        fs::write(stamped.join(name), contents).expect("secret file");
-        symlink(format!("..data/{name}"), dir.join(name)).expect("secret key link");
+        fs::write(dir.join(&stamp).join(name), contents).expect("volume file");
+        if fs::symlink_metadata(dir.join(name)).is_err() {
+            symlink(format!("..data/{name}"), dir.join(name)).expect("volume key link");
+        }
     }
-    symlink("..2026_11_25_08_00_00.123456789", dir.join("..data")).expect("..data");
+    symlink(&stamp, dir.join("..data_tmp")).expect("..data_tmp");
+    fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("..data");
+}
+
+/// A pod's ServiceAccount volume holding `token` and the CA `ca`.
+fn service_account(dir: &Path, token: &str, ca: &str) {
+    kubelet_volume(dir, &[("token", token), ("ca.crt", ca), ("namespace", "ipam-delegated")]);
+}
+
+/// The bearer token of a kubeconfig.
+fn token_of(kubeconfig: &Path) -> String {
+    let text = fs::read_to_string(kubeconfig).unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
+    let config: serde_yaml::Value = serde_yaml::from_str(&text).expect("a kubeconfig");
+    config["users"][0]["user"]["token"].as_str().expect("a bearer token").to_string()
+}
+
+/// Waits until the kubeconfig holds `token`; how long that took.
+fn wait_for_token(kubeconfig: &Path, token: &str, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        if fs::read_to_string(kubeconfig).is_ok_and(|_| token_of(kubeconfig) == token) {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "{} still without the new token after {limit:?}", kubeconfig.display());
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777
 }
 
 fn conflist(dir: &Path, name: &str, network: &str) -> PathBuf {
@@ -180,7 +254,7 @@ fn conflist(dir: &Path, name: &str, network: &str) -> PathBuf {
 fn installs_the_fast_layout_node_name_secret_and_conflist_and_a_second_run_changes_nothing() {
     let host = Host::new();
     let secret = host.scratch("secret");
-    secret_mount(&secret, &[("ca.crt", "CA\n"), ("tls.crt", "CERT\n"), ("tls.key", "KEY\n"), ("password", "pw\n")]);
+    kubelet_volume(&secret, &[("ca.crt", "CA\n"), ("tls.crt", "CERT\n"), ("tls.key", "KEY\n"), ("password", "pw\n")]);
     let source = conflist(&host.scratch("config"), "macvlan-cluster.conflist", "macvlan-cluster");
     let secret_arg = format!("--etcd-secret={}", secret.display());
     let conflist_arg = format!("--conflist={}", source.display());
@@ -262,6 +336,20 @@ fn wait_for_line(child: &mut Child, what: &str) -> mpsc::Receiver<String> {
                 let _ = child.kill();
                 panic!("no line with {what:?} ({e}); saw {seen:?}; status {:?}", child.try_wait());
             }
+        }
+    }
+}
+
+/// Waits, within `limit`, for the next line of `lines` that contains
+/// `what`; the lines before it.
+fn line_with(lines: &mpsc::Receiver<String>, what: &str, limit: Duration) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    let mut before = Vec::new();
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains(what) => return before,
+            Ok(line) => before.push(line),
+            Err(e) => panic!("no line with {what:?} within {limit:?} ({e}); saw {before:?}"),
         }
     }
 }
@@ -386,6 +474,24 @@ fn a_foreign_file_is_refused_and_nothing_changes_unless_force() {
     assert_eq!(fs::read(host.conf_dir().join("net.conflist")).expect("conflist"), fs::read(&source).expect("source"));
 }
 
+/// The DaemonSet mounts the Secret of the optional etcd as optional: absent,
+/// its volume is an empty directory, and nothing is copied; a directory
+/// that is not there at all is a mistake.
+#[test]
+fn an_empty_etcd_secret_copies_nothing_and_a_missing_one_is_refused() {
+    let host = Host::new();
+    let empty = host.scratch("secret");
+    let out = host.run(&program(), &[&format!("--etcd-secret={}", empty.display())]);
+    assert_success(&out);
+    assert!(stdout(&out).contains(&format!("no etcd files: {} is empty", empty.display())), "{}", stdout(&out));
+    assert!(!host.etcd_dir().exists(), "{:?}", host.tree());
+
+    let missing = host.root.join("no-such-secret");
+    let out = host.run(&program(), &[&format!("--etcd-secret={}", missing.display())]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(&missing.display().to_string()), "{}", stderr(&out));
+}
+
 #[test]
 fn node_name_must_be_set_and_a_name() {
     let host = Host::new();
@@ -444,7 +550,7 @@ fn uninstall_removes_exactly_what_was_installed() {
     let before = host.tree();
 
     let secret = host.scratch("secret");
-    secret_mount(&secret, &[("ca.crt", "CA\n")]);
+    kubelet_volume(&secret, &[("ca.crt", "CA\n")]);
     let config = host.scratch("config");
     let kept = conflist(&config, "edited.conflist", "edited");
     let removed = conflist(&config, "net.conflist", "net");
@@ -503,6 +609,155 @@ fn a_build_of_ours_in_place_is_taken_over_and_a_foreign_symlink_is_not() {
     // Taken over: --uninstall removes them too.
     assert_success(&host.run(&program(), &["--uninstall"]));
     assert_eq!(fs::read_dir(host.bin()).expect("bin").count(), 0, "{:?}", host.tree());
+}
+
+/// A CA certificate (the kube client's test data): the plugins' reader
+/// parses the CA it is given.
+fn test_ca() -> String {
+    let path = support::repo().join("ipam-ds-cluster/src/kube/testdata/ca.crt");
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_kubeconfig_is_the_pods_credentials_private_and_follows_the_refreshed_token_until_uninstalled() {
+    let host = Host::new();
+    let before = host.tree();
+    let account = host.scratch("serviceaccount");
+    let ca = test_ca();
+    service_account(&account, "token-1\n", &ca);
+    let mut child =
+        host.with_kubeconfig(&account, "10.96.0.1", 443, &[]).stdout(Stdio::piped()).spawn().expect("the installer");
+    let lines = wait_for_line(&mut child, "waiting for SIGTERM");
+
+    // Private, and what the plugins' own reader takes: the in-cluster
+    // server, the pod's CA and token.
+    let kubeconfig = host.kubeconfig();
+    assert_eq!(mode(&kubeconfig), 0o600, "{:?}", host.tree());
+    let read = Kubeconfig::read(&kubeconfig).unwrap_or_else(|e| panic!("the plugins' reader: {e}"));
+    assert_eq!((read.server.host.as_str(), read.server.port), ("10.96.0.1", 443));
+    assert_eq!(read.token.as_deref(), Some("token-1"));
+    assert_eq!(read.ca.certificates.len(), 1, "{}", read.ca.setting);
+    let text = fs::read_to_string(&kubeconfig).expect("kubeconfig");
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    let embedded = yaml["clusters"][0]["cluster"]["certificate-authority-data"].as_str().expect("the CA, embedded");
+    let embedded = base64::engine::general_purpose::STANDARD.decode(embedded).expect("base64");
+    assert_eq!(String::from_utf8_lossy(&embedded), ca, "the pod's ca.crt, byte for byte");
+
+    // The kubelet refreshes the token in the pod: the host's file follows
+    // within a poll, replaced whole (a new inode), still private.
+    let inode = fs::metadata(&kubeconfig).expect("stat").ino();
+    service_account(&account, "token-2\n", &ca);
+    let took = wait_for_token(&kubeconfig, "token-2", TOKEN_POLL * 5);
+    eprintln!("the refreshed token reached the host's kubeconfig in {took:?}");
+    assert_ne!(fs::metadata(&kubeconfig).expect("stat").ino(), inode);
+    assert_eq!(mode(&kubeconfig), 0o600);
+    let said = line_with(&lines, "token or CA changed", Duration::from_secs(10));
+    assert!(said.is_empty(), "the installer said, before the token changed: {said:?}");
+    assert!(!host.tree().iter().any(|p| p.contains(".install-cni-")), "{:?}", host.tree());
+
+    // A token file the kubelet is midway through (empty) is said, and the
+    // host keeps the last good kubeconfig.
+    service_account(&account, "", &ca);
+    thread::sleep(TOKEN_POLL * 2);
+    assert_eq!(token_of(&kubeconfig), "token-2");
+    service_account(&account, "token-3", &ca);
+    wait_for_token(&kubeconfig, "token-3", TOKEN_POLL * 5);
+    signal(&child, libc::SIGTERM);
+    assert_eq!(wait_with_limit(&mut child, Duration::from_secs(30)).code(), Some(0));
+
+    // Started again (a restarted container): the file of the token before
+    // is ours, and replaced.
+    service_account(&account, "token-4", &ca);
+    let again = output(&mut host.with_kubeconfig(&account, "fd00::1", 6443, &["--once"]));
+    assert_success(&again);
+    let read = Kubeconfig::read(&kubeconfig).unwrap_or_else(|e| panic!("the plugins' reader: {e}"));
+    assert_eq!((read.server.host.as_str(), read.server.port), ("fd00::1", 6443), "an IPv6 service address");
+    assert_eq!(read.token.as_deref(), Some("token-4"));
+
+    // --uninstall removes it with the rest: the host is as before.
+    let out = host.run(&program(), &["--uninstall"]);
+    assert_success(&out);
+    assert!(stdout(&out).contains(&format!("removed {}", kubeconfig.display())), "{}", stdout(&out));
+    assert_eq!(host.tree(), before, "{}", stdout(&out));
+}
+
+#[test]
+fn without_the_in_cluster_environment_or_a_token_nothing_is_installed() {
+    let host = Host::new();
+    let before = host.tree();
+    let account = host.scratch("serviceaccount");
+    service_account(&account, "token-1", &test_ca());
+    let args = [
+        format!("--kubeconfig={}", host.kubeconfig().display()),
+        format!("--service-account-dir={}", account.display()),
+        "--once".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let outside = output(&mut host.command(&program(), &args));
+    assert_eq!(outside.status.code(), Some(1), "{}", stderr(&outside));
+    assert!(stderr(&outside).contains("KUBERNETES_SERVICE_HOST is not set"), "{}", stderr(&outside));
+
+    let bad_port = output(&mut host.with_kubeconfig(&account, "10.96.0.1", 0, &["--once"]));
+    assert_eq!(bad_port.status.code(), Some(1));
+    assert!(stderr(&bad_port).contains("KUBERNETES_SERVICE_PORT \"0\""), "{}", stderr(&bad_port));
+
+    service_account(&account, " \n", &test_ca());
+    let empty = output(&mut host.with_kubeconfig(&account, "10.96.0.1", 443, &["--once"]));
+    assert_eq!(empty.status.code(), Some(1));
+    let err = stderr(&empty);
+    assert!(err.contains(&account.join("token").display().to_string()) && err.contains("empty"), "{err}");
+
+    service_account(&account, "token-1", "not a certificate\n");
+    let no_ca = output(&mut host.with_kubeconfig(&account, "10.96.0.1", 443, &["--once"]));
+    assert_eq!(no_ca.status.code(), Some(1));
+    let err = stderr(&no_ca);
+    assert!(err.contains(&account.join("ca.crt").display().to_string()) && err.contains("no PEM certificate"), "{err}");
+    assert_eq!(host.tree(), before, "a refused install changes nothing");
+}
+
+/// The plugins on the host call a real API server (RBAC enforced, the
+/// manifests' role) with the kubeconfig the installer wrote from the pod's
+/// token; a token the server refuses reaches the host too, and every call
+/// then fails with error 7 naming the kubeconfig, having handed out
+/// nothing; the kubelet's next token makes the calls work again.
+#[test]
+fn plugins_call_the_api_server_with_the_installers_kubeconfig_and_a_refused_token_is_error_7_naming_it() {
+    let c = Cluster::on_kubernetes(blue_pools(), 30.0);
+    let port: u16 = c.store.api.server().rsplit(':').next().and_then(|p| p.parse().ok()).expect("the server's port");
+    let ca = fs::read_to_string(c.store.api.ca_file()).expect("the API server's CA");
+    let host = Host::new();
+    let account = host.scratch("serviceaccount");
+    service_account(&account, &token_of(c.store.plugins_kubeconfig()), &ca);
+    let mut child =
+        host.with_kubeconfig(&account, "127.0.0.1", port, &[]).stdout(Stdio::piped()).spawn().expect("the installer");
+    let _lines = wait_for_line(&mut child, "waiting for SIGTERM");
+    let kubeconfig = host.kubeconfig();
+    let mut config = c.config("n1");
+    config["ipam"]["cluster"]["kubernetes"] = json!({"kubeconfig": kubeconfig, "timeout": 5});
+
+    let first = added(&c.run("ADD", "p1", &config, &[]), "an ADD with the installer's kubeconfig");
+    assert!(c.blocks_of("n1").iter().any(|b| b.contains(first)), "{first} in none of n1's blocks: {:?}", c.blocks());
+
+    // A token the server does not accept (another signature).
+    let refused = token_of(&forged_token(c.store.plugins_kubeconfig(), c.dir.path()));
+    service_account(&account, &refused, &ca);
+    wait_for_token(&kubeconfig, &refused, TOKEN_POLL * 5);
+    let out = c.run("ADD", "p2", &config, &[]);
+    let (code, msg) = failure(&out);
+    assert_eq!(code, 7, "{}", brief(&out));
+    assert!(msg.contains(&kubeconfig.display().to_string()), "the message names the kubeconfig: {msg}");
+    assert!(msg.contains("does not accept these credentials"), "{msg}");
+    assert_eq!(c.attached("n1").len(), 1, "the refused ADD handed out nothing: {:?}", c.attached("n1"));
+
+    // The kubelet's next token: the calls work again.
+    let (namespace, name) = plugins_account();
+    let fresh = token_of(&c.store.api.service_account_kubeconfig(&namespace, &name));
+    service_account(&account, &fresh, &ca);
+    wait_for_token(&kubeconfig, &fresh, TOKEN_POLL * 5);
+    let second = added(&c.run("ADD", "p2", &config, &[]), "an ADD after the refresh");
+    assert_ne!(first, second);
+    signal(&child, libc::SIGTERM);
+    assert_eq!(wait_with_limit(&mut child, Duration::from_secs(30)).code(), Some(0));
 }
 
 /// In a container the installer is PID 1, for which the kernel drops

@@ -2,7 +2,8 @@
 //! (kube_harness: kube-apiserver over a real etcd, RBAC enforced): the
 //! server judges a ServiceAccount's requests by RBAC, and comes back from a
 //! kill -9 with its objects and the tokens it issued; every object of
-//! deploy/kubernetes/ is accepted; the installer DaemonSet's
+//! deploy/kubernetes/ is accepted, applied as `kubectl apply -f` applies the
+//! directory (and each option's); the installer DaemonSet's
 //! ServiceAccount may do what the roles bound to it grant, and nothing
 //! else, by the server's own answers (SelfSubjectAccessReview) and real
 //! requests; and those roles (rbac.yaml) are what the plugins' protocol
@@ -12,12 +13,12 @@ mod kube_harness;
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kube_harness::KubeApi;
 use serde_json::{json, Value};
 use support::kubeconfig::forged_token;
-use support::manifests::{files, objects};
+use support::manifests::{all_objects, files, objects, option_files, OPTIONS};
 
 /// The verbs of a resource, each checked against what the roles grant.
 const VERBS: [&str; 8] = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
@@ -114,7 +115,7 @@ fn the_api_server_restarts_on_its_data_keeping_its_objects_and_the_tokens_it_iss
 fn every_manifest_of_deploy_kubernetes_is_accepted() {
     let api = KubeApi::start();
     let applied = apply_the_manifests(&api);
-    for (file, object) in objects() {
+    for (file, object) in all_objects() {
         assert!(
             was_applied(&applied, &object),
             "{file}: {} {} is not among what was applied:\n{applied}",
@@ -335,20 +336,20 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
 }
 
 /// Applies Multus's NetworkAttachmentDefinition CRD, which the NADs need,
-/// then the manifests: namespaces first, CustomResourceDefinitions next (in
-/// files of their own), then the others by name. What was applied, a line each.
+/// then the default set as `kubectl apply -f deploy/kubernetes/` does: its
+/// files in name order, each object in the file's order (a namespaced
+/// object before its namespace would be refused); then each option's
+/// directory the same way. What was applied, a line each.
 fn apply_the_manifests(api: &KubeApi) -> String {
     let multus = support::repo().join("tests/kube/testdata/network-attachment-definition-crd.yaml");
-    let all = objects();
-    let has = |file: &Path, kind: &str| {
-        let name = file.file_name().expect("name").to_string_lossy();
-        all.iter().any(|(f, o)| *f == name && o["kind"] == kind)
-    };
-    let mut ordered: Vec<PathBuf> = files();
-    ordered.sort_by_key(|f| (!has(f, "Namespace"), !has(f, "CustomResourceDefinition")));
-    let mut paths: Vec<&Path> = vec![&multus];
-    paths.extend(ordered.iter().map(PathBuf::as_path));
-    api.apply(&paths)
+    let mut applied = api.apply(&[&multus]);
+    let default_set = files();
+    applied += &api.apply(&default_set.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    for option in OPTIONS {
+        let files = option_files(option);
+        applied += &api.apply(&files.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    }
+    applied
 }
 
 /// Whether `applied` (what `kube-test-server apply` printed, "applied

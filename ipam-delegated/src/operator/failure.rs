@@ -100,7 +100,6 @@ pub enum Failure {
         source: PathBuf,
         problem: ConflistProblem,
     },
-    EmptyEtcdSecret(PathBuf),
     NotUtf8Name(PathBuf),
     TooLarge {
         path: PathBuf,
@@ -116,6 +115,17 @@ pub enum Failure {
     },
     BlockSignals(io::Error),
     WaitForSignal(io::Error),
+    /// `--kubeconfig` outside a pod: a variable of the in-cluster environment is not set.
+    NotInCluster(&'static str),
+    BadInCluster {
+        variable: &'static str,
+        value: OsString,
+    },
+    /// A file of the pod's ServiceAccount (`--service-account-dir`) that is not what the kubelet writes.
+    ServiceAccount {
+        path: PathBuf,
+        problem: String,
+    },
 }
 
 /// What was being done to a path that failed.
@@ -249,13 +259,23 @@ impl fmt::Display for Failure {
                 second.display()
             ),
             Failure::Conflist { source, problem } => write!(f, "--conflist {}: {problem}", source.display()),
-            Failure::EmptyEtcdSecret(dir) => write!(f, "--etcd-secret {} holds no file", dir.display()),
             Failure::NotUtf8Name(path) => write!(f, "{}: a file name that is not UTF-8", path.display()),
             Failure::TooLarge { path, limit } => write!(f, "{}: larger than {limit} bytes", path.display()),
             Failure::NoDirectory(path) => write!(f, "{}: names no file in a directory", path.display()),
             Failure::Link { path, target, error } => write!(f, "cannot link {} -> {target}: {error}", path.display()),
             Failure::BlockSignals(error) => write!(f, "cannot block SIGTERM and SIGINT to wait for them: {error}"),
             Failure::WaitForSignal(error) => write!(f, "cannot wait for a signal: {error}"),
+            Failure::NotInCluster(variable) => write!(
+                f,
+                "{variable} is not set: --kubeconfig takes the API server's address from the environment the \
+                 kubelet gives every pod (KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT)"
+            ),
+            Failure::BadInCluster { variable, value } => {
+                write!(f, "{variable} {value:?} is not the API server's address or port")
+            }
+            Failure::ServiceAccount { path, problem } => {
+                write!(f, "{} (the pod's ServiceAccount, --service-account-dir): {problem}", path.display())
+            }
         }
     }
 }

@@ -24,7 +24,9 @@ use notes::{
     METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES, RELEASE_USAGE,
 };
 
-use super::install_cni::{self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE};
+use super::install_cni::{
+    self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE, DEFAULT_SERVICE_ACCOUNT_DIR,
+};
 use super::report::NAME;
 
 /// What the command line asks for, once clap has accepted it.
@@ -149,6 +151,8 @@ fn install(top_database: bool, a: InstallCniArgs) -> Result<Invocation, clap::Er
         conf_dir: a.conf_dir,
         etcd_secret: a.etcd_secret,
         etcd_dir: a.etcd_dir,
+        kubeconfig: a.kubeconfig,
+        service_account_dir: a.service_account_dir,
         force: a.force,
         once: a.once,
         uninstall: a.uninstall,
@@ -377,6 +381,14 @@ struct InstallCniArgs {
     /// Where --etcd-secret's files go, as mounted in the container (the directory is made 0700)
     #[arg(long, value_name = "DIR", default_value = DEFAULT_ETCD_DIR, value_parser = absolute_path)]
     etcd_dir: PathBuf,
+    /// Where to write the plugins' kubeconfig, as mounted in the container (mode 0600): the API server of the
+    /// in-cluster environment (KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT), the CA and token of
+    /// --service-account-dir; written again whenever the kubelet refreshes the token
+    #[arg(long, value_name = "FILE", value_parser = absolute_path)]
+    kubeconfig: Option<PathBuf>,
+    /// The pod's ServiceAccount files (token, ca.crt) that --kubeconfig is made of
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SERVICE_ACCOUNT_DIR, value_parser = absolute_path)]
+    service_account_dir: PathBuf,
     /// Replace files of the same names that were not installed by install-cni
     #[arg(long)]
     force: bool,
@@ -384,7 +396,7 @@ struct InstallCniArgs {
     #[arg(long)]
     once: bool,
     /// Remove what install-cni installed (its manifest in --bin-dir says what), and nothing else
-    #[arg(long, conflicts_with_all = ["conflist", "etcd_secret", "force"])]
+    #[arg(long, conflicts_with_all = ["conflist", "etcd_secret", "kubeconfig", "force"])]
     uninstall: bool,
 }
 

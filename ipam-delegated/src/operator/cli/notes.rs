@@ -109,11 +109,24 @@ mounted under /host. In order:
   2. writes the node's name, from the environment variable NODE_NAME (the
      downward API's spec.nodeName), and a newline to --node-file: the file
      ipam.cluster.nodeFile names, as the host sees it;
-  3. with --etcd-secret, copies its files (a mounted Secret's keys) into
+  3. with --kubeconfig, writes the plugins' kubeconfig there, mode 0600: the
+     file ipam.cluster.kubernetes.kubeconfig names, as the host sees it. Its
+     server is https://KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT (the
+     environment the kubelet gives every pod), its CA (embedded) and bearer
+     token those of the pod's ServiceAccount, the files ca.crt and token of
+     --service-account-dir;
+  4. with --etcd-secret, copies its files (a mounted Secret's keys) into
      --etcd-dir, mode 0600: the files ipam.cluster.etcd's tls and
-     passwordFile name, as the host sees them;
-  4. copies each --conflist file into --conf-dir under its own name;
-  5. waits for SIGTERM or SIGINT and exits 0, unless --once.
+     passwordFile name, as the host sees them (an empty directory, the
+     volume of an optional Secret that does not exist, copies nothing);
+  5. copies each --conflist file into --conf-dir under its own name;
+  6. waits for SIGTERM or SIGINT and exits 0, unless --once. With
+     --kubeconfig it reads the pod's token and CA every 2 seconds meanwhile,
+     and when they changed (the kubelet refreshes a projected token inside
+     the pod, long before it expires, never on the host) installs again:
+     the new kubeconfig is recorded in the manifest and renamed over the
+     old one. A token file that cannot be read is said once on stderr, and
+     the host keeps the last kubeconfig.
 
 Every file is written to a temporary name in its own directory, fsynced, and
 renamed over the old one: a runtime starting the plugin meanwhile runs the old
@@ -126,10 +139,12 @@ Ours, and replaced without asking: a file holding this program's build marker
 it is), a symlink to ipam-delegated, a file whose content is what the manifest
 says install-cni wrote. Anything else of the same name is refused (exit 1,
 naming it, and nothing is changed) unless --force. The manifest,
-BIN-DIR/.ipam-delegated-installed, lists each file and directory installed;
+BIN-DIR/.ipam-delegated-installed, lists each file and directory installed
+(the kubeconfig with its latest content);
 --uninstall removes those that are still as installed (and directories it
 created, once empty), names those it keeps, then waits like an install unless
 --once. The allocation database is the plugins' state, and stays.
 
 Exit status: 0 done (or signalled while waiting); 1 failure (a file refused, a
-path unwritable, NODE_NAME missing); 2 usage error.";
+path unwritable, NODE_NAME missing, with --kubeconfig outside a pod or without
+a token); 2 usage error.";

@@ -195,6 +195,8 @@ fn install_cni_defaults_and_refusals() {
             conf_dir: PathBuf::from("/host/etc/cni/net.d"),
             etcd_secret: None,
             etcd_dir: PathBuf::from("/host/etc/cni/ipam-delegated/etcd"),
+            kubeconfig: None,
+            service_account_dir: PathBuf::from("/var/run/secrets/kubernetes.io/serviceaccount"),
             force: false,
             once: false,
             uninstall: false,
@@ -211,6 +213,9 @@ fn install_cni_defaults_and_refusals() {
     assert_eq!(kind, ErrorKind::ValueValidation, "{text}");
     assert!(text.contains("expected an absolute path"), "{text}");
     let (kind, _) = refusal(&["install-cni", "--uninstall", "--force"]);
+    assert_eq!(kind, ErrorKind::ArgumentConflict);
+    // --uninstall removes the kubeconfig by the manifest, and writes none.
+    let (kind, _) = refusal(&["install-cni", "--uninstall", "--kubeconfig=/host/etc/cni/ipam-delegated/kubeconfig"]);
     assert_eq!(kind, ErrorKind::ArgumentConflict);
     let (kind, text) = refusal(&["--database", "/db", "install-cni"]);
     assert_eq!(kind, ErrorKind::ArgumentConflict, "{text}");

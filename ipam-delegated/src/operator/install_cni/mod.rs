@@ -2,8 +2,11 @@
 //! (deploy/kubernetes/). It copies this very program into the host's CNI
 //! plugin directory, with the delegates' names as symlinks to it (the fast
 //! layout of scripts/install), writes the node's name where ipam.cluster.nodeFile
-//! reads it, copies etcd's TLS files and password and any network
-//! configurations, then waits for SIGTERM as DaemonSets expect.
+//! reads it, with `--kubeconfig` writes the plugins' kubeconfig from the
+//! pod's ServiceAccount ([`kubeconfig`]), copies etcd's TLS files and
+//! password and any network configurations, then waits for SIGTERM as
+//! DaemonSets expect, writing the kubeconfig again whenever the kubelet
+//! refreshes the pod's token ([`watch`]).
 //!
 //! It reads what it copies ([`sources`]) and what is in place ([`found`]),
 //! decides every change before making one ([`plan`]), then makes them
@@ -20,12 +23,14 @@
 
 mod apply;
 mod found;
+mod kubeconfig;
 mod manifest;
 mod marker;
 mod plan;
 mod signals;
 mod sources;
 mod uninstall;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +44,7 @@ pub const DEFAULT_BIN_DIR: &str = "/host/opt/cni/bin";
 pub const DEFAULT_NODE_FILE: &str = "/host/etc/cni/ipam-delegated/node-name";
 pub const DEFAULT_CONF_DIR: &str = "/host/etc/cni/net.d";
 pub const DEFAULT_ETCD_DIR: &str = "/host/etc/cni/ipam-delegated/etcd";
+pub use kubeconfig::DEFAULT_SERVICE_ACCOUNT_DIR;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -48,20 +54,27 @@ pub struct Options {
     pub conf_dir: PathBuf,
     pub etcd_secret: Option<PathBuf>,
     pub etcd_dir: PathBuf,
+    /// Where to write the plugins' kubeconfig, if at all.
+    pub kubeconfig: Option<PathBuf>,
+    pub service_account_dir: PathBuf,
     pub force: bool,
     pub once: bool,
     pub uninstall: bool,
 }
 
 /// Installs (or uninstalls), prints what it did, then waits for SIGTERM or
-/// SIGINT unless `--once`. The signals are blocked first, so that one that
+/// SIGINT unless `--once`, keeping a `--kubeconfig` current meanwhile. The signals are blocked first, so that one that
 /// comes during the installation ends the wait at once instead of the
 /// installation halfway.
 pub fn main(options: &Options) -> ExitCode {
     let signals = if options.once { None } else { Some(signals::block()) };
-    let outcome = if options.uninstall { uninstall::uninstall(&options.bin_dir) } else { install(options) };
-    let report = match outcome {
-        Ok(report) => report,
+    let outcome = if options.uninstall {
+        uninstall::uninstall(&options.bin_dir).map(|report| (report, None))
+    } else {
+        install(options)
+    };
+    let (report, kubeconfig) = match outcome {
+        Ok(installed) => installed,
         Err(failure) => return report::finish(Err(failure)),
     };
     let code = report::print(&report.stdout);
@@ -70,18 +83,24 @@ pub fn main(options: &Options) -> ExitCode {
         Some(Err(e)) => report::finish(Err(Failure::BlockSignals(e))),
         Some(Ok(blocked)) => {
             println!("{NAME} install-cni: done; waiting for SIGTERM or SIGINT");
-            match blocked.wait() {
+            let waited = match kubeconfig {
+                Some(installed) => watch::until_signal(options, &blocked, installed),
+                None => blocked.wait().map_err(Failure::WaitForSignal),
+            };
+            match waited {
                 Ok(signal) => {
                     println!("{NAME} install-cni: signal {signal}, exiting");
                     ExitCode::SUCCESS
                 }
-                Err(e) => report::finish(Err(Failure::WaitForSignal(e))),
+                Err(failure) => report::finish(Err(failure)),
             }
         }
     }
 }
 
-fn install(options: &Options) -> Result<Report, Failure> {
+/// The installation's report, and the contents of the kubeconfig it
+/// installed, if any.
+fn install(options: &Options) -> Result<(Report, Option<Vec<u8>>), Failure> {
     let node = sources::node_name()?;
     let program = sources::own_program()?;
     let manifest_file = manifest::path(&options.bin_dir);
@@ -105,8 +124,21 @@ fn install(options: &Options) -> Result<Report, Failure> {
         Ok(())
     };
     data_file(options.node_file.clone(), format!("{node}\n").into_bytes(), 0o644)?;
+    let kubeconfig = match &options.kubeconfig {
+        Some(path) => {
+            let contents = kubeconfig::contents(&options.service_account_dir)?;
+            data_file(path.clone(), contents.clone(), 0o600)?;
+            Some(contents)
+        }
+        None => None,
+    };
+    let mut no_secret = None;
     if let Some(secret) = &options.etcd_secret {
-        for (name, contents) in sources::secret_files(secret)? {
+        let files = sources::secret_files(secret)?;
+        if files.is_empty() {
+            no_secret = Some(format!("no etcd files: {} is empty (no Secret)\n", secret.display()));
+        }
+        for (name, contents) in files {
             data_file(options.etcd_dir.join(name), contents, 0o600)?;
         }
     }
@@ -117,5 +149,6 @@ fn install(options: &Options) -> Result<Report, Failure> {
     let plan = plan::plan(wanted, &recorded, options.force)?;
     let mut out = apply::install(&plan, recorded, installed.as_ref(), &program, &manifest_file)?;
     out += &format!("node name {node} in {}\n", options.node_file.display());
-    Ok(Report::fine(out))
+    out += no_secret.as_deref().unwrap_or_default();
+    Ok((Report::fine(out), kubeconfig))
 }

@@ -3,6 +3,7 @@
 //! it ends the wait at once instead of the installation halfway.
 
 use std::io;
+use std::time::Duration;
 
 pub struct Blocked(libc::sigset_t);
 
@@ -29,6 +30,23 @@ impl Blocked {
         match unsafe { libc::sigwait(&self.0, &mut signal) } {
             0 => Ok(signal),
             e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
+    /// The signal that came within `limit`; `None`: none did (or the wait
+    /// was interrupted by another signal).
+    pub fn wait_for(&self, limit: Duration) -> io::Result<Option<libc::c_int>> {
+        let timeout = libc::timespec {
+            tv_sec: libc::time_t::try_from(limit.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: limit.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: the set was initialised by block; the info argument may be null.
+        match unsafe { libc::sigtimedwait(&self.0, std::ptr::null_mut(), &timeout) } {
+            -1 => match io::Error::last_os_error() {
+                e if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => Ok(None),
+                e => Err(e),
+            },
+            signal => Ok(Some(signal)),
         }
     }
 }

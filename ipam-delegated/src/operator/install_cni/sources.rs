@@ -38,7 +38,8 @@ pub fn own_program() -> Result<Vec<u8>, Failure> {
 
 /// The files of a mounted Secret: each key is a symlink into `..data/`,
 /// which is followed; the `..`-names themselves and anything not a file are
-/// skipped. In name order.
+/// skipped. In name order; none when the Secret is an optional one that
+/// does not exist (the kubelet mounts an empty directory then).
 pub fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, Failure> {
     let unlisted = |error| Failure::File { action: FileAction::ReadEtcdSecret, path: dir.to_path_buf(), error };
     let mut files = Vec::new();
@@ -56,9 +57,6 @@ pub fn secret_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, Failure> {
             continue;
         }
         files.push((name, read_small(&path)?));
-    }
-    if files.is_empty() {
-        return Err(Failure::EmptyEtcdSecret(dir.to_path_buf()));
     }
     files.sort();
     Ok(files)
@@ -103,7 +101,8 @@ fn network_configuration(source: &Path) -> Result<(String, Vec<u8>), Failure> {
     Ok((name, contents))
 }
 
-fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
+/// A file of at most [`MAX_DATA_FILE`] bytes.
+pub fn read_small(path: &Path) -> Result<Vec<u8>, Failure> {
     let file = File::open(path).map_err(unreadable(path))?;
     let mut bytes = Vec::new();
     file.take(MAX_DATA_FILE + 1).read_to_end(&mut bytes).map_err(unreadable(path))?;
