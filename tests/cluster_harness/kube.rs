@@ -89,6 +89,24 @@ impl KubeStore {
     /// not meet.
     pub fn restart(&mut self) {
         self.api.restart();
+        self.wait_ready();
+    }
+
+    /// A backup of the API server's etcd (see [`KubeApi::backup`]).
+    pub fn backup(&mut self) -> PathBuf {
+        let copy = self.api.backup();
+        self.wait_ready();
+        copy
+    }
+
+    /// The API server's etcd restored from `backup`, the server serving
+    /// the suite's kinds again.
+    pub fn restore(&mut self, backup: &Path) {
+        self.api.restore(backup);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
         let started = Instant::now();
         for (plural, _) in KINDS {
             let path = format!("{GROUP_PATH}/{plural}?limit=1");

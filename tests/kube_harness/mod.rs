@@ -229,6 +229,27 @@ impl KubeApi {
         }
     }
 
+    /// A backup of the server's etcd, as an operator takes one: the server
+    /// stopped (kill -9), its etcd data directory copied, the server
+    /// started again. The copy's path, for [`KubeApi::restore`].
+    pub fn backup(&mut self) -> PathBuf {
+        self.stop();
+        let copy = self.dir.path().join(format!("etcd-backup-{}", free_port()));
+        copy_dir(&self.dir.path().join("etcd"), &copy);
+        self.restart();
+        copy
+    }
+
+    /// The server's etcd restored from `backup` (see [`KubeApi::backup`]):
+    /// stopped, its etcd data replaced by the copy, started again.
+    pub fn restore(&mut self, backup: &Path) {
+        self.stop();
+        let data = self.dir.path().join("etcd");
+        fs::remove_dir_all(&data).unwrap_or_else(|e| panic!("{}: {e}", data.display()));
+        copy_dir(backup, &data);
+        self.restart();
+    }
+
     /// Starts the server again on the same directory and port: the same
     /// etcd data, CA, and signing key (tokens issued before stay valid).
     pub fn restart(&mut self) {
@@ -325,4 +346,16 @@ fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+/// `cp -a FROM TO`.
+fn copy_dir(from: &Path, to: &Path) {
+    let out = Command::new("cp").arg("-a").arg(from).arg(to).output().expect("cp");
+    assert!(
+        out.status.success(),
+        "cp -a {} {}: {}",
+        from.display(),
+        to.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -171,6 +171,18 @@ impl<C: Api> Datastore for EtcdStore<C> {
         self.client.forget_revisions();
     }
 
+    fn history_loss(&self, lowest: i64, seen: i64) -> String {
+        format!(
+            "etcd lost history: it answers at revision {lowest}, but this node saw revision {seen} before, or a \
+             claim older than this node's own of the same block (etcd restored from an older backup, or its data \
+             wiped)"
+        )
+    }
+
+    fn claims_grow(&self) -> bool {
+        true
+    }
+
     fn finish(&self, store: &mut StoreHandle) {
         let token = self.client.token();
         let changed = token != self.cached_token;

@@ -25,11 +25,11 @@
 //! and `identities` (workload identities: an `IPDIdentity` each, changed
 //! with its addresses' records in an order a kill -9 cannot break).
 //!
-//! Not yet detected on this store: the API server's etcd restored from an
-//! older backup (`marks` has no global revision here; docs/kubernetes.md
-//! says what the per-object check will compare).
+//! A backup restored under the API server is seen per object (`history`):
+//! an object this node knows shown at a lower generation under the same uid.
 
 mod blocks;
+mod history;
 mod identities;
 pub mod names;
 pub mod objects;
@@ -62,7 +62,7 @@ use crate::kube::{self, Client};
 use crate::records::{to_bytes, BlockRecord, NodeEntry, PoolRecord};
 use crate::rows::ClusterRows;
 use objects::{
-    BlockSpec, BlockState, IdentitySpec, NetworkSpec, NodeSpec, Object, Owner, PoolDefinition, Time, Wanted,
+    BlockSpec, BlockState, IdentitySpec, NetworkSpec, NodeSpec, Object, Owner, PoolDefinition, Recovery, Time, Wanted,
 };
 
 /// How the store is named in messages.
@@ -110,6 +110,13 @@ pub struct KubeStore {
     /// release-node must see every record), nor a claim's read (which
     /// adopts the blocks it shows as this node's).
     cached_lists: bool,
+    /// The plugins': what this node saw of its objects (see `history`).
+    seen: Option<RefCell<history::Seen>>,
+    seen_changed: Cell<bool>,
+    /// What showed, in this call, that the store lost history.
+    lost: RefCell<Option<String>>,
+    /// Whether this call put the network in recovery (or found it so).
+    recovering: Cell<bool>,
 }
 
 /// A shared block as kept between calls.
@@ -132,9 +139,12 @@ impl KubeStore {
     ) -> shared::Result<Self> {
         let client = Client::new(settings).map_err(|e| e.to_cni(KUBECONFIG_FIELD))?;
         let plugin = store.is_some();
-        let kept = match store {
-            Some(store) => kept_blocks(store, network)?,
-            None => Vec::new(),
+        let (kept, seen) = match store {
+            Some(store) => {
+                let (kept, seen) = kept_blocks(store, network)?;
+                (kept, Some(RefCell::new(seen)))
+            }
+            None => (Vec::new(), None),
         };
         let kube = KubeStore {
             client,
@@ -146,6 +156,10 @@ impl KubeStore {
             now: Cell::new(Time(0)),
             written: RefCell::new(BTreeSet::new()),
             cached_lists: plugin,
+            seen,
+            seen_changed: Cell::new(false),
+            lost: RefCell::new(None),
+            recovering: Cell::new(false),
         };
         for KeptBlock { date, object } in kept {
             // One that is not what its name says is left to a fresh read.
@@ -169,6 +183,7 @@ impl KubeStore {
             if found.spec.network != self.network {
                 return Err(not_ours(&found.metadata.name, &format!("network {:?}", self.network)));
             }
+            self.witness("IPDNetwork", &found.metadata, true);
         }
         self.network_object.replace(found.clone());
         Ok(found)
@@ -181,6 +196,15 @@ impl KubeStore {
             Some(known) => Ok(Some(known)),
             None => self.read_network(),
         }
+    }
+
+    /// The network's recovery while it lasts at `now` (as etcd's
+    /// `_recovery` record, for the node's messages).
+    fn recovery_at(network: &Object<NetworkSpec>, now: Time) -> Option<Versioned> {
+        let r = network.spec.recovery.as_ref().filter(|r| !r.until.is_past_at(now))?;
+        let record = crate::records::RecoveryRecord { node: r.node.clone(), at: r.until.0, from: 1, to: 0 };
+        let value = to_bytes(&record);
+        Some(Versioned { version: digest_version(&[&value]), value, created: 0 })
     }
 
     fn definition_of(network: &Object<NetworkSpec>, pool: &str) -> Option<Versioned> {
@@ -200,6 +224,7 @@ impl KubeStore {
             if found.spec.node != self.node || found.spec.network != self.network {
                 return Err(not_ours(&found.metadata.name, &format!("node {:?}", self.node)));
             }
+            self.witness("IPDNode", &found.metadata, true);
         }
         self.node_object.replace(found.clone());
         Ok(found.as_ref().map(node_entry))
@@ -241,12 +266,31 @@ impl KubeStore {
 
 impl Datastore for KubeStore {
     fn marks(&self) -> Option<(i64, i64)> {
-        None
+        // See `history`: the node keeps 1 as its watermark; 0 is lost history.
+        self.seen.as_ref()?;
+        Some((if self.lost.borrow().is_some() { 0 } else { 1 }, 1))
+    }
+
+    fn history_loss(&self, _lowest: i64, _seen: i64) -> String {
+        let what = self.lost.borrow().clone().unwrap_or_default();
+        format!(
+            "the Kubernetes API server lost history: {what} (its etcd restored from an older backup, or the object \
+             rewritten by hand)"
+        )
+    }
+
+    fn claims_grow(&self) -> bool {
+        false
     }
 
     fn forget_marks(&self) {}
 
     fn finish(&self, store: &mut StoreHandle) {
+        if self.seen_changed.get() {
+            if let Err(e) = store.write(|tx| self.keep_seen(tx)) {
+                tracing::warn!("what this call saw of the cluster's objects is not kept: {e}");
+            }
+        }
         let written = self.written.borrow();
         if !written.is_empty() {
             let blocks = self.blocks.borrow();
@@ -307,6 +351,7 @@ impl Datastore for KubeStore {
         };
         match written {
             Some(object) => {
+                self.witness("IPDNode", &object.metadata, true);
                 self.node_object.replace(Some(object));
                 Ok(Swap::Done)
             }
@@ -321,10 +366,11 @@ impl Datastore for KubeStore {
     fn read_pool(&self, pool: &str) -> Answer<PoolRead> {
         let network = self.read_network()?;
         let definition = network.as_ref().and_then(|n| Self::definition_of(n, pool));
+        let recovery = network.as_ref().and_then(|n| Self::recovery_at(n, self.now.get()));
         let now = self.now.get();
         let blocks = self.pool_blocks(pool, false)?.iter().filter_map(|b| Self::block_entry(b, now)).collect();
         let entry = self.read_node()?;
-        Ok(PoolRead { indexed: definition.is_some(), definition, blocks, entry, recovery: None })
+        Ok(PoolRead { indexed: definition.is_some(), definition, blocks, entry, recovery })
     }
 
     fn read_pool_index(&self, pool: &str) -> Answer<PoolIndex> {
@@ -379,6 +425,9 @@ impl Datastore for KubeStore {
             }
         };
         let defined = written.is_some();
+        if let Some(written) = &written {
+            self.witness("IPDNetwork", &written.metadata, true);
+        }
         self.network_object.replace(written);
         Ok(defined)
     }
@@ -389,7 +438,9 @@ impl Datastore for KubeStore {
         // under the network's name (deleted and made again) can differ.
         let network = self.known_network()?;
         let current = network.as_ref().and_then(|n| Self::definition_of(n, pool));
-        if current.as_ref().map(|c| c.version) != Some(definition.version) {
+        // Nodes re-claim their own blocks first after lost history.
+        let recovering = network.as_ref().and_then(|n| Self::recovery_at(n, self.now.get())).is_some();
+        if recovering || current.as_ref().map(|c| c.version) != Some(definition.version) {
             return Ok(BlockClaim::Lost {
                 definition: self.read_network()?.and_then(|n| Self::definition_of(&n, pool)),
             });
@@ -440,7 +491,7 @@ impl Datastore for KubeStore {
             );
             self.list::<BlockSpec>(&labels, false)?
                 .into_iter()
-                .map(|b| self.keep_block(b).map(|b| (b.metadata.name.clone(), b)))
+                .map(|b| self.keep_block(b, true).map(|b| (b.metadata.name.clone(), b)))
                 .collect::<Answer<_>>()?
         };
         let mut read = Vec::with_capacity(pools.len());
@@ -717,10 +768,34 @@ impl Datastore for KubeStore {
         format!("IPDNetwork {} recovery", self.network_name())
     }
 
-    fn quarantine(&self, _record: &crate::records::RecoveryRecord, _ttl_seconds: i64) -> Answer<bool> {
+    fn quarantine(&self, record: &crate::records::RecoveryRecord, ttl_seconds: i64) -> Answer<bool> {
+        let wait = Duration::from_secs(ttl_seconds.max(1) as u64);
+        let mut seen: String = self.lost.borrow().clone().unwrap_or_default();
+        seen.truncate(seen.floor_char_boundary(1024));
+        for _ in 0..ROUNDS {
+            // Recovering from here on, whoever wrote it: what this call
+            // reads now is the baseline of the next (see `history`).
+            let Some(network) = self.read_network()? else {
+                self.recovering.set(true);
+                return Ok(false);
+            };
+            let now = self.now.get();
+            if Self::recovery_at(&network, now).is_some() {
+                self.recovering.set(true);
+                return Ok(false);
+            }
+            let mut spec = network.spec.clone();
+            spec.recovery = Some(Recovery { node: record.node.clone(), seen: seen.clone(), until: now.plus(wait) });
+            if let Some(written) = self.replace(&network.with_spec(spec))? {
+                self.witness("IPDNetwork", &written.metadata, true);
+                self.network_object.replace(Some(written));
+                self.recovering.set(true);
+                return Ok(true);
+            }
+        }
         Err(Error::Failed(CniError::new(
             Code::TryAgainLater,
-            "the recovery after lost history is not done on the Kubernetes datastore",
+            format!("{} kept changing under this call: try again", self.recovery_name()),
         )))
     }
 
@@ -861,8 +936,9 @@ impl Datastore for KubeStore {
 }
 
 /// The shared blocks of `network` an earlier call kept (ones that do not
-/// read are left out: they are read afresh when needed).
-fn kept_blocks(store: &mut StoreHandle, network: &str) -> shared::Result<Vec<KeptBlock>> {
+/// read are left out: they are read afresh when needed), and what earlier
+/// calls saw of this node's objects.
+fn kept_blocks(store: &mut StoreHandle, network: &str) -> shared::Result<(Vec<KeptBlock>, history::Seen)> {
     // A block's name starts with its network's part and a dot, which no
     // network's part holds.
     let prefix = format!("{KEPT_BLOCK_NOTE}{}.", names::text(network));
@@ -873,7 +949,7 @@ fn kept_blocks(store: &mut StoreHandle, network: &str) -> shared::Result<Vec<Kep
                 kept.extend(serde_json::from_str::<KeptBlock>(&text).ok());
             }
         }
-        Ok(kept)
+        Ok((kept, history::seen_before(tx, network)?))
     })
 }
 

@@ -312,6 +312,15 @@ pub trait Datastore {
     /// Forgets the marks seen so far: [`Datastore::marks`] is about later answers.
     fn forget_marks(&self);
 
+    /// What the store's answers said of a loss of history (an answer at
+    /// mark `lowest` after `seen`), for the node's log and error.
+    fn history_loss(&self, lowest: i64, seen: i64) -> String;
+
+    /// Whether a later claim of a block has a higher `created` (etcd's
+    /// create revisions): then a claim of this node found replaced by a
+    /// lower one is the store's older state.
+    fn claims_grow(&self) -> bool;
+
     /// The end of the call: what the next call can reuse (an auth token) is
     /// kept in the node database, and what the call cost is logged.
     fn finish(&self, store: &mut StoreHandle);

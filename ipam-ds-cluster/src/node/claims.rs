@@ -111,13 +111,13 @@ impl Node<'_> {
         let read = self.datastore.read_pool(&g.pool.name)?;
         if let Some(stored) = &read.recovery {
             let what = datastore::recovery_of(stored).map_or_else(String::new, |r| {
-                format!(" (node {} saw its revision go back from {} to {})", shown(&r.node), r.from, r.to)
+                format!(" (node {} saw it, {})", shown(&r.node), self.datastore.recovery_name())
             });
             return Err(CniError::new(
                 Code::TryAgainLater,
                 format!(
-                    "etcd lost history{what}: while the nodes of network {:?} re-claim their blocks, no block is \
-                     claimed (for at most offlineGrace + 3 × ipam.timeout): try again later",
+                    "the cluster's store lost history{what}: while the nodes of network {:?} re-claim their blocks, \
+                     no block is claimed (for at most offlineGrace + 3 × ipam.timeout): try again later",
                     self.network
                 ),
             ));

@@ -26,22 +26,16 @@ impl Node<'_> {
         let older_claim = confirmed
             .iter()
             .flat_map(|c| &c.lost)
+            .filter(|_| self.datastore.claims_grow())
             .filter_map(|(b, _, found)| found.as_ref().filter(|f| f.created < b.revision).map(|_| b.revision))
             .max();
         let Some(seen) = watermark.filter(|w| lowest < *w).or(older_claim) else { return Ok(()) };
-        tracing::error!(
-            "etcd lost history: it answers at revision {lowest}, but this node saw revision {seen} before, or a claim \
-             older than this node's own of the same block (etcd restored from an older backup, or its data wiped); \
-             re-claiming this node's blocks"
-        );
+        let loss = self.datastore.history_loss(lowest, seen);
+        tracing::error!("{loss}; re-claiming this node's blocks");
         self.recover(store, geometries, seen, lowest)?;
         Err(CniError::new(
             Code::TryAgainLater,
-            format!(
-                "etcd lost history (revision {lowest}, this node saw {seen}): this node re-claimed its blocks of \
-                 network {:?} where it could; try again",
-                self.network
-            ),
+            format!("{loss}: this node re-claimed its blocks of network {:?} where it could; try again", self.network),
         ))
     }
 

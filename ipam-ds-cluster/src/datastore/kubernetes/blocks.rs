@@ -33,12 +33,18 @@ impl KubeStore {
     }
 
     /// Checks a block read is the one its name says (a hash collision, or
-    /// an object made by hand, is refused), and keeps it for later writes.
-    pub(super) fn keep_block(&self, object: Object<BlockSpec>) -> Answer<Object<BlockSpec>> {
+    /// an object made by hand, is refused), and keeps it for later writes;
+    /// `consistent`: an answer that is not the API server's cache, which
+    /// tells whether history was lost (see `history`).
+    pub(super) fn keep_block(&self, object: Object<BlockSpec>, consistent: bool) -> Answer<Object<BlockSpec>> {
         let spec = &object.spec;
         let expected = self.block_name(&spec.pool, spec.cidr);
         if spec.network != self.network || object.metadata.name != expected {
             return Err(not_ours(&object.metadata.name, &format!("{expected} of network {:?}", self.network)));
+        }
+        if consistent {
+            let mine = spec.state.owner().is_some_and(|o| o.node == self.node);
+            self.witness("IPDBlock", &object.metadata, mine);
         }
         self.blocks.borrow_mut().insert(object.metadata.name.clone(), (object.clone(), self.now.get()));
         Ok(object)
@@ -47,7 +53,7 @@ impl KubeStore {
     pub(super) fn read_block(&self, pool: &str, block: IpNet) -> Answer<Option<Object<BlockSpec>>> {
         let name = self.block_name(pool, block);
         match self.get::<BlockSpec>(&name)? {
-            Some(found) => self.keep_block(found).map(Some),
+            Some(found) => self.keep_block(found, true).map(Some),
             None => {
                 self.blocks.borrow_mut().remove(&name);
                 Ok(None)
@@ -67,7 +73,7 @@ impl KubeStore {
             names::text(pool)
         );
         let found = self.list::<BlockSpec>(&labels, from_cache)?;
-        found.into_iter().filter(|b| b.spec.pool == pool).map(|b| self.keep_block(b)).collect()
+        found.into_iter().filter(|b| b.spec.pool == pool).map(|b| self.keep_block(b, !from_cache)).collect()
     }
 
     /// One read-decide-write step on a block: `decide` sees the block as
@@ -118,7 +124,7 @@ impl KubeStore {
                     };
                     match answered {
                         Some(now) => {
-                            self.keep_block(now)?;
+                            self.keep_block(now, true)?;
                             self.written.borrow_mut().insert(name.clone());
                             Some(answer)
                         }

@@ -104,8 +104,19 @@ impl KubeStore {
             if spec.network != self.network || spec.ifname != ifname || spec.identity != identity {
                 return Err(not_ours(&name, &format!("identity {identity:?} on {ifname}")));
             }
+            self.witness_identity(found);
         }
         Ok(found)
+    }
+
+    /// Takes note of an identity a consistent answer showed (see `history`):
+    /// this node's when it names this node, live or held from.
+    fn witness_identity(&self, object: &Object<IdentitySpec>) {
+        let node = match &object.spec.state {
+            IdentityState::Live(at) | IdentityState::Held { was: Some(at), .. } => Some(&at.node),
+            IdentityState::Held { was: None, .. } => None,
+        };
+        self.witness("IPDIdentity", &object.metadata, node == Some(&self.node));
     }
 
     /// The identity named `key` (none: absent, or its hold ended).
@@ -128,6 +139,7 @@ impl KubeStore {
                 None => self.create(&Object::new(spec.clone()))?,
             };
             if let Some(written) = written {
+                self.witness_identity(&written);
                 return Ok(Created::Done(identity_versioned(&written).version));
             }
         }
@@ -232,6 +244,9 @@ impl KubeStore {
             Some(read) => self.replace(&read.with_spec(spec))?,
             None => self.create(&Object::new(spec))?,
         };
+        if let Some(written) = &answer {
+            self.witness_identity(written);
+        }
         Ok(answer.map(Some))
     }
 
