@@ -74,15 +74,21 @@ fn a_node_that_sees_its_block_go_back_recovers_and_keeps_the_others_off_until_it
     let recorded: BTreeSet<IpAddr> = c.addrs().iter().filter(|a| a.node == "n1").map(|a| a.ip).collect();
     assert_eq!(recorded, held(&c, "n1"), "n1's records after its recovery: {:?}", c.addrs());
 
-    // Meanwhile no node claims a block: n2 keeps blocks of its own.
+    // Meanwhile no node claims a block (n2 keeps blocks of its own), and
+    // no node is granted an address in a shared block (n3).
     let out = add(&c, "n2", "never", "q0");
     let (code, msg) = failure(&out);
     assert!(code == 11 && msg.contains("lost history"), "n2's claim during the recovery: {}", brief(&out));
+    let out = add(&c, "n3", "always", "r0");
+    let (code, msg) = failure(&out);
+    assert!(code == 11 && msg.contains("lost history"), "n3's grant during the recovery: {}", brief(&out));
+    let marked = c.store.object("ipdblocks", &block_name(block)).expect("n1's block");
+    assert!(marked["spec"]["recovering"]["until"].is_string(), "the shared block is marked recovering: {marked}");
 
-    // n1 goes on (the loss is seen once), and after the recovery n2 claims;
-    // nobody is handed an address a pod holds.
-    added(&add(&c, "n1", "always", "p4"), "n1 after its recovery");
+    // After the recovery all goes on (the loss is seen once), and nobody
+    // is handed an address a pod holds.
     std::thread::sleep(Duration::from_secs(6));
+    added(&add(&c, "n1", "always", "p4"), "n1 after the recovery");
     added(&add(&c, "n2", "never", "q0"), "n2 after the recovery");
     for i in 0..3 {
         added(&add(&c, "n3", "always", &format!("r{i}")), "n3 in a shared block");

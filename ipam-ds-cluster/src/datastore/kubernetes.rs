@@ -603,7 +603,9 @@ impl Datastore for KubeStore {
         self.change_block(&pool, block, |found, now| {
             let as_read =
                 |f: &&Object<BlockSpec>| record_at(&f.spec, address, now).map(|r| record_versioned(r).version);
-            let Some(found) = found.filter(|f| as_read(f) == Some(version)) else {
+            // Not from a block marked recovering (see `mark_recovering`).
+            let usable = |f: &&Object<BlockSpec>| as_read(f) == Some(version) && !Self::recovering_at(f, now);
+            let Some(found) = found.filter(usable) else {
                 return Ok(Step::Answer(Outcome::Refused(())));
             };
             let mut spec = found.spec.clone();
@@ -624,6 +626,13 @@ impl Datastore for KubeStore {
         self.change_block(pool, block, |found, now| {
             let entry = found.and_then(|f| Self::block_entry(f, now));
             let free = found.is_some_and(|f| record_at(&f.spec, address, now).is_none());
+            if found.is_some_and(|f| Self::recovering_at(f, now)) {
+                return Ok(Step::Answer(Outcome::Refused(GrantRefusal {
+                    block: entry.map(|e| e.stored),
+                    records: Vec::new(),
+                    recovering: true,
+                })));
+            }
             match found {
                 Some(found) if free && entry.as_ref().is_some_and(|e| e.stored.version == block_at) => {
                     let mut spec = found.spec.clone();
@@ -651,7 +660,7 @@ impl Datastore for KubeStore {
         Ok(PoolRecords {
             blocks: found.iter().filter_map(|b| Self::block_entry(b, now)).collect(),
             records: found.iter().flat_map(|b| self.address_entries(b, now)).collect(),
-            recovering: false,
+            recovering: found.iter().any(|b| Self::recovering_at(b, now)),
         })
     }
 
@@ -780,16 +789,19 @@ impl Datastore for KubeStore {
                 return Ok(false);
             };
             let now = self.now.get();
-            if Self::recovery_at(&network, now).is_some() {
+            if let Some(until) = network.spec.recovery.as_ref().map(|r| r.until).filter(|u| !u.is_past_at(now)) {
                 self.recovering.set(true);
+                self.mark_recovering(until)?;
                 return Ok(false);
             }
             let mut spec = network.spec.clone();
-            spec.recovery = Some(Recovery { node: record.node.clone(), seen: seen.clone(), until: now.plus(wait) });
+            let until = now.plus(wait);
+            spec.recovery = Some(Recovery { node: record.node.clone(), seen: seen.clone(), until });
             if let Some(written) = self.replace(&network.with_spec(spec))? {
                 self.witness("IPDNetwork", &written.metadata, true);
                 self.network_object.replace(Some(written));
                 self.recovering.set(true);
+                self.mark_recovering(until)?;
                 return Ok(true);
             }
         }

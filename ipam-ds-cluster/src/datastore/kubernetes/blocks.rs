@@ -193,6 +193,40 @@ impl KubeStore {
             .collect()
     }
 
+    /// Whether a shared block is marked recovering at `now`: no grant in it
+    /// then (see [`KubeStore::mark_recovering`]).
+    pub(super) fn recovering_at(object: &Object<BlockSpec>, now: Time) -> bool {
+        object.spec.recovering.is_some_and(|until| !until.is_past_at(now))
+    }
+
+    /// After lost history, until `until`: every shared block of the network,
+    /// and every block with an address lent out, is marked recovering, so
+    /// that no grant or borrowing in it takes an address whose record the
+    /// store lost (or brought back) before its node has put its records
+    /// right (each grant and borrowing is an update of its block, which
+    /// compares the mark; the network's `recovery` keeps claims off). One
+    /// LIST of the network's blocks, then an update of each marked: rare.
+    pub(super) fn mark_recovering(&self, until: Time) -> Answer<()> {
+        let labels = format!("{}={}", objects::LABEL_NETWORK, names::text(&self.network));
+        for block in self.list::<BlockSpec>(&labels, false)? {
+            let block = self.keep_block(block, true)?;
+            let shared = block.spec.state.owner().is_some_and(|o| o.shared);
+            if !shared && !block.spec.records.values().any(|r| matches!(r, Record::Lent(_))) {
+                continue;
+            }
+            let pool = block.spec.pool.clone();
+            self.change_block(&pool, block.spec.cidr, |found, _| match found {
+                Some(f) if f.spec.recovering.is_none_or(|r| r < until) => {
+                    let mut spec = f.spec.clone();
+                    spec.recovering = Some(until);
+                    Ok(Step::Write(Box::new(spec), ()))
+                }
+                _ => Ok(Step::Answer(())),
+            })?;
+        }
+        Ok(())
+    }
+
     /// Whether a block is nobody's: no object, `Unclaimed`, or released
     /// with its end past.
     pub(super) fn nobodys(object: Option<&Object<BlockSpec>>, now: Time) -> bool {
