@@ -286,14 +286,11 @@ impl Datastore for KubeStore {
     fn forget_marks(&self) {}
 
     fn finish(&self, store: &mut StoreHandle) {
-        if self.seen_changed.get() {
-            if let Err(e) = store.write(|tx| self.keep_seen(tx)) {
-                tracing::warn!("what this call saw of the cluster's objects is not kept: {e}");
-            }
-        }
         let written = self.written.borrow();
-        if !written.is_empty() {
+        if !written.is_empty() || self.seen_changed.get() {
             let blocks = self.blocks.borrow();
+            // One write: the shared blocks written, kept for the next call,
+            // and what this call saw of this node's objects (`history`).
             let keep = |tx: &Tx| {
                 for name in written.iter() {
                     let note = format!("{KEPT_BLOCK_NOTE}{name}");
@@ -306,10 +303,10 @@ impl Datastore for KubeStore {
                         None => tx.drop_note(&note)?,
                     }
                 }
-                Ok(())
+                self.keep_seen(tx)
             };
             if let Err(e) = store.write(keep) {
-                tracing::warn!("the shared blocks written are not kept for the next call: {e}");
+                tracing::warn!("what this call saw and wrote of the cluster's blocks is not kept for the next: {e}");
             }
         }
         let counts = self.client.counts();
