@@ -73,13 +73,17 @@ fn token(path: &Path) -> Result<String, Failure> {
     Ok(token.to_string())
 }
 
+/// How every kubeconfig the installer writes starts: an earlier one it
+/// wrote is recognised by it (see `plan::DataFile::rewritten_from`).
+pub const HEADER: &str = "# The plugins' credentials on the Kubernetes API (ipam.cluster.kubernetes.kubeconfig):
+# the ServiceAccount token of ipam-delegated install-cni's pod, written by it
+# and written again whenever the kubelet refreshes the token. Do not edit.
+";
+
 fn text(server: &str, ca: &[u8], token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca);
     format!(
-        "# The plugins' credentials on the Kubernetes API (ipam.cluster.kubernetes.kubeconfig):
-# the ServiceAccount token of ipam-delegated install-cni's pod, written by it
-# and written again whenever the kubelet refreshes the token. Do not edit.
-apiVersion: v1
+        "{HEADER}apiVersion: v1
 kind: Config
 clusters:
   - name: in-cluster

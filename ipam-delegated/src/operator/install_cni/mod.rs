@@ -119,19 +119,21 @@ fn install(options: &Options) -> Result<(Report, Option<Vec<u8>>), Failure> {
         let path = options.bin_dir.join(delegate);
         wanted.links.push(At { found: found::link(&path)?, path });
     }
-    let mut data_file = |path: PathBuf, contents: Vec<u8>, mode: u32| -> Result<(), Failure> {
-        wanted.files.push(DataFile { at: At { found: found::data_file(&path)?, path }, contents, mode });
+    let mut wanted_file = |path: PathBuf, contents: Vec<u8>, mode: u32, rewritten_from| -> Result<(), Failure> {
+        let at = At { found: found::data_file(&path)?, path };
+        wanted.files.push(DataFile { at, contents, mode, rewritten_from });
         Ok(())
     };
-    data_file(options.node_file.clone(), format!("{node}\n").into_bytes(), 0o644)?;
+    wanted_file(options.node_file.clone(), format!("{node}\n").into_bytes(), 0o644, None)?;
     let kubeconfig = match &options.kubeconfig {
         Some(path) => {
             let contents = kubeconfig::contents(&options.service_account_dir)?;
-            data_file(path.clone(), contents.clone(), 0o600)?;
+            wanted_file(path.clone(), contents.clone(), 0o600, Some(kubeconfig::HEADER.as_bytes()))?;
             Some(contents)
         }
         None => None,
     };
+    let mut data_file = |path, contents, mode| wanted_file(path, contents, mode, None);
     let mut no_secret = None;
     if let Some(secret) = &options.etcd_secret {
         let files = sources::secret_files(secret)?;

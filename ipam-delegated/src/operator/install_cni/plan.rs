@@ -51,6 +51,13 @@ pub struct DataFile {
     pub at: At<Current>,
     pub contents: Vec<u8>,
     pub mode: u32,
+    /// A file the installer writes again while it runs (the kubeconfig, at
+    /// each token refresh): any content it made starts so. The manifest
+    /// records the new content before the rename puts it in place, so a
+    /// crash between leaves the previous one, which is still ours when the
+    /// manifest names the path and it starts so (else the restarted pod
+    /// would refuse it until `--force`).
+    pub rewritten_from: Option<&'static [u8]>,
 }
 
 /// Everything an installation wants in place.
@@ -196,8 +203,12 @@ fn data_file(
     file: DataFile,
     force: bool,
 ) {
-    let DataFile { at: At { path, found }, contents, mode } = file;
-    let ours = |current: &[u8]| recorded.get(&path).is_some_and(|e| e.wrote(current));
+    let DataFile { at: At { path, found }, contents, mode, rewritten_from } = file;
+    let ours = |current: &[u8]| {
+        recorded.get(&path).is_some_and(|e| {
+            e.wrote(current) || rewritten_from.is_some_and(|header| e.kind == Kind::File && current.starts_with(header))
+        })
+    };
     match found {
         Found::Nothing => plan.steps.push(Step::File { path, contents, mode }),
         Found::File(current) if current.contents == contents && current.mode == mode => {
@@ -243,11 +254,12 @@ mod tests {
             program: at("/host/opt/cni/bin/ipam-delegated", program),
             links: vec![at("/host/opt/cni/bin/ipam-ds-pool", link)],
             files: vec![
-                DataFile { at: at(NODE_FILE, node), contents: b"node-a\n".to_vec(), mode: 0o644 },
+                DataFile { at: at(NODE_FILE, node), contents: b"node-a\n".to_vec(), mode: 0o644, rewritten_from: None },
                 DataFile {
                     at: at("/host/etc/cni/ipam-delegated/etcd/tls.key", key),
                     contents: b"KEY\n".to_vec(),
                     mode: 0o600,
+                    rewritten_from: None,
                 },
             ],
         }
@@ -303,6 +315,36 @@ mod tests {
                 ("/host/opt/cni/bin/ipam-ds-pool".to_string(), Kind::Link),
             ]
         );
+    }
+
+    /// The kubeconfig as a crash left it between the manifest's update and
+    /// the rename: the previous content, which the manifest no longer
+    /// records. Written again, where any other content is refused.
+    #[test]
+    fn a_rewritten_file_one_version_behind_its_manifest_is_still_ours() {
+        const KUBECONFIG: &str = "/host/etc/cni/ipam-delegated/kubeconfig";
+        let recorded = BTreeMap::from([(PathBuf::from(KUBECONFIG), Entry::file(Path::new(KUBECONFIG), b"# h\nnew"))]);
+        let with = |current: &[u8]| {
+            let mut w = fresh();
+            w.files = vec![DataFile {
+                at: at(KUBECONFIG, Found::File(Current { contents: current.to_vec(), mode: 0o600 })),
+                contents: b"# h\nnewer".to_vec(),
+                mode: 0o600,
+                rewritten_from: Some(b"# h\n"),
+            }];
+            plan(w, &recorded, false)
+        };
+        let steps = with(b"# h\nold").expect("the previous version is ours").steps;
+        assert!(
+            steps.iter().any(|s| matches!(s, Step::File { path, .. } if path == Path::new(KUBECONFIG))),
+            "{steps:?}"
+        );
+        match with(b"someone else's") {
+            Err(Failure::NothingInstalled(refusals)) => {
+                assert!(refusals.iter().any(|r| r.contains(KUBECONFIG)), "{refusals:?}")
+            }
+            other => panic!("another content is refused: {other:?}"),
+        }
     }
 
     #[test]
