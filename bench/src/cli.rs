@@ -100,6 +100,16 @@ database / dataDir per scenario, their calls interleaved. In order:
                without and with ipam-da-sticky (a new identity; returning on
                its node; returning on another node), latency ({latency} rounds)
                and etcd requests per ADD and DEL ({cluster_steady} each, counted by etcd)
+  whereabouts  the suite in cluster mode and whereabouts (built from its Go
+               module, bench/whereabouts, with its CRDs and RBAC applied) on
+               one real Kubernetes API server, the same calls with CNI_ARGS
+               as a kubelet passes them: {wa_pods} pods on {wave_nodes} nodes into exactly
+               {wa_pods} addresses in one wave and in two (as the cluster scenario,
+               each plugin the same deadline; {quick_wa_pods} with BENCH_QUICK=1), steady-state ADD and DEL
+               latency ({latency} each, interleaved) and API requests per call
+               ({cluster_steady} each, the API server's apiserver_request_total), a burst of
+               {burst} pods on one node, peak RSS per call. `--only whereabouts`
+               rewrites its section of BENCHMARKS.md (and nothing else)
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
@@ -121,7 +131,8 @@ Options:
   --only NAMES       only these scenarios, comma-separated (names above;
                      durability always runs), e.g. --only sticky,sticky-cluster
                      (a few minutes with the build); prints their figures
-                     and the machine, writes no files. As BENCH_ONLY
+                     and the machine, writes no files (but for whereabouts:
+                     its section of BENCHMARKS.md). As BENCH_ONLY
   --rusage-of EXE    internal: run EXE and report its peak RSS on stderr
                      (the launcher of the memory scenario)
 
@@ -157,6 +168,9 @@ for the durability figures strace, and for the cluster figures etcd
         quick_wave_secs = crate::setup::QUICK.cluster_wave_secs,
         nodes = crate::scenarios::cluster::NODES,
         workers_per_node = crate::scenarios::cluster::WORKERS_PER_NODE,
+        burst = crate::scenarios::whereabouts::BURST_PODS,
+        wa_pods = c.whereabouts_pods,
+        quick_wa_pods = crate::setup::QUICK.whereabouts_pods,
     )
 }
 
