@@ -56,10 +56,6 @@ pub struct Requests {
     pub server: BTreeMap<String, u64>,
     /// How long the calls took, one after the other.
     pub time: Duration,
-    /// Requests to Leases (`coordination.k8s.io`) over the same calls: the
-    /// API server's own (it renews its identity's Lease), plus the plugin's
-    /// if it takes one.
-    pub leases: u64,
 }
 
 impl Requests {
@@ -97,6 +93,10 @@ pub struct Placement {
     pub failures: BTreeMap<u64, (usize, String)>,
     /// The API server's count over every attempt, of the plugin's groups.
     pub server: BTreeMap<String, u64>,
+    /// Its count of requests to Leases (`coordination.k8s.io`) over the
+    /// waves: the API server's own (it renews Leases of its own), and the
+    /// plugin's if it takes one.
+    pub leases: u64,
     /// The wall time of the ADDs that placed a pod.
     pub placing_add: Stats,
 }
@@ -144,6 +144,11 @@ impl Placement {
 
     pub fn requests(&self) -> u64 {
         self.server.values().sum()
+    }
+
+    /// The waves' time, until every call returned.
+    pub fn time(&self) -> Duration {
+        self.waves.iter().map(|w| w.time).sum()
     }
 
     /// Every address answered once, inside the pool.

@@ -180,11 +180,14 @@ fn per_call(n: u64, calls: usize) -> String {
     format!("{:.2}", n as f64 / calls.max(1) as f64)
 }
 
+/// The counts that are not 0, "VERB resource N" each.
 fn counts(server: &BTreeMap<String, u64>) -> String {
-    if server.is_empty() {
-        return "none".into();
+    let counted: Vec<String> = server.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    if counted.is_empty() {
+        "none".into()
+    } else {
+        counted.join(", ")
     }
-    server.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// The section of BENCHMARKS.md: how the plugins were run, the table, the
@@ -217,7 +220,7 @@ pub fn section(fig: &Figures, m: &Machine) -> String {
         super::machine::loads(fig)
     );
     let _ = writeln!(s, "{}", table(fig));
-    let _ = writeln!(s, "The API server counts its requests itself: `apiserver_request_total` from its `/metrics` (read as the admin) before and after each batch, of the groups each plugin uses (the suite: `ipam-delegated.io`; whereabouts: `whereabouts.cni.cncf.io` and the Lease's `coordination.k8s.io`), per verb and resource, its answers that are no success apart (\"PATCH ippools (422)\": a patch whose test of the resourceVersion failed; such a request wrote nothing).\n");
+    let _ = writeln!(s, "The API server counts its requests itself: `apiserver_request_total` from its `/metrics` (read as the admin) before and after each batch, of the groups each plugin uses (the suite: `ipam-delegated.io`; whereabouts: `whereabouts.cni.cncf.io` and the Lease's `coordination.k8s.io`), per verb and resource, its answers that are no success apart (\"PUT leases (409)\": a write refused because the object changed since it was read; such a request wrote nothing).\n");
     let _ = writeln!(s, "| calls | plugin | requests per verb and resource | per call |\n|---|---|---|---:|");
     for p in [suite, wb] {
         for (what, r) in [("steady-state ADDs", &p.add_requests), ("steady-state DELs", &p.del_requests)] {
@@ -254,7 +257,7 @@ pub fn section(fig: &Figures, m: &Machine) -> String {
             }
         }
     }
-    let background = background(&suite.add_requests, &wb.add_requests);
+    let background = background(suite, &wb.add_requests);
     let _ = writeln!(s, "\n{background}\n");
     for p in [suite, wb] {
         for (what, pl) in [("one wave", &p.one_wave), ("two waves", &p.two_waves), ("the burst", &p.burst)] {
@@ -280,21 +283,19 @@ pub fn section(fig: &Figures, m: &Machine) -> String {
 }
 
 /// The Lease requests the API server makes of its own, as measured during
-/// the suite's counted ADDs (which take no Lease), and what the same rate
-/// puts into whereabouts' count.
-fn background(suite: &Requests, wb: &Requests) -> String {
-    let secs = suite.time.as_secs_f64();
+/// the suite's pods in waves and burst (which take no Lease), and what the
+/// same rate puts into whereabouts' count of steady-state ADDs.
+fn background(suite: &PluginFigures, wb: &Requests) -> String {
+    let runs = [&suite.one_wave, &suite.two_waves, &suite.burst];
+    let secs: f64 = runs.iter().map(|p| p.time().as_secs_f64()).sum();
+    let leases: u64 = runs.iter().map(|p| p.leases).sum();
     if secs <= 0.0 {
         return String::new();
     }
-    let rate = suite.leases as f64 / secs;
-    let share = rate * wb.time.as_secs_f64() / wb.calls.max(1) as f64;
+    let share = leases as f64 / secs * wb.time.as_secs_f64() / wb.calls.max(1) as f64;
     format!(
-        "The API server renews Leases of its own: during the suite's {} counted ADDs (which take no Lease) it counted {} Lease requests in {:.1} s. At that rate about {:.3} of whereabouts' requests per ADD (its {} ADDs took {:.1} s) are the server's own, not whereabouts'; the table does not subtract them.",
-        suite.calls,
-        suite.leases,
+        "Lease requests are whereabouts' and the API server's own (it renews Leases of its own): during the suite's pods in waves and burst (which take no Lease), {:.1} s in all, the server counted {leases} Lease requests. At that rate about {share:.3} of whereabouts' requests per steady-state ADD (its {} ADDs took {:.1} s) are the server's own; the table does not subtract them.",
         secs,
-        share,
         wb.calls,
         wb.time.as_secs_f64()
     )

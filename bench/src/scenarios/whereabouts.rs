@@ -55,6 +55,9 @@ const RETRY: Duration = Duration::from_millis(500);
 const BLOCK_SIZE: u8 = 26;
 /// Calls of the peak-RSS step, of each command.
 const RSS_CALLS: usize = 5;
+/// The API group of Leases: whereabouts takes one per call, the API server
+/// renews its own.
+const LEASES: &str = "coordination.k8s.io";
 /// The namespace of the pods, as CNI_ARGS names it.
 const POD_NAMESPACE: &str = "bench";
 
@@ -261,6 +264,7 @@ fn place(
     let failures: Mutex<BTreeMap<u64, (usize, String)>> = Mutex::new(BTreeMap::new());
     let placing: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
     let mut server = BTreeMap::new();
+    let mut leases = 0;
     let mut runs = Vec::new();
     let mut first = 0;
     for &size in waves {
@@ -321,9 +325,12 @@ fn place(
             }
         });
         let time = t0.elapsed();
-        for (key, n) in difference(&api_requests_in(&before, &groups), &api_requests_in(&kube.metrics(), &groups)) {
+        let after = kube.metrics();
+        for (key, n) in difference(&api_requests_in(&before, &groups), &api_requests_in(&after, &groups)) {
             *server.entry(key).or_default() += n;
         }
+        let lease_requests = |metrics: &str| api_requests_in(metrics, &[LEASES]).into_values().sum::<u64>();
+        leases += lease_requests(&after).saturating_sub(lease_requests(&before));
         let run = WaveRun {
             nodes: (wave.start + 1, wave.end),
             pods: per_node * wave.len(),
@@ -360,6 +367,7 @@ fn place(
         outside: holders.keys().filter(|a| !inside(a)).count(),
         failures,
         server,
+        leases,
         placing_add: stats(&placing.into_inner().unwrap_or_else(|e| e.into_inner())),
     }
 }
@@ -417,15 +425,10 @@ fn counted(ctx: &Ctx, kube: &KubeStore, c: &Contender) -> [Requests; 2] {
         }
         let time = t0.elapsed();
         let after = kube.metrics();
-        let leases = difference(
-            &api_requests_in(&before, &["coordination.k8s.io"]),
-            &api_requests_in(&after, &["coordination.k8s.io"]),
-        );
         Requests {
             calls: n,
             server: difference(&api_requests_in(&before, &groups), &api_requests_in(&after, &groups)),
             time,
-            leases: leases.values().sum(),
         }
     })
 }
