@@ -121,6 +121,10 @@ server (Go); the two sticky scenarios add about 2 minutes on a busy machine
 BENCH_QUICK=1 --only cluster took 77 s. The cluster scenario's pods in waves
 take each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) at most, for
 each of the six waves (three per store) whose pods cannot all be placed.
+--only whereabouts took 371 s at a load average near 5 (whereabouts takes
+each wave's deadline, 45 s, in each of its three waves; 20 s with
+BENCH_QUICK=1, whose run took 134 s), plus the first time the Go build of
+whereabouts (about a minute).
 
 Options:
   -h, --help         print this help and exit
