@@ -100,6 +100,16 @@ database / dataDir per scenario, their calls interleaved. In order:
                without and with ipam-da-sticky (a new identity; returning on
                its node; returning on another node), latency ({latency} rounds)
                and etcd requests per ADD and DEL ({cluster_steady} each, counted by etcd)
+  whereabouts  the suite in cluster mode and whereabouts (built from its Go
+               module, bench/whereabouts, with its CRDs and RBAC applied) on
+               one real Kubernetes API server, the same calls with CNI_ARGS
+               as a kubelet passes them: {wa_pods} pods on {wave_nodes} nodes into exactly
+               {wa_pods} addresses in one wave and in two (as the cluster scenario,
+               each plugin the same deadline; {quick_wa_pods} with BENCH_QUICK=1), steady-state ADD and DEL
+               latency ({latency} each, interleaved) and API requests per call
+               ({cluster_steady} each, the API server's apiserver_request_total), a burst of
+               {burst} pods on one node, peak RSS per call. `--only whereabouts`
+               rewrites its section of BENCHMARKS.md (and nothing else)
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
@@ -111,6 +121,10 @@ server (Go); the two sticky scenarios add about 2 minutes on a busy machine
 BENCH_QUICK=1 --only cluster took 77 s. The cluster scenario's pods in waves
 take each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) at most, for
 each of the six waves (three per store) whose pods cannot all be placed.
+--only whereabouts took 371 s at a load average near 5 (whereabouts takes
+each wave's deadline, 45 s, in each of its three waves; 20 s with
+BENCH_QUICK=1, whose run took 134 s), plus the first time the Go build of
+whereabouts (about a minute).
 
 Options:
   -h, --help         print this help and exit
@@ -121,7 +135,8 @@ Options:
   --only NAMES       only these scenarios, comma-separated (names above;
                      durability always runs), e.g. --only sticky,sticky-cluster
                      (a few minutes with the build); prints their figures
-                     and the machine, writes no files. As BENCH_ONLY
+                     and the machine, writes no files (but for whereabouts:
+                     its section of BENCHMARKS.md). As BENCH_ONLY
   --rusage-of EXE    internal: run EXE and report its peak RSS on stderr
                      (the launcher of the memory scenario)
 
@@ -157,6 +172,9 @@ for the durability figures strace, and for the cluster figures etcd
         quick_wave_secs = crate::setup::QUICK.cluster_wave_secs,
         nodes = crate::scenarios::cluster::NODES,
         workers_per_node = crate::scenarios::cluster::WORKERS_PER_NODE,
+        burst = crate::scenarios::whereabouts::BURST_PODS,
+        wa_pods = c.whereabouts_pods,
+        quick_wa_pods = crate::setup::QUICK.whereabouts_pods,
     )
 }
 

@@ -131,11 +131,7 @@ impl Store {
     pub fn counted(&self) -> BTreeMap<String, u64> {
         match self {
             Store::Etcd(etcd) => etcd.handled(),
-            Store::Kubernetes(kube) => {
-                let (status, body) = kube.api.request(&kube.api.admin_kubeconfig(), "GET", "/metrics", None);
-                assert_eq!(status, 200, "GET /metrics of the API server: {body}");
-                api_requests(&body)
-            }
+            Store::Kubernetes(kube) => api_requests(&kube.metrics()),
         }
     }
 
@@ -224,6 +220,13 @@ impl KubeStore {
         KubeStore { api, kubeconfig }
     }
 
+    /// The API server's `/metrics` text, read as the admin.
+    pub fn metrics(&self) -> String {
+        let (status, body) = self.api.request(&self.api.admin_kubeconfig(), "GET", "/metrics", None);
+        assert_eq!(status, 200, "GET /metrics of the API server: {body}");
+        body
+    }
+
     /// The kubeconfig the plugins are given (the DaemonSet's ServiceAccount's).
     pub fn kubeconfig(&self) -> &std::path::Path {
         &self.kubeconfig
@@ -239,13 +242,18 @@ fn network_of(space: &str) -> String {
 /// per "VERB resource" over the other labels (scopes, …), the answers that
 /// are no success (not 2xx) apart, per "VERB resource (CODE)".
 pub fn api_requests(metrics: &str) -> BTreeMap<String, u64> {
+    api_requests_in(metrics, &[GROUP])
+}
+
+/// As [`api_requests`], of the API groups `groups` ("" the core group).
+pub fn api_requests_in(metrics: &str, groups: &[&str]) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix("apiserver_request_total{") else { continue };
         let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
         let label =
             |name: &str| labels.split(',').find_map(|l| l.strip_prefix(name)?.strip_prefix("=\"")?.strip_suffix('"'));
-        if label("group") != Some(GROUP) {
+        if !label("group").is_some_and(|group| groups.contains(&group)) {
             continue;
         }
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };

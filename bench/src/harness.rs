@@ -69,6 +69,13 @@ impl Plugin {
     pub fn run_rss(&self, command: &str, container: &str) -> Run {
         exec_rss(&self.exe, command, container, &self.cni_path, &self.config)
     }
+
+    /// [`Plugin::run_args`] through the `--rusage-of` launcher, as
+    /// [`exec_rss`].
+    pub fn run_args_rss(&self, command: &str, container: &str, cni_args: &str) -> Run {
+        let env = Env { command, container, cni_path: &self.cni_path, cni_args: Some(cni_args) };
+        spawn_rss(&self.exe, env, &self.config)
+    }
 }
 
 pub fn exec(exe: &Path, command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
@@ -78,9 +85,26 @@ pub fn exec(exe: &Path, command: &str, container: &str, cni_path: &Path, stdin: 
 /// As [`exec`], through the `--rusage-of` launcher: `maxrss_kib` is then the
 /// plugin's own peak RSS (see [`rusage_launcher`]).
 pub fn exec_rss(exe: &Path, command: &str, container: &str, cni_path: &Path, stdin: &[u8]) -> Run {
+    spawn_rss(exe, Env { command, container, cni_path, cni_args: None }, stdin)
+}
+
+fn spawn_rss(exe: &Path, env: Env, stdin: &[u8]) -> Run {
     let me = std::env::current_exe().expect("current exe");
-    let args = [OsStr::new("--rusage-of"), exe.as_os_str()];
-    spawn(&me, &args, Env { command, container, cni_path, cni_args: None }, stdin)
+    spawn(&me, &[OsStr::new("--rusage-of"), exe.as_os_str()], env, stdin)
+}
+
+/// What `f` returns, or the first line of its panic's message: a part
+/// of the benchmark that cannot run (a Go build that fails, say) fails the
+/// way a test fails, and the report says why.
+pub fn caught<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
+    std::panic::catch_unwind(f).map_err(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(a panic without a message)");
+        why.lines().next().unwrap_or_default().to_string()
+    })
 }
 
 /// What a runtime tells a plugin about one call: CNI_COMMAND,

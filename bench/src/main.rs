@@ -37,6 +37,7 @@ mod scenarios;
 mod setup;
 mod strace;
 mod support;
+mod whereabouts;
 
 use std::fs;
 use std::path::Path;
@@ -50,7 +51,7 @@ type Scenario = fn(&Ctx, &mut Figures);
 
 /// The scenarios, in the order they run (after the durability probe, which
 /// always runs); `--only latency,memory` (or `BENCH_ONLY=…`) picks some by name.
-const SCENARIOS: [(&str, Scenario); 11] = [
+const SCENARIOS: [(&str, Scenario); 12] = [
     ("latency", scenarios::latency::run),
     ("first-add", scenarios::first_add::run),
     ("throughput", scenarios::throughput::run),
@@ -62,6 +63,7 @@ const SCENARIOS: [(&str, Scenario); 11] = [
     ("cluster", scenarios::cluster::run),
     ("sticky", scenarios::sticky::run),
     ("sticky-cluster", scenarios::sticky::run_cluster),
+    ("whereabouts", scenarios::whereabouts::run),
 ];
 
 fn main() {
@@ -161,6 +163,15 @@ fn main() {
             println!("The Kubernetes API server's count:\n\n{}", report::cluster::kube_counts(kube));
         }
     }
+    if wanted("whereabouts") {
+        println!(
+            "The suite in cluster mode and whereabouts on one API server:\n\n{}",
+            report::whereabouts::table(&fig)
+        );
+        if let Some(w) = &fig.whereabouts {
+            println!("{}\n", report::whereabouts::goals(w));
+        }
+    }
     let sticky = report::sticky::section(&fig);
     if !sticky.is_empty() {
         println!("{sticky}");
@@ -172,7 +183,16 @@ fn main() {
         println!("\n{}", report::machine::table(&machine, &fig));
     }
     if quick || only.is_some() {
-        eprintln!("BENCH_QUICK / --only (BENCH_ONLY): BENCHMARKS.md and the chart are not written");
+        // Its section stands alone (its own API server, its own machine
+        // line): a run of it rewrites that section, and only that.
+        if !quick && wanted("whereabouts") && fig.whereabouts.is_some() {
+            let path = workspace.join("BENCHMARKS.md");
+            let document = fs::read_to_string(&path).unwrap_or_default();
+            let section = report::whereabouts::section(&fig, &machine);
+            fs::write(&path, report::whereabouts::splice(&document, &section)).expect("write BENCHMARKS.md");
+            eprintln!("wrote the section \"{}\" of BENCHMARKS.md", report::whereabouts::HEADING);
+        }
+        eprintln!("BENCH_QUICK / --only (BENCH_ONLY): BENCHMARKS.md (but for the whereabouts section) and the chart are not written");
         return;
     }
     let svg = chart::render(&fig);

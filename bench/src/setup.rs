@@ -81,6 +81,9 @@ pub struct Counts {
     /// Cluster mode, 1000 pods into 1000 addresses: how long each wave may
     /// retry before the pods not placed are given up, in seconds.
     pub cluster_wave_secs: u64,
+    /// The whereabouts scenario: pods placed into as many addresses by
+    /// each plugin, in each of its runs (one wave, two waves).
+    pub whereabouts_pods: usize,
 }
 
 pub const FULL: Counts = Counts {
@@ -98,6 +101,7 @@ pub const FULL: Counts = Counts {
     cluster_adds: 2000,
     cluster_tight: 50,
     cluster_wave_secs: 45,
+    whereabouts_pods: 1000,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
@@ -114,6 +118,7 @@ pub const QUICK: Counts = Counts {
     cluster_adds: 400,
     cluster_tight: 25,
     cluster_wave_secs: 20,
+    whereabouts_pods: 200,
 };
 
 /// The benchmark's floor (bench/floor): `ipam-bench-floor`, the least work of

@@ -28,6 +28,13 @@ const GO_CANDIDATES: [&str; 2] = ["go", "/usr/local/go/bin/go"];
 /// sources yet. Fails the test, saying what is missing, when no go command
 /// of at least the module's `go` version is found, or the build fails.
 pub fn build(module: &str, dir: &str, exe: &str) -> PathBuf {
+    build_package(module, ".", dir, exe)
+}
+
+/// As [`build`], of the main package `package` of the module's build list
+/// rather than of the module's own: a program of a dependency it pins
+/// (bench/whereabouts: whereabouts' plugin, a `tool` of its go.mod).
+pub fn build_package(module: &str, package: &str, dir: &str, exe: &str) -> PathBuf {
     let source = repo().join(module);
     let out_dir = target_dir().join(dir);
     fs::create_dir_all(&out_dir).unwrap_or_else(|e| panic!("creating {}: {e}", out_dir.display()));
@@ -46,7 +53,7 @@ pub fn build(module: &str, dir: &str, exe: &str) -> PathBuf {
     let out = Command::new(&go)
         .args(["build", "-o"])
         .arg(&tmp)
-        .arg(".")
+        .arg(package)
         .current_dir(&source)
         // go.sum must already pin every module: a build never changes it.
         .env("GOFLAGS", "-mod=readonly -buildvcs=false")
@@ -68,6 +75,34 @@ pub fn build(module: &str, dir: &str, exe: &str) -> PathBuf {
     fs::write(&stamp_file, &stamp).unwrap_or_else(|e| panic!("{}: {e}", stamp_file.display()));
     eprintln!("built {} from {module} with {version} in {:.1?}", exe_path.display(), started.elapsed());
     exe_path
+}
+
+/// Where Go's module cache holds the module `dependency` at the version the
+/// Go module at `module` pins (its files as released: manifests, CRDs),
+/// fetched through the module proxy if it is not there yet.
+pub fn module_dir(module: &str, dependency: &str) -> PathBuf {
+    let source = repo().join(module);
+    let (go, _) = go_for(&source);
+    let out = Command::new(&go)
+        .args(["mod", "download", "-json", dependency])
+        .current_dir(&source)
+        .env("GOFLAGS", "-mod=readonly")
+        .env("GOTOOLCHAIN", "local")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {go} mod download {dependency} in {}: {e}", source.display()));
+    let answer = String::from_utf8_lossy(&out.stdout);
+    // `"Dir": "/root/go/pkg/mod/…@v1.2.3",` in the JSON it prints.
+    let dir = answer.lines().find_map(|l| l.trim().strip_prefix("\"Dir\": \"")?.strip_suffix("\","));
+    match dir {
+        Some(dir) if out.status.success() => PathBuf::from(dir),
+        _ => panic!(
+            "{go} mod download {dependency} in {} ({}): {answer}{}",
+            source.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }
 
 /// The first go command of [`GO_CANDIDATES`] whose version is at least the

@@ -10,6 +10,7 @@ pub mod durability;
 pub mod lock_wait;
 pub mod machine;
 pub mod sticky;
+pub mod whereabouts;
 
 use std::time::Duration;
 
@@ -56,6 +57,10 @@ pub struct Figures {
     pub sticky_cluster: Option<sticky::StickyClusterFigures>,
     /// Why sticky addresses in cluster mode were not measured.
     pub sticky_cluster_note: Option<String>,
+    /// The suite in cluster mode and whereabouts on one API server.
+    pub whereabouts: Option<whereabouts::WhereaboutsFigures>,
+    /// Why they were not measured side by side.
+    pub whereabouts_note: Option<String>,
 }
 
 impl Figures {

@@ -25,6 +25,10 @@ pub fn table(m: &Machine, fig: &Figures) -> String {
             let _ = writeln!(s, "| Kubernetes API server (cluster mode) | {} |", k.version);
         }
     }
+    if let Some(w) = &fig.whereabouts {
+        let _ = writeln!(s, "| Kubernetes API server (side by side with whereabouts) | {} |", w.kubernetes);
+        let _ = writeln!(s, "| whereabouts | {} (Go module, bench/whereabouts) |", w.whereabouts);
+    }
     let _ = writeln!(s, "| load average (1, 5, 15 min) | {} |", loads(fig));
     s
 }

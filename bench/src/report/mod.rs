@@ -17,6 +17,7 @@ pub mod sticky;
 pub mod summary;
 mod throughput;
 mod variants;
+pub mod whereabouts;
 
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,9 @@ pub fn markdown(fig: &Figures, m: &Machine, table: &str, elapsed: Duration) -> S
     let _ = writeln!(s, "## Summary\n\n{table}");
     let _ = writeln!(s, "### What bounds the figures\n\nWhat the benchmark can measure of the limits below the figures, on this machine:\n\n{}", bounds::list(fig));
     s.push_str(&cluster::section(fig));
+    if fig.whereabouts.is_some() || fig.whereabouts_note.is_some() {
+        s.push_str(&whereabouts::section(fig, m));
+    }
     let sticky = sticky::section(fig);
     if !sticky.is_empty() {
         let _ = write!(s, "\n{}", sticky.trim_end());

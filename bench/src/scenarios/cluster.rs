@@ -99,7 +99,7 @@ use crate::figures::cluster::{
     ClusterFigures, ClusterFill, FirstAdds, KubeFigures, KubeFloor, PodWaves, StepCount, TightPool, Wave,
 };
 use crate::figures::Figures;
-use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run, Stats};
+use crate::harness::{caught, loadavg, phase, stats, Latency, Plugin, Run, Stats};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -233,15 +233,8 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
 
 /// The tests' Kubernetes API server with the CRDs, or why not (no Go to
 /// build it, say: the builder fails the way a test fails, by a panic).
-fn start_kube(dir: &Path) -> Result<KubeStore, String> {
-    std::panic::catch_unwind(|| KubeStore::start(dir)).map_err(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("kube-test-server did not start");
-        why.lines().next().unwrap_or_default().to_string()
-    })
+pub fn start_kube(dir: &Path) -> Result<KubeStore, String> {
+    caught(|| KubeStore::start(dir))
 }
 
 /// Step 2: ADD then DEL of one container by every variant in turn (the

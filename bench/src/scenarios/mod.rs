@@ -16,3 +16,4 @@ pub mod memory;
 pub mod nearly_full;
 pub mod sticky;
 pub mod throughput;
+pub mod whereabouts;
