@@ -104,12 +104,14 @@ database / dataDir per scenario, their calls interleaved. In order:
                module, bench/whereabouts, with its CRDs and RBAC applied) on
                one real Kubernetes API server, the same calls with CNI_ARGS
                as a kubelet passes them: {wa_pods} pods on {wave_nodes} nodes into exactly
-               {wa_pods} addresses in one wave and in two (as the cluster scenario,
-               each plugin the same deadline; {quick_wa_pods} with BENCH_QUICK=1), steady-state ADD and DEL
-               latency ({latency} each, interleaved) and API requests per call
-               ({cluster_steady} each, the API server's apiserver_request_total), a burst of
-               {burst} pods on one node, peak RSS per call. `--only whereabouts`
-               rewrites its section of BENCHMARKS.md (and nothing else)
+               {wa_pods} addresses ({quick_wa_pods} with BENCH_QUICK=1) in one wave and in
+               two (as the cluster scenario, each plugin the same deadline),
+               steady-state ADD and DEL latency ({latency} each, interleaved)
+               and API requests per call ({cluster_steady} each, the API server's
+               apiserver_request_total), a burst of {burst} pods on one node
+               ({quick_burst} with BENCH_QUICK=1), peak RSS per call. `--only
+               whereabouts` rewrites its section of BENCHMARKS.md (and
+               nothing else)
 
 Prints the summary table on stdout (progress on stderr) and writes
 BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
@@ -172,7 +174,8 @@ for the durability figures strace, and for the cluster figures etcd
         quick_wave_secs = crate::setup::QUICK.cluster_wave_secs,
         nodes = crate::scenarios::cluster::NODES,
         workers_per_node = crate::scenarios::cluster::WORKERS_PER_NODE,
-        burst = crate::scenarios::whereabouts::BURST_PODS,
+        burst = c.whereabouts_burst,
+        quick_burst = crate::setup::QUICK.whereabouts_burst,
         wa_pods = c.whereabouts_pods,
         quick_wa_pods = crate::setup::QUICK.whereabouts_pods,
     )

@@ -84,6 +84,9 @@ pub struct Counts {
     /// The whereabouts scenario: pods placed into as many addresses by
     /// each plugin, in each of its runs (one wave, two waves).
     pub whereabouts_pods: usize,
+    /// The whereabouts scenario: pods of the burst on one node, all
+    /// started at once.
+    pub whereabouts_burst: usize,
 }
 
 pub const FULL: Counts = Counts {
@@ -102,6 +105,7 @@ pub const FULL: Counts = Counts {
     cluster_tight: 50,
     cluster_wave_secs: 45,
     whereabouts_pods: 1000,
+    whereabouts_burst: 200,
 };
 pub const QUICK: Counts = Counts {
     latency: 40,
@@ -119,6 +123,7 @@ pub const QUICK: Counts = Counts {
     cluster_tight: 25,
     cluster_wave_secs: 20,
     whereabouts_pods: 200,
+    whereabouts_burst: 50,
 };
 
 /// The benchmark's floor (bench/floor): `ipam-bench-floor`, the least work of

@@ -21,7 +21,7 @@ const ROWS: [&str; 9] = [
     "ADD median, steady state",
     "API requests per ADD, steady state",
     "API requests per DEL, steady state",
-    "a burst of 200 pods on one node, all started at once: pods placed",
+    "pods on one node, all started at once: pods placed",
     "peak RSS of one ADD",
 ];
 
