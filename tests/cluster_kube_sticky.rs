@@ -19,7 +19,7 @@ use cluster_harness::sticky::*;
 use cluster_harness::sticky_storm::{identity_keys, storm, Key};
 use cluster_harness::*;
 use serde_json::{json, Value};
-use support::{addresses, assert_error, Outcome};
+use support::{assert_error, Outcome};
 
 /// Debian's libfaketime (package faketime): moves a call's wall clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -30,11 +30,6 @@ fn kube(pools: Value) -> Cluster<KubeStore> {
 
 fn blue() -> Cluster<KubeStore> {
     kube(blue_pools())
-}
-
-fn assert_no_address_twice(c: &Cluster<KubeStore>, nodes: &[&str]) {
-    let (_, twice) = held_by(c, nodes);
-    assert!(twice.is_empty(), "addresses held twice: {twice:?}");
 }
 
 fn key(c: &Cluster<KubeStore>, name: &str) -> Key {
@@ -107,62 +102,21 @@ fn a_pod_re_created_on_another_node_gets_its_address_in_blocks_of_their_own() {
 
 #[test]
 fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks() {
-    let c = kube(
-        json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.10", "rangeEnd": "10.61.0.40"}], "blockSize": 27}]),
-    );
-    let sticky = json!({});
-    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
-    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
-    assert_eq!(ok(&add(&c, "n2", "c2", "db-0", &sticky)), first);
-    let rec = c.addrs().into_iter().find(|a| a.ip == ip(&first[0])).expect("its record");
-    assert_eq!((rec.node.as_str(), rec.container.as_str()), ("n2", "c2"), "{rec:?}");
-    for i in 0..3 {
-        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), first);
-    }
-    assert_no_address_twice(&c, &["n1", "n2"]);
+    cluster_harness::sticky::a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks(&kube(
+        shared_blocks_pools(),
+    ));
 }
 
 #[test]
 fn two_nodes_adding_one_identity_at_once_give_it_to_one() {
-    let c = blue();
-    let sticky = json!({});
-    for round in 0..4 {
-        let name = format!("racer-{round}");
-        let outs: Vec<Outcome> = std::thread::scope(|s| {
-            let a = s.spawn(|| add(&c, "n1", &format!("a{round}"), &name, &sticky));
-            let b = s.spawn(|| add(&c, "n2", &format!("b{round}"), &name, &sticky));
-            vec![a.join().unwrap(), b.join().unwrap()]
-        });
-        let won: Vec<&Outcome> = outs.iter().filter(|o| o.status == 0).collect();
-        assert_eq!(won.len(), 1, "round {round}: {:?}", outs.iter().map(brief).collect::<Vec<_>>());
-        let lost = outs.iter().find(|o| o.status != 0).unwrap();
-        let winner = if outs[0].status == 0 { "n1" } else { "n2" };
-        assert_error(lost, 101, &[&format!("node {winner}"), "shareLive"]);
-    }
-    assert_no_address_twice(&c, &["n1", "n2"]);
+    cluster_harness::sticky::two_nodes_adding_one_identity_at_once_give_it_to_one(&blue());
 }
 
 #[test]
 fn share_live_lets_a_migrating_vm_have_its_address_on_both_nodes() {
-    let c = blue();
-    let sticky = json!({"shareLive": true});
-    let source = ok(&add(&c, "n1", "src", "vm-1", &sticky));
-    assert_eq!(ok(&add(&c, "n2", "dst", "vm-1", &sticky)), source);
-    del(&c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
-    let live = key(&c, "vm-1");
-    assert_eq!((live.node.as_str(), live.container.as_str(), live.until), ("n2", "dst", 0), "{live:?}");
-    for i in 0..4 {
-        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), source);
-    }
-    del(&c, "n2", "dst", "vm-1", &sticky).assert_quiet_success();
-    assert_eq!(ok(&add(&c, "n1", "again", "vm-1", &sticky)), source);
+    cluster_harness::sticky::share_live_lets_a_migrating_vm_have_its_address_on_both_nodes(&blue());
 }
 
-/// Two addresses, in n1's own block: held for db-0 and db-1, then nobody's
-/// once the holds end by the API server's clock. A node whose wall clock is
-/// a day ahead neither ends a hold early nor is kept from taking one over;
-/// once they have ended, the owner removes the holds' records before
-/// handing the addresses out again.
 #[test]
 fn a_hold_ends_by_the_api_server_s_clock_not_a_node_s() {
     let mut c = kube(
@@ -206,36 +160,9 @@ fn a_hold_ends_by_the_api_server_s_clock_not_a_node_s() {
 
 #[test]
 fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
-    let mut c =
-        Cluster::on_kubernetes(json!([{"name": "blue", "ranges": [{"subnet": "10.63.0.0/26"}], "blockSize": 27}]), 1.0);
-    c.share_blocks = Some("never");
-    c.call_timeout = 1;
-    let sticky = json!({});
-    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
-    let shared = ok(&add(&c, "n1", "c2", "vm-1", &json!({"shareLive": true})));
-    assert_eq!(ok(&add(&c, "n2", "c3", "vm-1", &json!({"shareLive": true}))), shared);
-    assert_error(&add(&c, "n2", "c4", "db-0", &sticky), 101, &["node n1"]);
-    release_node(&c, "n1", "n2");
-    let db = key(&c, "db-0");
-    assert!(db.until > 0, "held: {db:?}");
-    let vm = key(&c, "vm-1");
-    assert_eq!((vm.node.as_str(), vm.container.as_str()), ("n2", "c3"), "passed to n2: {vm:?}");
-    // After the tombstone's wait, another node claims n1's block and keeps off both addresses.
-    std::thread::sleep(Duration::from_secs(5));
-    let mut placed = 0;
-    for i in 0..70 {
-        let got = add(&c, "n3", &format!("o{i}"), &format!("o-{i}"), &sticky);
-        if got.status != 0 {
-            assert_error(&got, 100, &[]);
-            break;
-        }
-        let got = addresses(&got);
-        assert!(got != first && got != shared, "n3 handed out {got:?}");
-        placed += 1;
-    }
-    assert_eq!(placed, 59, "n3 filled both blocks but for the identities' addresses: {:?}", c.blocks());
-    assert_eq!(ok(&add(&c, "n2", "c4", "db-0", &sticky)), first);
-    assert_no_address_twice(&c, &["n2", "n3"]);
+    cluster_harness::sticky::release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere(
+        &mut Cluster::on_kubernetes(release_node_pools(), 1.0),
+    );
 }
 
 #[test]

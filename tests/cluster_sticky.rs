@@ -14,7 +14,7 @@ use std::time::Duration;
 use cluster_harness::sticky::*;
 use cluster_harness::*;
 use serde_json::{json, Value};
-use support::{addresses, assert_error, Outcome};
+use support::assert_error;
 
 fn identity_keys(c: &Cluster) -> Vec<(String, Value)> {
     c.store
@@ -22,12 +22,6 @@ fn identity_keys(c: &Cluster) -> Vec<(String, Value)> {
         .into_iter()
         .map(|(k, v)| (k, serde_json::from_str(&v).expect("an identity record")))
         .collect()
-}
-
-/// Every live lease of every node, address → (node, container): each address once.
-fn assert_no_address_twice(c: &Cluster, nodes: &[&str]) {
-    let (_, twice) = held_by(c, nodes);
-    assert!(twice.is_empty(), "addresses held twice: {twice:?}");
 }
 
 #[test]
@@ -66,64 +60,20 @@ fn a_pod_re_created_on_another_node_gets_its_address_in_blocks_of_their_own() {
 
 #[test]
 fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks() {
-    let c = Cluster::new(
-        json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.10", "rangeEnd": "10.61.0.40"}], "blockSize": 27}]),
+    cluster_harness::sticky::a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks(&Cluster::new(
+        shared_blocks_pools(),
         30.0,
-    );
-    let sticky = json!({});
-    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
-    del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
-    let moved = ok(&add(&c, "n2", "c2", "db-0", &sticky));
-    assert_eq!(moved, first);
-    let rec = c.addrs().into_iter().find(|a| a.ip == ip(&first[0])).expect("its record");
-    assert_eq!((rec.node.as_str(), rec.container.as_str()), ("n2", "c2"), "{rec:?}");
-    // Another pod on n1 never gets it.
-    for i in 0..3 {
-        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), first);
-    }
-    assert_no_address_twice(&c, &["n1", "n2"]);
+    ));
 }
 
 #[test]
 fn two_nodes_adding_one_identity_at_once_give_it_to_one() {
-    let c = Cluster::blue(30.0);
-    let sticky = json!({});
-    for round in 0..4 {
-        let name = format!("racer-{round}");
-        let outs: Vec<Outcome> = std::thread::scope(|s| {
-            let a = s.spawn(|| add(&c, "n1", &format!("a{round}"), &name, &sticky));
-            let b = s.spawn(|| add(&c, "n2", &format!("b{round}"), &name, &sticky));
-            vec![a.join().unwrap(), b.join().unwrap()]
-        });
-        let won: Vec<&Outcome> = outs.iter().filter(|o| o.status == 0).collect();
-        assert_eq!(won.len(), 1, "round {round}: {:?}", outs.iter().map(brief).collect::<Vec<_>>());
-        let lost = outs.iter().find(|o| o.status != 0).unwrap();
-        let winner = if outs[0].status == 0 { "n1" } else { "n2" };
-        assert_error(lost, 101, &[&format!("node {winner}"), "shareLive"]);
-    }
-    assert_no_address_twice(&c, &["n1", "n2"]);
+    cluster_harness::sticky::two_nodes_adding_one_identity_at_once_give_it_to_one(&Cluster::blue(30.0));
 }
 
 #[test]
 fn share_live_lets_a_migrating_vm_have_its_address_on_both_nodes() {
-    let c = Cluster::blue(30.0);
-    let sticky = json!({"shareLive": true});
-    let source = ok(&add(&c, "n1", "src", "vm-1", &sticky));
-    let target = ok(&add(&c, "n2", "dst", "vm-1", &sticky));
-    assert_eq!(target, source);
-    // The source goes: the identity lives on at the target, with its address.
-    del(&c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
-    let key = &identity_keys(&c)[0].1;
-    assert_eq!(
-        (key["node"].as_str(), key["container"].as_str(), key["until"].as_i64()),
-        (Some("n2"), Some("dst"), None)
-    );
-    for i in 0..4 {
-        assert_ne!(ok(&add(&c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), source);
-    }
-    // Then the target goes: held, and back on n1.
-    del(&c, "n2", "dst", "vm-1", &sticky).assert_quiet_success();
-    assert_eq!(ok(&add(&c, "n1", "again", "vm-1", &sticky)), source);
+    cluster_harness::sticky::share_live_lets_a_migrating_vm_have_its_address_on_both_nodes(&Cluster::blue(30.0));
 }
 
 #[test]
@@ -173,40 +123,9 @@ fn taking_over_needs_etcd_and_a_del_without_etcd_is_published_later() {
 
 #[test]
 fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere() {
-    // Two blocks: n3 must claim n1's once n1 is released.
-    let mut c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.63.0.0/26"}], "blockSize": 27}]), 1.0);
-    c.share_blocks = Some("never");
-    c.call_timeout = 1;
-    let sticky = json!({});
-    let first = ok(&add(&c, "n1", "c1", "db-0", &sticky));
-    let shared = ok(&add(&c, "n1", "c2", "vm-1", &json!({"shareLive": true})));
-    assert_eq!(ok(&add(&c, "n2", "c3", "vm-1", &json!({"shareLive": true}))), shared);
-    // n1 dies: no DEL ever comes. Its identity db-0 is live there (101 elsewhere).
-    assert_error(&add(&c, "n2", "c4", "db-0", &sticky), 101, &["node n1"]);
-    release_node(&c, "n1", "n2");
-    let keys = identity_keys(&c);
-    let db = &keys.iter().find(|(k, _)| k.ends_with("db-0")).expect("db-0's key").1;
-    assert!(db["until"].as_i64().unwrap_or(0) > 0, "held: {db}");
-    let vm = &keys.iter().find(|(k, _)| k.ends_with("vm-1")).expect("vm-1's key").1;
-    assert_eq!((vm["node"].as_str(), vm["container"].as_str()), (Some("n2"), Some("c3")), "passed to n2: {vm}");
-    // After the tombstone's wait, another node claims n1's block and keeps off both addresses.
-    std::thread::sleep(Duration::from_secs(5));
-    let mut placed = 0;
-    for i in 0..70 {
-        let got = add(&c, "n3", &format!("o{i}"), &format!("o-{i}"), &sticky);
-        if got.status != 0 {
-            assert_error(&got, 100, &[]);
-            break;
-        }
-        let got = addresses(&got);
-        assert!(got != first && got != shared, "n3 handed out {got:?}");
-        placed += 1;
-    }
-    // 61 usable addresses (.1 the gateway, .63 broadcast), 2 of them the identities'.
-    assert_eq!(placed, 59, "n3 filled both blocks but for the identities' addresses: {:?}", c.blocks());
-    // db-0 comes back on n2 with its address.
-    assert_eq!(ok(&add(&c, "n2", "c4", "db-0", &sticky)), first);
-    assert_no_address_twice(&c, &["n2", "n3"]);
+    cluster_harness::sticky::release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere(
+        &mut Cluster::new(release_node_pools(), 1.0),
+    );
 }
 
 #[test]

@@ -4,11 +4,13 @@
 
 use std::net::IpAddr;
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
-use super::{brief, Cluster, Store};
+use super::{brief, held_by, release_node, Cluster, Store};
 pub use crate::support::sticky::pod;
-use crate::support::{addresses, Outcome, CLUSTER_STICKY_STACK};
+use crate::support::{addresses, assert_error, Outcome, CLUSTER_STICKY_STACK};
 
 /// `node`'s configuration with the sticky stack, `ipam.sticky` being `sticky`.
 pub fn sticky_config<S: Store>(c: &Cluster<S>, node: &str, sticky: &Value) -> Value {
@@ -35,4 +37,123 @@ pub fn ok(out: &Outcome) -> Vec<String> {
 /// The address of an address with a prefix (`10.0.0.5/24`).
 pub fn ip(s: &str) -> IpAddr {
     s.split('/').next().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("{s:?} is not an address"))
+}
+
+/// Every live lease of `nodes`, address → (node, container): each address once.
+pub fn assert_no_address_twice<S: Store>(c: &Cluster<S>, nodes: &[&str]) {
+    let (_, twice) = held_by(c, nodes);
+    assert!(twice.is_empty(), "addresses held twice: {twice:?}");
+}
+
+/// The identity of pod `name` on eth0, as the store holds it (etcd's layout).
+pub fn identity_of<S: Store>(c: &Cluster<S>, name: &str) -> Value {
+    let key = format!("eth0/prod/{name}");
+    let all = c.store.identities();
+    all.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no identity {key}: {all:?}"))
+}
+
+// ---------------------------------------------------------------------------
+// Scenarios run on each store (tests/cluster_sticky.rs on etcd,
+// tests/cluster_kube_sticky.rs on the Kubernetes API).
+
+/// db-0 leaves n1 and lands on n2 with its address, in a shared block of
+/// pool blue (10.61.0.10-10.61.0.40); n1 never hands it out meanwhile.
+pub fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks<S: Store>(c: &Cluster<S>) {
+    let sticky = json!({});
+    let first = ok(&add(c, "n1", "c1", "db-0", &sticky));
+    del(c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(c, "n2", "c2", "db-0", &sticky)), first);
+    let rec = c.addrs().into_iter().find(|a| a.ip == ip(&first[0])).expect("its record");
+    assert_eq!((rec.node.as_str(), rec.container.as_str()), ("n2", "c2"), "{rec:?}");
+    for i in 0..3 {
+        assert_ne!(ok(&add(c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), first);
+    }
+    assert_no_address_twice(c, &["n1", "n2"]);
+}
+
+/// Two nodes add one identity at once, four times: one wins, the other is
+/// 101 naming the winner.
+pub fn two_nodes_adding_one_identity_at_once_give_it_to_one<S: Store + Sync>(c: &Cluster<S>) {
+    let sticky = json!({});
+    for round in 0..4 {
+        let name = format!("racer-{round}");
+        let outs: Vec<Outcome> = std::thread::scope(|s| {
+            let a = s.spawn(|| add(c, "n1", &format!("a{round}"), &name, &sticky));
+            let b = s.spawn(|| add(c, "n2", &format!("b{round}"), &name, &sticky));
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let won: Vec<&Outcome> = outs.iter().filter(|o| o.status == 0).collect();
+        assert_eq!(won.len(), 1, "round {round}: {:?}", outs.iter().map(brief).collect::<Vec<_>>());
+        let lost = outs.iter().find(|o| o.status != 0).unwrap();
+        let winner = if outs[0].status == 0 { "n1" } else { "n2" };
+        assert_error(lost, 101, &[&format!("node {winner}"), "shareLive"]);
+    }
+    assert_no_address_twice(c, &["n1", "n2"]);
+}
+
+/// shareLive: a VM live on n1 and n2 has its address on both; its source
+/// goes and the identity lives on at the target; then held, back on n1.
+pub fn share_live_lets_a_migrating_vm_have_its_address_on_both_nodes<S: Store>(c: &Cluster<S>) {
+    let sticky = json!({"shareLive": true});
+    let source = ok(&add(c, "n1", "src", "vm-1", &sticky));
+    assert_eq!(ok(&add(c, "n2", "dst", "vm-1", &sticky)), source);
+    del(c, "n1", "src", "vm-1", &sticky).assert_quiet_success();
+    let key = identity_of(c, "vm-1");
+    assert_eq!(
+        (key["node"].as_str(), key["container"].as_str(), key["until"].as_i64()),
+        (Some("n2"), Some("dst"), None),
+        "{key}"
+    );
+    for i in 0..4 {
+        assert_ne!(ok(&add(c, "n1", &format!("o{i}"), &format!("o-{i}"), &sticky)), source);
+    }
+    del(c, "n2", "dst", "vm-1", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(c, "n1", "again", "vm-1", &sticky)), source);
+}
+
+/// Pool blue of 10.63.0.0/26 in blocks of 32, each node's own, a grace of
+/// 1 s: n1 dies with db-0 live and vm-1 shared with n2; release-node holds
+/// db-0 and passes vm-1 to n2; n3 then fills both blocks but for their
+/// addresses, and db-0 comes back on n2 with its own.
+pub fn release_node_holds_a_dead_node_s_identities_so_they_come_back_elsewhere<S: Store>(c: &mut Cluster<S>) {
+    c.share_blocks = Some("never");
+    c.call_timeout = 1;
+    let sticky = json!({});
+    let first = ok(&add(c, "n1", "c1", "db-0", &sticky));
+    let shared = ok(&add(c, "n1", "c2", "vm-1", &json!({"shareLive": true})));
+    assert_eq!(ok(&add(c, "n2", "c3", "vm-1", &json!({"shareLive": true}))), shared);
+    // n1 dies: no DEL ever comes. Its identity db-0 is live there (101 elsewhere).
+    assert_error(&add(c, "n2", "c4", "db-0", &sticky), 101, &["node n1"]);
+    release_node(c, "n1", "n2");
+    let db = identity_of(c, "db-0");
+    assert!(db["until"].as_i64().unwrap_or(0) > 0, "held: {db}");
+    let vm = identity_of(c, "vm-1");
+    assert_eq!((vm["node"].as_str(), vm["container"].as_str()), (Some("n2"), Some("c3")), "passed to n2: {vm}");
+    // After the tombstone's wait, another node claims n1's block and keeps off both addresses.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut placed = 0;
+    for i in 0..70 {
+        let got = add(c, "n3", &format!("o{i}"), &format!("o-{i}"), &sticky);
+        if got.status != 0 {
+            assert_error(&got, 100, &[]);
+            break;
+        }
+        let got = addresses(&got);
+        assert!(got != first && got != shared, "n3 handed out {got:?}");
+        placed += 1;
+    }
+    // 61 usable addresses (.1 the gateway, .63 broadcast), 2 of them the identities'.
+    assert_eq!(placed, 59, "n3 filled both blocks but for the identities' addresses: {:?}", c.blocks());
+    assert_eq!(ok(&add(c, "n2", "c4", "db-0", &sticky)), first);
+    assert_no_address_twice(c, &["n2", "n3"]);
+}
+
+/// Pool blue of the shared-block scenario.
+pub fn shared_blocks_pools() -> Value {
+    json!([{"name": "blue", "ranges": [{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.10", "rangeEnd": "10.61.0.40"}], "blockSize": 27}])
+}
+
+/// Pool blue of the release-node scenario (two blocks of 32).
+pub fn release_node_pools() -> Value {
+    json!([{"name": "blue", "ranges": [{"subnet": "10.63.0.0/26"}], "blockSize": 27}])
 }
