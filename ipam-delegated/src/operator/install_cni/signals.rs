@@ -36,8 +36,10 @@ impl Blocked {
     /// The signal that came within `limit`; `None`: none did (or the wait
     /// was interrupted by another signal).
     pub fn wait_for(&self, limit: Duration) -> io::Result<Option<libc::c_int>> {
+        // `time_t` is i64 on the 64-bit targets built (its alias is
+        // deprecated for musl, whose type changes on 32-bit ones).
         let timeout = libc::timespec {
-            tv_sec: libc::time_t::try_from(limit.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_sec: i64::try_from(limit.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: limit.subsec_nanos() as libc::c_long,
         };
         // SAFETY: the set was initialised by block; the info argument may be null.
