@@ -55,6 +55,10 @@ fn pending_note(network: &str, ifname: &str, identity: &str) -> String {
 
 const PENDING_PREFIX: &str = "sticky-pending:";
 
+/// How long a request of a killed process may still take to reach the
+/// store (see [`Node::hold_identities`]).
+const IN_FLIGHT_WRITE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// An identity key as read: its record (`None` when it does not read: it is
 /// overwritten) and its version.
 pub(super) struct Found {
@@ -488,6 +492,7 @@ impl Node<'_> {
                 || value == held_here.as_bytes()
         };
         let reads: Vec<String> = std::iter::once(key.clone()).chain(keyed.iter().map(|(_, k)| k.clone())).collect();
+        let waited = std::cell::Cell::new(false);
         let held = retry(CLAIM_ROUNDS, || {
             let mut found = self.datastore.records(&reads)?.into_iter();
             let Some(stored) = found.next().flatten() else { return Ok(Attempt::Done(Vec::new())) };
@@ -500,6 +505,17 @@ impl Node<'_> {
                 return self.let_go_here(store, who, &addresses, &rows, record.until).map(Attempt::Done);
             }
             if !record.live_on(&me, &who.container_id) {
+                // A take-over by this attachment killed with its write to
+                // the store in flight (its rows still `writing`): the store
+                // may apply that write after this read, a process's request
+                // outliving it. Read again once, a moment later, so that an
+                // identity made live on this attachment is held again here
+                // rather than left live on an attachment that is gone.
+                if !waited.get() && rows.iter().any(|r| r.state == RecordState::Writing) {
+                    waited.set(true);
+                    std::thread::sleep(IN_FLIGHT_WRITE);
+                    return Ok(Attempt::Conflict);
+                }
                 return Ok(Attempt::Done(Vec::new()));
             }
             if !(record.node == me && record.container == who.container_id) {
