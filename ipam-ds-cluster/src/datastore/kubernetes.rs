@@ -916,10 +916,7 @@ impl Datastore for KubeStore {
                 if !released.iter().any(|r| *r) {
                     return Ok(Step::Answer(released));
                 }
-                if spec.records.is_empty() && Self::nobodys(Some(found), now) {
-                    return Ok(Step::Delete(released));
-                }
-                Ok(Step::Write(Box::new(spec), released))
+                Ok(Self::written(Some(found), spec, now, released))
             });
             match done {
                 Ok(released) => {

@@ -252,10 +252,15 @@ impl KubeStore {
         for a in addresses {
             spec.records.remove(a);
         }
-        if spec.records.is_empty() && Self::nobodys(Some(object), now) {
-            Step::Delete(())
-        } else {
-            Step::Write(Box::new(spec), ())
+        Self::written(Some(object), spec, now, ())
+    }
+
+    /// The block `found` written as `spec`, then `answer`; an object left
+    /// nobody's and without records is deleted rather than kept.
+    pub(super) fn written<T>(found: Option<&Object<BlockSpec>>, spec: BlockSpec, now: Time, answer: T) -> Step<T> {
+        match found {
+            Some(found) if spec.records.is_empty() && Self::nobodys(Some(found), now) => Step::Delete(answer),
+            _ => Step::Write(Box::new(spec), answer),
         }
     }
 }

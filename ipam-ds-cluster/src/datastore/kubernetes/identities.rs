@@ -170,12 +170,7 @@ impl KubeStore {
         };
         let read = self.read_identity(&identity.key)?;
         let live = read.as_ref().filter(|o| !ended(o, self.now.get()));
-        let as_expected = match &identity.expect {
-            Expect::Absent => live.is_none(),
-            Expect::At(version) => live.is_some_and(|o| identity_versioned(o).version == *version),
-            Expect::Is(value) => live.is_some_and(|o| identity_versioned(o).value == *value),
-        };
-        if !as_expected {
+        if !expected(&identity.expect, live.map(identity_versioned).as_ref()) {
             return Ok(None);
         }
         let uid = read.as_ref().and_then(|o| o.metadata.uid.clone()).unwrap_or_default();
@@ -259,12 +254,7 @@ impl KubeStore {
     ) -> Answer<Option<Version>> {
         for change in records {
             let now = crate::datastore::Datastore::record(self, &change.key)?;
-            let as_expected = match &change.expect {
-                Expect::Absent => now.is_none(),
-                Expect::At(version) => now.is_some_and(|n| n.version == *version),
-                Expect::Is(value) => now.is_some_and(|n| n.value == *value),
-            };
-            if !as_expected {
+            if !expected(&change.expect, now.as_ref()) {
                 return Ok(None);
             }
         }
@@ -310,12 +300,7 @@ impl KubeStore {
                 if records.is_empty() {
                     return Ok(Step::Answer(Some(records)));
                 }
-                Ok(match found {
-                    Some(found) if spec.records.is_empty() && Self::nobodys(Some(found), now) => {
-                        Step::Delete(Some(records))
-                    }
-                    _ => Step::Write(Box::new(spec), Some(records)),
-                })
+                Ok(Self::written(found, spec, now, Some(records)))
             })?;
             match done {
                 Some(records) => written.push(Written { pool, block, records }),
@@ -345,11 +330,7 @@ impl KubeStore {
                     };
                     changed = true;
                 }
-                Ok(match found {
-                    _ if !changed => Step::Answer(()),
-                    Some(found) if spec.records.is_empty() && Self::nobodys(Some(found), now) => Step::Delete(()),
-                    _ => Step::Write(Box::new(spec), ()),
-                })
+                Ok(if changed { Self::written(found, spec, now, ()) } else { Step::Answer(()) })
             })?;
         }
         Ok(())
@@ -407,6 +388,15 @@ impl KubeStore {
 
 /// A block (its pool and CIDR) and the changes of its records.
 type BlockChanges<'c> = ((String, IpNet), Vec<(IpAddr, &'c RecordChange)>);
+
+/// Whether a record (none: absent) is as `expect` says.
+fn expected(expect: &Expect, found: Option<&Versioned>) -> bool {
+    match expect {
+        Expect::Absent => found.is_none(),
+        Expect::At(version) => found.is_some_and(|f| f.version == *version),
+        Expect::Is(value) => found.is_some_and(|f| f.value == *value),
+    }
+}
 
 /// The record changes of `changes` by block, blocks in name order (so that
 /// two changes of the same blocks meet at the first).
