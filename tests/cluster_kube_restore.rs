@@ -16,6 +16,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use cluster_harness::kube::{block_name, KubeStore};
+use cluster_harness::sticky::{self, ip, ok};
+use cluster_harness::sticky_storm::identity_key;
 use cluster_harness::*;
 use serde_json::{json, Value};
 use support::Outcome;
@@ -96,4 +98,47 @@ fn a_node_that_sees_its_block_go_back_recovers_and_keeps_the_others_off_until_it
     let (_, twice) = held_by(&c, &["n1", "n2", "n3"]);
     assert!(twice.is_empty(), "addresses held twice: {twice:?}");
     assert_eq!(held(&c, "n1").len(), 5);
+}
+
+/// A held identity is not taken over while a recovery stands: the hold
+/// may be the restored backup's, its address another's since (etcd's
+/// take-over compares `_recovery` absent in its transaction; the API
+/// server has none, so the store reads the network's `recovery` just
+/// before it writes the identity).
+#[test]
+fn a_held_identity_is_not_taken_over_while_the_network_recovers() {
+    let _took = Took::new("a_held_identity_is_not_taken_over_while_the_network_recovers");
+    let mut c = Cluster::on_kubernetes(pools(), 2.0);
+    c.call_timeout = 1;
+    c.share_blocks = Some("always");
+    let sticky = json!({"hold": 600});
+    let first = ok(&sticky::add(&c, "n1", "c1", "db-0", &sticky));
+    sticky::del(&c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    let held = identity_key(&c, "db-0").expect("db-0's identity");
+    assert!(held.until > 0 && held.addresses == [ip(&first[0])], "db-0 is held: {held:?}");
+    let backup = c.store.backup();
+    // In a shared block each address handed out is a write of it.
+    added(&add(&c, "n1", "always", "p0"), "a pod after the backup");
+    c.store.restore(&backup);
+    let out = add(&c, "n1", "always", "p1");
+    let (code, msg) = failure(&out);
+    assert!(code == 11 && msg.contains("lost history"), "n1 sees the loss: {}", brief(&out));
+    let network = c.store.object("ipdnetworks", NETWORK).expect("the IPDNetwork");
+    assert_eq!(network["spec"]["recovery"]["node"], "n1", "{network}");
+
+    // n2's take-over of db-0 is refused while the recovery stands, and the
+    // identity stays held on n1 with its address.
+    let out = sticky::add(&c, "n2", "c2", "db-0", &sticky);
+    let (code, msg) = failure(&out);
+    assert_eq!(code, 11, "a take-over during the recovery: {}", brief(&out));
+    assert!(msg.contains("lost history") && msg.contains("\"prod/db-0\" is not taken over"), "{msg}");
+    let still = identity_key(&c, "db-0").expect("db-0's identity");
+    assert!(still.node == "n1" && still.until > 0 && still.addresses == held.addresses, "still held: {still:?}");
+
+    // After the recovery db-0 lands on n2 with its address, held once.
+    std::thread::sleep(Duration::from_secs(6));
+    let moved = ok(&sticky::add(&c, "n2", "c2", "db-0", &sticky));
+    assert_eq!(moved, first, "db-0 keeps its address on n2");
+    let (_, twice) = held_by(&c, &["n1", "n2"]);
+    assert!(twice.is_empty(), "addresses held twice: {twice:?}");
 }

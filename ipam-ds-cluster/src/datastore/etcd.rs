@@ -651,6 +651,10 @@ impl<C: Api> Datastore for EtcdStore<C> {
         self.net_keys().recovery()
     }
 
+    fn recovery(&self) -> Answer<Option<Versioned>> {
+        self.record(&self.recovery_name())
+    }
+
     fn quarantine(&self, record: &RecoveryRecord, ttl_seconds: i64) -> Answer<bool> {
         let key = self.recovery_name();
         let lease = self.client.lease_grant(ttl_seconds).map_err(failure)?;

@@ -774,6 +774,12 @@ impl Datastore for KubeStore {
         format!("IPDNetwork {} recovery", self.network_name())
     }
 
+    fn recovery(&self) -> Answer<Option<Versioned>> {
+        // Read now, not as known: a take-over decides from it.
+        let network = self.read_network()?;
+        Ok(network.and_then(|n| Self::recovery_at(&n, self.now.get())))
+    }
+
     fn quarantine(&self, record: &crate::records::RecoveryRecord, ttl_seconds: i64) -> Answer<bool> {
         let wait = Duration::from_secs(ttl_seconds.max(1) as u64);
         let mut seen: String = self.lost.borrow().clone().unwrap_or_default();
@@ -849,8 +855,15 @@ impl Datastore for KubeStore {
         &self,
         changes: &[RecordChange],
         hold_seconds: Option<i64>,
-        _not_recovering: bool,
+        not_recovering: bool,
     ) -> Answer<Option<Version>> {
+        // etcd compares `_recovery` absent in the change's transaction; the
+        // API server has none across objects, so the network is read just
+        // before (a recovery written between the two reads as one written
+        // just after the change, which etcd allows as well).
+        if not_recovering && (self.recovering.get() || self.recovery()?.is_some()) {
+            return Ok(None);
+        }
         self.change_identity_together(changes, hold_seconds)
     }
 

@@ -435,6 +435,10 @@ pub trait Datastore {
     /// Where `_recovery` is, for messages.
     fn recovery_name(&self) -> String;
 
+    /// `_recovery` while it lasts: nodes re-claim their blocks after the
+    /// store lost history (see [`Datastore::quarantine`]).
+    fn recovery(&self) -> Answer<Option<Versioned>>;
+
     /// Writes `_recovery` while absent, for `ttl_seconds`: no block of the
     /// network is claimed meanwhile. False: another node wrote it first.
     fn quarantine(&self, record: &RecoveryRecord, ttl_seconds: i64) -> Answer<bool>;

@@ -104,23 +104,30 @@ impl Node<'_> {
         Ok(claimed.unwrap_or_default())
     }
 
+    /// Error 11 while the nodes re-claim their blocks after the store lost
+    /// history (`stored`: its `_recovery`, when read): `refused` is what
+    /// waits meanwhile.
+    pub(super) fn recovering(&self, stored: Option<&Versioned>, refused: &str) -> CniError {
+        let what = stored.and_then(datastore::recovery_of).map_or_else(String::new, |r| {
+            format!(" (node {} saw it, {})", shown(&r.node), self.datastore.recovery_name())
+        });
+        CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "the cluster's store lost history{what}: while the nodes of network {:?} re-claim their blocks, \
+                 {refused} (for at most offlineGrace + 3 × ipam.timeout): try again later",
+                self.network
+            ),
+        )
+    }
+
     /// The pool's definition in etcd (refusing one that differs from ours:
     /// nodes cutting a pool differently would hand out overlapping blocks)
     /// and every block with its owner.
     pub(super) fn read_pool(&self, definition: &[u8], g: &Geometry) -> Result<(Option<Versioned>, Owners, bool)> {
         let read = self.datastore.read_pool(&g.pool.name)?;
         if let Some(stored) = &read.recovery {
-            let what = datastore::recovery_of(stored).map_or_else(String::new, |r| {
-                format!(" (node {} saw it, {})", shown(&r.node), self.datastore.recovery_name())
-            });
-            return Err(CniError::new(
-                Code::TryAgainLater,
-                format!(
-                    "the cluster's store lost history{what}: while the nodes of network {:?} re-claim their blocks, \
-                     no block is claimed (for at most offlineGrace + 3 × ipam.timeout): try again later",
-                    self.network
-                ),
-            ));
+            return Err(self.recovering(Some(stored), "no block is claimed"));
         }
         // Before any claim or adoption: this node name is this database's.
         self.register(read.entry)?;

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use shared::args::Attachment;
 use shared::store::StoreHandle;
-use shared::{CniError, Code, Result};
+use shared::{Code, Result};
 
 use super::{free_addresses, Node, RecordWrite};
 use crate::blocks::{fnv1a, Geometry};
@@ -78,7 +78,7 @@ impl Node<'_> {
                 // This node may have lost history too: it recovers first.
                 Grant::Recovering => {
                     history(store)?;
-                    return Err(self.recovering());
+                    return Err(self.recovering(None, "no address is granted in a shared block"));
                 }
                 Grant::Changed(kv) => {
                     history(store)?;
@@ -107,7 +107,7 @@ impl Node<'_> {
         let read = self.datastore.pool_records(&g.pool.name)?;
         if read.recovering {
             history(store)?;
-            return Err(self.recovering());
+            return Err(self.recovering(None, "no address is granted in a shared block"));
         }
         let mut records: HashMap<IpNet, Vec<AddressEntry>> = HashMap::new();
         for r in read.records {
@@ -142,7 +142,7 @@ impl Node<'_> {
                 }
                 Grant::Recovering => {
                     history(store)?;
-                    return Err(self.recovering());
+                    return Err(self.recovering(None, "no address is granted in a shared block"));
                 }
                 Grant::Full | Grant::Changed(_) => {}
             }
@@ -273,18 +273,6 @@ impl Node<'_> {
             }
             e
         })
-    }
-
-    /// Error 11 while nodes re-claim their blocks after etcd lost history.
-    pub(super) fn recovering(&self) -> CniError {
-        CniError::new(
-            Code::TryAgainLater,
-            format!(
-                "etcd lost history: while the nodes of network {:?} re-claim their blocks, no address is granted in \
-                 a shared block (for at most offlineGrace + 3 × ipam.timeout): try again later",
-                self.network
-            ),
-        )
     }
 }
 

@@ -299,7 +299,7 @@ impl Node<'_> {
                 then: Then::Put(r.value.clone().into_bytes()),
             }))
             .collect();
-        // Not while nodes re-claim after etcd lost history: the hold may
+        // Not while nodes re-claim after the store lost history: the hold may
         // be the restored backup's, its address another's since.
         let version = match self.datastore.change_together(&changes, None, true) {
             Ok(Some(version)) => version,
@@ -318,6 +318,11 @@ impl Node<'_> {
                     }
                     Ok(())
                 })?;
+                if let Some(stored) = self.datastore.recovery()? {
+                    let refused =
+                        format!("held identity {:?} is not taken over (its hold may be a backup's)", s.identity);
+                    return Err(self.recovering(Some(&stored), &refused));
+                }
                 return Ok(None);
             }
             Err(e) => {
