@@ -211,3 +211,60 @@ fn concurrent_adds_of_one_node_that_is_nearly_full() {
         failed.join("\n  ")
     );
 }
+
+/// Past the headroom: more ADDs of one node at once than its blocks have
+/// room for. Those that find the blocks ipam-ds-cluster handed on already
+/// taken by the others are told to try again (11, as a runtime does), not
+/// that the pool is exhausted (100): the next ADD claims another block, and
+/// every pod is placed, each address once.
+#[test]
+fn a_burst_on_one_node_past_its_headroom_is_11_never_100() {
+    let _took = Took::new("a_burst_on_one_node_past_its_headroom_is_11_never_100");
+    const AT_ONCE: usize = 48;
+    // 64 blocks of 16: a burst of 48 needs at least 4 of them.
+    let c = Cluster::new(json!([{"name": "blue", "ranges": [{"subnet": "10.51.0.0/22"}], "blockSize": 28}]), 300.0);
+    let barrier = Barrier::new(AT_ONCE);
+    let id = |j: usize| format!("burst-{j}");
+    let mut outs: Vec<Outcome> = thread::scope(|s| {
+        let runs: Vec<_> = (0..AT_ONCE)
+            .map(|j| {
+                let (c, barrier) = (&c, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    c.add("n1", &id(j))
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let mut told_again = 0;
+    for round in 0..20 {
+        let mut again = false;
+        for (j, out) in outs.iter_mut().enumerate() {
+            if out.status == 0 {
+                continue;
+            }
+            let (code, msg) = failure(out);
+            assert_eq!(code, 11, "round {round}, {}: the pool has room: {msg}", id(j));
+            if msg.contains("filled up while this ADD ran") {
+                told_again += 1;
+            }
+            *out = c.add("n1", &id(j));
+            again = true;
+        }
+        if !again {
+            break;
+        }
+    }
+    eprintln!("{told_again} ADDs found n1's blocks filled up under them and were told to try again");
+    let placed: BTreeSet<IpAddr> = outs
+        .iter()
+        .enumerate()
+        .map(|(j, out)| {
+            assert_eq!(out.status, 0, "{} is placed in the end: {}", id(j), brief(out));
+            ipv4_of(out.result())
+        })
+        .collect();
+    assert_eq!(placed.len(), AT_ONCE, "each pod its own address");
+    held_once(&c, &["n1"]);
+}

@@ -24,6 +24,7 @@ fn add(req: &Request) -> Result<Reply> {
     }
     let attachment = req.attachment()?;
     let identity = suite_delegate::identity(req)?;
+    let cluster = req.config.ipam()?.is_cluster();
     // All families in one transaction: an exhausted family leaves nothing
     // half-allocated.
     let chosen = suite_delegate::allocate(req, &attachment, identity.as_ref(), |tx| {
@@ -51,10 +52,24 @@ fn add(req: &Request) -> Result<Reply> {
                     }
                     tracing::debug!("pool {} is full", pool.name);
                 }
-                Err(CniError::new(
-                    Code::NoFreeAddress,
-                    format!("no free {family} address in the candidate pools ({})", pool::names(of_family)),
-                ))
+                let names = pool::names(of_family);
+                Err(match cluster {
+                    // ipam-ds-cluster handed these blocks on with room (it
+                    // answers 100 itself when the cluster has none left):
+                    // other ADDs of this node took it meanwhile.
+                    true => CniError::new(
+                        Code::TryAgainLater,
+                        format!(
+                            "this node's blocks of the cluster pools ({names}) filled up while this ADD ran (other \
+                             ADDs of this node took their last {family} addresses): try again, the next ADD claims \
+                             another block"
+                        ),
+                    ),
+                    false => CniError::new(
+                        Code::NoFreeAddress,
+                        format!("no free {family} address in the candidate pools ({names})"),
+                    ),
+                })
             })
             .collect::<Result<Vec<(IpAddr, &Pool)>>>()
     })?;

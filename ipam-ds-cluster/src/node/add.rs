@@ -32,6 +32,9 @@ struct Snapshot<'n> {
     offline_window: OfflineWindow<'n>,
 }
 
+/// Most blocks one ADD claims, each after the one before filled up under it.
+const CLAIMS_PER_ADD: usize = 3;
+
 impl Node<'_> {
     /// ADD's part: reserves the addresses asked for by name, makes sure each
     /// family that needs an address has room in some pool (claiming a block
@@ -253,6 +256,8 @@ impl Node<'_> {
                 Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
             }
         }
+        // Blocks claimed in this call filled up before it got an address.
+        let mut filled_under_us = false;
         for step in plan.steps {
             if found {
                 break;
@@ -271,17 +276,35 @@ impl Node<'_> {
                     self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
                 }
                 Step::Claim(i) => {
-                    let new = self.claim(store, &geometries[i], &snap.owned[i])?;
-                    let own = new.iter().any(|b| !b.shared);
-                    file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
-                    found = own && sticking.is_none();
-                    match own {
-                        true if sticking.is_some() => {
-                            self.lease_in_own(store, &geometries[i], &snap.blocks[i], who, sticking)?
+                    // A block just claimed (by this call, or by another of
+                    // this node that all of a burst then share) may fill up
+                    // before this call's address is taken in it: the next
+                    // block is claimed then, as a later ADD would.
+                    let mut address = None;
+                    for _ in 0..CLAIMS_PER_ADD {
+                        let new = self.claim(store, &geometries[i], &snap.owned[i])?;
+                        if new.is_empty() {
+                            break;
                         }
-                        true => None,
-                        false => self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?,
+                        snap.owned[i].extend(new.iter().cloned());
+                        let own = new.iter().any(|b| !b.shared);
+                        file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
+                        if own && sticking.is_none() {
+                            found = true;
+                            break;
+                        }
+                        address = match own {
+                            true => self.lease_in_own(store, &geometries[i], &snap.blocks[i], who, sticking)?,
+                            false => {
+                                self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
+                            }
+                        };
+                        if address.is_some() {
+                            break;
+                        }
+                        filled_under_us = true;
                     }
+                    address
                 }
                 Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
                 Step::Borrow(i) => self.borrow(store, &geometries[i], &snap.owned[i], who)?,
@@ -295,6 +318,15 @@ impl Node<'_> {
             return Ok(());
         }
         let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
+        if filled_under_us {
+            return Err(CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "the {family} blocks this node claimed in the cluster pools ({names}) filled up while this ADD \
+                     ran (other ADDs of this node took their addresses): try again, the next ADD claims another block"
+                ),
+            ));
+        }
         Err(match offline {
             Some(why) => CniError::new(
                 Code::TryAgainLater,

@@ -32,6 +32,15 @@ pub struct IpamConf {
     pub other: Map<String, Value>,
 }
 
+impl IpamConf {
+    /// Cluster mode (`ipam.cluster`): the pools an allocator is handed are
+    /// this node's blocks as ipam-ds-cluster found them with room, to which a
+    /// next call adds a block when they are full.
+    pub fn is_cluster(&self) -> bool {
+        self.other.contains_key("cluster")
+    }
+}
+
 /// `ipam.timeout` when absent: how long ipam-delegated lets a delegate run.
 pub const DEFAULT_DELEGATE_TIMEOUT: Duration = Duration::from_secs(30);
 
