@@ -42,7 +42,7 @@ use std::time::Duration;
 use kube_harness::KubeApi;
 use netns::{ip_ok, prerequisites, unique, Netns, PLUGINS};
 use serde_json::{json, Value};
-use support::manifests::{files, objects, objects_of};
+use support::manifests::{files, objects, objects_of, plugins_account};
 use support::{bin_dir, list_leases, Outcome, CLUSTER_STACK, CLUSTER_STICKY_STACK};
 
 /// The Go module that pins Multus, and its thin plugin's package.
@@ -90,18 +90,6 @@ fn multus_manifests() -> String {
         .collect();
     assert_eq!(wanted.len(), MULTUS_KINDS.len(), "Multus's manifest has one object of each of {MULTUS_KINDS:?}");
     wanted.join("\n---\n")
-}
-
-/// The manifests' ServiceAccount (the installer DaemonSet's), whose token
-/// the installer gives the plugins: (namespace, name).
-fn plugins_account() -> (String, String) {
-    let all = objects();
-    let (_, ds) = all
-        .iter()
-        .find(|(_, o)| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "ipam-delegated")
-        .expect("the installer DaemonSet ipam-delegated in deploy/kubernetes/");
-    let text = |v: &Value| v.as_str().unwrap_or_else(|| panic!("the DaemonSet's {v}")).to_string();
-    (text(&ds["metadata"]["namespace"]), text(&ds["spec"]["template"]["spec"]["serviceAccountName"]))
 }
 
 /// The configuration of the NAD `name` of deploy/kubernetes/, parsed.
