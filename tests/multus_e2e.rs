@@ -12,12 +12,14 @@
 //! Each node is what a host has of its own: a network namespace playing the
 //! host's (its `eth1` a veth, the kernel has no dummy; the bridges and host
 //! ends the plugins make), with the API server at the same 127.0.0.1:PORT
-//! as on the machine (forwarded); and, by running its calls under `unshare
-//! --mount`, its own /etc/cni (the node name and the plugins' kubeconfig the
-//! installer writes, Multus's kubeconfig and its cluster network) and its
-//! own /var/lib/cni (the node database, Multus's cache). So the example
-//! NADs of deploy/kubernetes/ run as they are, with the host paths they
-//! name, on every node. Each pod is a network namespace of its own.
+//! as on the machine (forwarded); its plugin directory, where the
+//! DaemonSet's installer (`ipam-delegated install-cni`) put the suite; and,
+//! by running its calls under `unshare --mount`, its own /etc/cni (the node
+//! name and the plugins' kubeconfig that installer wrote, Multus's
+//! kubeconfig and its cluster network) and its own /var/lib/cni (the node
+//! database, Multus's cache). So the example NADs of deploy/kubernetes/ run
+//! as they are, with the host paths they name, on every node. Each pod is a
+//! network namespace of its own.
 //!
 //! These need root, `ip`, `unshare` and Debian's plugins, so they are
 //! `#[ignore]`d and scripts/test runs them; each checks its prerequisites
@@ -43,7 +45,7 @@ use kube_harness::KubeApi;
 use netns::{ip_ok, prerequisites, unique, Netns, PLUGINS};
 use serde_json::{json, Value};
 use support::manifests::{files, objects, objects_of, plugins_account};
-use support::{bin_dir, list_leases, Outcome, CLUSTER_STACK, CLUSTER_STICKY_STACK};
+use support::{list_leases, Outcome, CLUSTER_STACK, CLUSTER_STICKY_STACK};
 
 /// The Go module that pins Multus, and its thin plugin's package.
 const MULTUS_MODULE: &str = "tests/multus";
@@ -119,7 +121,8 @@ struct Cluster {
     api: KubeApi,
     /// Multus's ServiceAccount token, as its DaemonSet writes it on a node.
     multus_kubeconfig: PathBuf,
-    /// The manifests' ServiceAccount token, as the installer writes it.
+    /// A token of the manifests' ServiceAccount (the installer
+    /// DaemonSet's), which each node's installer is given as its pod's.
     plugins_kubeconfig: PathBuf,
 }
 
@@ -255,17 +258,18 @@ struct Node {
     host: Netns,
     etc_cni: PathBuf,
     var_lib_cni: PathBuf,
+    /// The node's CNI plugin directory, where the installer put the suite.
+    cni_bin: PathBuf,
     _dir: tempfile::TempDir,
     _api: ApiForward,
 }
 
 impl Node {
     /// The node `name`, the `index`th (its cluster network's subnet), set
-    /// up as the installer and Multus's DaemonSet leave a host: the node's
-    /// name and the plugins' kubeconfig (mode 0600) in
-    /// /etc/cni/ipam-delegated, Multus's kubeconfig and the cluster network
-    /// (a bridge with host-local, each node its own subnet) in
-    /// /etc/cni/net.d; `eth1` for the macvlan NADs.
+    /// up as the DaemonSets leave a host: the suite's installer run for it
+    /// (see [`install`]); Multus's kubeconfig and the cluster network (a
+    /// bridge with host-local, each node its own subnet) in /etc/cni/net.d;
+    /// `eth1` for the macvlan NADs.
     fn new(cluster: &Cluster, name: &str, index: u8) -> Node {
         let host = Netns::host();
         ip_ok(&["-n", &host.name, "link", "set", "lo", "up"]);
@@ -276,10 +280,10 @@ impl Node {
 
         let dir = tempfile::Builder::new().prefix("ipam-multus-node-").tempdir().expect("tempdir");
         let (etc_cni, var_lib_cni) = (dir.path().join("etc-cni"), dir.path().join("var-lib-cni"));
+        let cni_bin = dir.path().join("opt-cni-bin");
         fs::create_dir_all(&var_lib_cni).expect("the node's /var/lib/cni");
         let on_node = |path: &str| etc_cni.join(path.strip_prefix("/etc/cni/").expect("a path under /etc/cni"));
-        write(&on_node(NODE_NAME_FILE), name.as_bytes(), 0o644);
-        write(&on_node(PLUGINS_KUBECONFIG), &read(&cluster.plugins_kubeconfig), 0o600);
+        install(cluster, name, dir.path(), &cni_bin, &on_node);
         write(&on_node(MULTUS_KUBECONFIG), &read(&cluster.multus_kubeconfig), 0o600);
         let default_network = json!({
             "cniVersion": "1.0.0", "name": "default-cni-network",
@@ -287,13 +291,15 @@ impl Node {
                          "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.244.{index}.0/24")}]]}}]
         });
         write(&on_node(CLUSTER_NETWORK), default_network.to_string().as_bytes(), 0o644);
-        Node { name: name.to_string(), host, etc_cni, var_lib_cni, _dir: dir, _api: api }
+        Node { name: name.to_string(), host, etc_cni, var_lib_cni, cni_bin, _dir: dir, _api: api }
     }
 
-    /// Multus's configuration on the node, as its thin entrypoint writes it.
-    fn multus_conf() -> Value {
+    /// Multus's configuration on the node, as its thin entrypoint writes
+    /// it; its `binDir` (searched before CNI_PATH) the node's.
+    fn multus_conf(&self) -> Value {
         json!({"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus",
-               "kubeconfig": MULTUS_KUBECONFIG, "clusterNetwork": CLUSTER_NETWORK_DIR})
+               "kubeconfig": MULTUS_KUBECONFIG, "clusterNetwork": CLUSTER_NETWORK_DIR,
+               "binDir": path_text(&self.cni_bin)})
     }
 
     /// Runs Multus for `pod` as the runtime would on this node: in the
@@ -305,7 +311,7 @@ impl Node {
             "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={};K8S_POD_UID={}",
             pod.name, pod.container, pod.uid
         );
-        let cni_path = format!("{PLUGINS}:{}", bin_dir().display());
+        let cni_path = format!("{}:{PLUGINS}", self.cni_bin.display());
         let netns = pod.netns.path();
         let env = [
             ("CNI_COMMAND", command),
@@ -319,7 +325,7 @@ impl Node {
         let (etc, var) = (path_text(&self.etc_cni), path_text(&self.var_lib_cni));
         let mounts = r#"mount --bind "$1" /etc/cni && mount --bind "$2" /var/lib/cni && exec "$3""#;
         let args = ["--mount", "--propagation", "private", "sh", "-c", mounts, "node-mounts", &etc, &var, &plugin];
-        self.host.run(Path::new("unshare"), &args, &env, Self::multus_conf().to_string().as_bytes(), None)
+        self.host.run(Path::new("unshare"), &args, &env, self.multus_conf().to_string().as_bytes(), None)
     }
 
     /// ADD of `pod` through Multus; its result.
@@ -339,6 +345,40 @@ impl Node {
     fn leases(&self) -> Value {
         list_leases(&self.var_lib_cni.join(NODE_DATABASE))
     }
+}
+
+/// Runs the installer of deploy/kubernetes/'s DaemonSet for the node
+/// `name` as its pod would (`ipam-delegated install-cni --once`, the
+/// program under test): the suite into the node's plugin directory
+/// `cni_bin`, the node's name and the plugins' kubeconfig into its
+/// /etc/cni (`on_node`), made of a ServiceAccount volume under `dir` that
+/// holds the manifests' ServiceAccount's token and the cluster's CA, the
+/// server that of the in-cluster environment.
+fn install(cluster: &Cluster, name: &str, dir: &Path, cni_bin: &Path, on_node: &dyn Fn(&str) -> PathBuf) {
+    let volume = dir.join("serviceaccount");
+    let kubeconfig: serde_yaml::Value =
+        serde_yaml::from_slice(&read(&cluster.plugins_kubeconfig)).expect("the ServiceAccount's kubeconfig");
+    let token = kubeconfig["users"][0]["user"]["token"].as_str().expect("a bearer token");
+    write(&volume.join("token"), token.as_bytes(), 0o600);
+    write(&volume.join("ca.crt"), &read(&cluster.api.ca_file()), 0o644);
+    let option = |flag: &str, path: &Path| format!("--{flag}={}", path.display());
+    let out = std::process::Command::new(support::suite_bin("ipam-delegated"))
+        .arg("install-cni")
+        .arg("--once")
+        .arg(option("bin-dir", cni_bin))
+        .arg(option("node-file", &on_node(NODE_NAME_FILE)))
+        .arg(option("kubeconfig", &on_node(PLUGINS_KUBECONFIG)))
+        .arg(option("service-account-dir", &volume))
+        .arg(option("conf-dir", &on_node("/etc/cni/net.d")))
+        .arg(option("etcd-dir", &on_node("/etc/cni/ipam-delegated/etcd")))
+        .env_remove("CNI_COMMAND")
+        .env("NODE_NAME", name)
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", cluster.port().to_string())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running ipam-delegated install-cni");
+    assert!(out.status.success(), "install-cni on {name}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Where Multus's calls mount the node's directories must exist: the CNI
