@@ -577,7 +577,12 @@ fn a_del_frees_an_address_of_a_full_pool_for_a_pod_on_another_node() {
     let refused = cluster.pod("one-too-many", &nodes[1], "macvlan-small");
     let out = nodes[1].multus("ADD", &refused);
     assert_ne!(out.status, 0, "a sixth pod in a full pool of five: {out:#?}");
-    assert!(out.stdout.contains("macvlan-small"), "Multus names the network that failed: {out:#?}");
+    // Multus's own error (code 999) carries the suite's message on.
+    let msg = out.json.as_ref().and_then(|j| j["msg"].as_str()).unwrap_or_default();
+    assert!(
+        msg.contains("\"macvlan-small\"") && msg.contains("no free IPv4 address in the cluster pools (small4)"),
+        "Multus names the network, and the suite why: {out:#?}"
+    );
     assert!(!refused.netns.has_link("net1"), "a refused ADD left net1");
     nodes[1].del(&refused);
     cluster.delete_pod(&refused);
