@@ -252,7 +252,8 @@ impl Pod {
     }
 }
 
-/// A simulated host: its network namespace, its /etc/cni and /var/lib/cni.
+/// A simulated host: its network namespace, its plugin directory, its
+/// /etc/cni and /var/lib/cni.
 struct Node {
     name: String,
     host: Netns,
