@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use kube_harness::KubeApi;
 use serde_json::{json, Value};
 use support::kubeconfig::forged_token;
-use support::manifests::{all_objects, files, objects, option_files, OPTIONS};
+use support::manifests::{all_objects, files, objects, option_files, plugins_account, OPTIONS};
 
 /// The verbs of a resource, each checked against what the roles grant.
 const VERBS: [&str; 8] = ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"];
@@ -139,7 +139,7 @@ fn every_manifest_of_deploy_kubernetes_is_accepted() {
 fn the_installers_service_account_may_do_what_its_roles_grant_and_no_more() {
     let api = KubeApi::start();
     apply_the_manifests(&api);
-    let (namespace, account) = installer_account();
+    let (namespace, account) = plugins_account();
     let defined = objects().iter().any(|(_, o)| {
         o["kind"] == "ServiceAccount" && o["metadata"]["name"] == account && o["metadata"]["namespace"] == namespace
     });
@@ -236,7 +236,7 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
     let deploy = support::manifests::deploy_dir();
     let applied = api.apply(&[&deploy.join("namespace.yaml"), &deploy.join("crds.yaml"), &deploy.join("rbac.yaml")]);
     assert!(applied.contains("applied ClusterRoleBinding ipam-delegated"), "{applied}");
-    let (namespace, account) = installer_account();
+    let (namespace, account) = plugins_account();
     assert_eq!((namespace.as_str(), account.as_str()), ("ipam-delegated", "ipam-delegated"), "the DaemonSet's account");
     let plugins = api.service_account_kubeconfig(&namespace, &account);
 
@@ -362,19 +362,6 @@ fn was_applied(applied: &str, object: &Value) -> bool {
     applied.lines().filter_map(|l| l.strip_prefix(&format!("applied {kind} "))).any(|rest| {
         rest == format!("{namespace}/{name}") || (object["metadata"]["namespace"].is_null() && rest == name)
     })
-}
-
-/// The installer DaemonSet's namespace and ServiceAccount (`default`
-/// when it names none).
-fn installer_account() -> (String, String) {
-    let all = objects();
-    let (_, ds) = all
-        .iter()
-        .find(|(_, o)| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "ipam-delegated")
-        .expect("the installer DaemonSet ipam-delegated");
-    let namespace = ds["metadata"]["namespace"].as_str().expect("the DaemonSet's namespace").to_string();
-    let account = ds["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap_or("default").to_string();
-    (namespace, account)
 }
 
 /// The rules of a role bound to an account, and where they hold (None:

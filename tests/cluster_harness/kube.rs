@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{AddrRec, BlockRec, Cluster, Net4, Store, NETWORK, POOL};
-use crate::support::manifests::{deploy_dir, objects};
+use crate::support::manifests::deploy_dir;
+pub use crate::support::manifests::plugins_account;
 
 #[path = "../kube_harness/mod.rs"]
 pub mod api;
@@ -174,20 +175,6 @@ impl Cluster<KubeStore> {
     pub fn on_kubernetes(pools: Value, grace: f64) -> Cluster<KubeStore> {
         Cluster::over(KubeStore::start(), pools, grace)
     }
-}
-
-/// The installer DaemonSet's ServiceAccount: (namespace, name).
-pub fn plugins_account() -> (String, String) {
-    let all = objects();
-    let (_, ds) = all
-        .iter()
-        .find(|(_, o)| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "ipam-delegated")
-        .expect("the installer DaemonSet ipam-delegated in deploy/kubernetes/");
-    let text = |v: &Value, what: &str| v.as_str().unwrap_or_else(|| panic!("the DaemonSet's {what}: {v}")).to_string();
-    (
-        text(&ds["metadata"]["namespace"], "namespace"),
-        text(&ds["spec"]["template"]["spec"]["serviceAccountName"], "serviceAccountName"),
-    )
 }
 
 /// `IPDBlock`'s name of `block` in pool blue of network cnet.

@@ -77,3 +77,17 @@ pub fn objects_of(files: &[PathBuf]) -> Vec<(String, Value)> {
     }
     objects
 }
+
+/// The ServiceAccount the installer DaemonSet of the default set runs as,
+/// whose token the installer gives the plugins on each node: (namespace,
+/// name; `default` when the DaemonSet names none).
+pub fn plugins_account() -> (String, String) {
+    let all = objects();
+    let (_, ds) = all
+        .iter()
+        .find(|(_, o)| o["kind"] == "DaemonSet" && o["metadata"]["name"] == "ipam-delegated")
+        .expect("the installer DaemonSet ipam-delegated in deploy/kubernetes/");
+    let namespace = ds["metadata"]["namespace"].as_str().expect("the DaemonSet's namespace").to_string();
+    let account = ds["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap_or("default").to_string();
+    (namespace, account)
+}
