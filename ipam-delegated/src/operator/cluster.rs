@@ -11,7 +11,7 @@
 //! overwritten.
 
 mod blocks;
-mod conf;
+pub mod conf;
 mod pool_in_store;
 pub mod reap;
 mod release_node;
@@ -58,8 +58,9 @@ fn open(conf: &ClusterConf) -> Result<Box<dyn Datastore>, Failure> {
 }
 
 /// The configuration's datastore, which must be the Kubernetes API's
-/// (`reap`: its API server lists the cluster's nodes).
-fn open_kubernetes(conf: &ClusterConf) -> Result<KubeStore, Failure> {
+/// (`reap`: its API server lists the cluster's nodes; the node agent's
+/// passes open it here too).
+pub fn open_kubernetes(conf: &ClusterConf) -> Result<KubeStore, Failure> {
     let Store::Kubernetes(kube) = &conf.settings.store else {
         return Err(Failure::ClusterConf {
             conf: conf.path.clone(),

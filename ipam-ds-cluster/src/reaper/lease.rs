@@ -64,7 +64,8 @@ pub fn hold(client: &Client, network: &str, holder: &str, duration: Duration) ->
         let current = spec.map(LeaseSpec::of);
         if let Some(current) = &current {
             let until = current.until();
-            if current.holder != holder && !until.is_past_at(now) {
+            // One with no holder is nobody's, whatever its times say.
+            if !current.holder.is_empty() && current.holder != holder && !until.is_past_at(now) {
                 return Ok(Holding::Theirs { holder: current.holder.clone(), until });
             }
             last_seen = Some((current.holder.clone(), until));

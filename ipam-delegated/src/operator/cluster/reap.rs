@@ -24,7 +24,7 @@ use serde::Serialize;
 use shared::{CniError, Code};
 
 use super::super::failure::Failure;
-use super::super::report::{to_json, Report};
+use super::super::report::{count, to_json, Report};
 use super::conf::ClusterConf;
 use super::pool_in_store::cluster_failure;
 use super::release_node::{self, Document};
@@ -86,14 +86,24 @@ impl Reaped<'_> {
             let what = if i.deleted { "deleted" } else { "changed meanwhile (taken over or held again): kept" };
             out.push_str(&format!("identity {} on {}, held until {}: {what}\n", i.identity, i.ifname, i.held_until));
         }
+        let collected = self.ended_identities.iter().filter(|i| i.deleted).count();
         out.push_str(&format!(
-            "released {} deleted node(s), collected {} ended identit{} in network {}\n",
-            self.released_nodes.len(),
-            self.ended_identities.iter().filter(|i| i.deleted).count(),
-            if self.ended_identities.iter().filter(|i| i.deleted).count() == 1 { "y" } else { "ies" },
+            "released {}, collected {} whose hold ended, in network {}\n",
+            count(self.released_nodes.len(), "deleted node"),
+            count(collected, "identity object"),
             self.network
         ));
         out
+    }
+
+    fn new<'a>(conf: &'a ClusterConf, lease: LeaseShown) -> Reaped<'a> {
+        Reaped {
+            network: &conf.network,
+            lease,
+            released_nodes: Vec::new(),
+            ended_identities: Vec::new(),
+            rendered: Vec::new(),
+        }
     }
 }
 
@@ -127,26 +137,13 @@ pub fn pass<'a>(
                 lease.holder,
                 lease.until
             );
-            let reaped = Reaped {
-                network: &conf.network,
-                lease,
-                released_nodes: Vec::new(),
-                ended_identities: Vec::new(),
-                rendered: Vec::new(),
-            };
-            return Ok((reaped, None));
+            return Ok((Reaped::new(conf, lease), None));
         }
         Holding::Ours { until, taken_from } => {
             LeaseShown { name, held: true, holder: holder.to_string(), until: until.to_string(), taken_from }
         }
     };
-    let mut reaped = Reaped {
-        network: &conf.network,
-        lease,
-        released_nodes: Vec::new(),
-        ended_identities: Vec::new(),
-        rendered: Vec::new(),
-    };
+    let mut reaped = Reaped::new(conf, lease);
     let cluster = nodes::cluster_nodes(store.client()).map_err(kube_failure)?;
     let deleted = deleted_nodes(conf, store, &cluster)?;
     let mut failure = None;
