@@ -150,10 +150,28 @@ fn a_deleted_node_is_released_after_its_grace_by_the_one_reaper_holding_the_leas
         text.stdout
     );
 
-    // The holder releases n2 (not n1, whose Node exists): its block stays
-    // unclaimable for n2's own wait, then n1 claims it.
+    // The holder notes n2 missing, and releases it (not n1, whose Node
+    // exists) once it has been missing for n2's own grace; its block then
+    // stays unclaimable for that grace again, and n1 claims it.
+    let first_seen = Instant::now();
+    let noted = reap(&c, winner);
+    assert_eq!((&noted["lease"]["held"], &noted["released_nodes"]), (&json!(true), &json!([])), "{noted:#}");
+    assert_eq!(noted["waiting_nodes"][0]["node"], "n2", "{noted:#}");
+    assert_eq!(noted["waiting_nodes"].as_array().map(Vec::len), Some(1), "{noted:#}");
+    let since = lease(&c)["metadata"]["annotations"]["ipam-delegated.io/missing-nodes"].clone();
+    assert!(since.as_str().is_some_and(|s| s.contains("\"n2\"")), "n2 noted missing in the Lease: {since}");
+    let pass = loop {
+        let pass = reap(&c, winner);
+        if pass["released_nodes"] != json!([]) {
+            break pass;
+        }
+        assert_eq!(block_state(&c, b), (json!("Owned"), json!("n2")), "released while waiting: {pass:#}");
+        assert!(first_seen.elapsed() < WAIT + Duration::from_secs(10), "n2 not released after its grace: {pass:#}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let missing_for = first_seen.elapsed();
+    assert!(missing_for >= WAIT - DATE_STEP, "n2 was released {missing_for:.2?} after it went, before its grace");
     let released_at = Instant::now();
-    let pass = reap(&c, winner);
     assert_eq!(pass["lease"]["held"], true, "{pass:#}");
     let released = pass["released_nodes"].as_array().unwrap_or_else(|| panic!("{pass:#}"));
     assert_eq!(released.len(), 1, "{pass:#}");
@@ -166,9 +184,11 @@ fn a_deleted_node_is_released_after_its_grace_by_the_one_reaper_holding_the_leas
     let early = add(&n1, "a-wait");
     assert!(released_at.elapsed() < WAIT - DATE_STEP, "too slow to see the wait: {:?}", released_at.elapsed());
     assert_eq!(failure(&early).0, 100, "n2's block is not claimable before its grace: {}", brief(&early));
-    // A pass meanwhile releases nothing more: n2 holds nothing now.
+    // A pass meanwhile releases nothing more: n2 holds nothing now, and is
+    // no longer noted missing.
     let again = reap(&c, winner);
-    assert_eq!(again["released_nodes"], json!([]), "{again:#}");
+    assert_eq!((&again["released_nodes"], &again["waiting_nodes"]), (&json!([]), &json!([])), "{again:#}");
+    assert_eq!(lease(&c)["metadata"]["annotations"]["ipam-delegated.io/missing-nodes"], "{}");
     let deadline = released_at + WAIT + Duration::from_secs(10);
     let claimed = loop {
         let out = add(&n1, "a-wait");

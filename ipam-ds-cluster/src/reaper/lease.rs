@@ -10,7 +10,14 @@
 //! Lease is expired once `renewTime + leaseDurationSeconds` is past by the
 //! `Date` of a later answer, never by the reaper's own clock (a node whose
 //! clock runs ahead would take a Lease that still holds).
+//!
+//! The Lease also keeps what the reapers saw between passes, whoever holds
+//! it: since when (by the API server's clock) each node holding addresses
+//! has been missing from the cluster's Nodes (annotation
+//! [`MISSING_ANNOTATION`]), so that a node is released only once it has
+//! been missing for its own grace, across passes and holders.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -28,6 +35,11 @@ pub const NAMESPACE: &str = "ipam-delegated";
 /// its interval must be shorter.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 
+/// The Lease's annotation of the nodes missing from the cluster: a JSON
+/// object of node name → when a pass first saw it missing (RFC 3339, the
+/// API server's clock).
+pub const MISSING_ANNOTATION: &str = "ipam-delegated.io/missing-nodes";
+
 const LEASES: Namespaced = Namespaced {
     resource: Resource { group: "coordination.k8s.io", version: "v1", plural: "leases" },
     namespace: NAMESPACE,
@@ -39,14 +51,58 @@ pub fn lease_name(network: &str) -> String {
 }
 
 /// Whose the Lease is after a reaper asked for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Holding {
-    /// This reaper's until `until` (by the API server's clock): `taken_from`
-    /// names the holder whose expired Lease it took over, if any.
-    Ours { until: Time, taken_from: Option<String> },
+    /// This reaper's.
+    Ours(HeldLease),
     /// Another reaper's, until `until` (`renewTime + leaseDurationSeconds`);
     /// also when another reaper wrote it between this one's read and write.
     Theirs { holder: String, until: Time },
+}
+
+/// The Lease as this reaper wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldLease {
+    /// When it ends unless renewed, by the API server's clock.
+    pub until: Time,
+    /// The holder whose expired Lease this reaper took over, if any.
+    pub taken_from: Option<String>,
+    /// The `Date` of the answer the reaper decided from: the pass's "now".
+    pub now: Time,
+    object: kube::Object,
+}
+
+impl HeldLease {
+    /// Since when each node was seen missing from the cluster, as the
+    /// Lease keeps it (an unreadable entry is left out: seen missing now).
+    pub fn missing_since(&self) -> BTreeMap<String, Time> {
+        let text = self.object.0["metadata"]["annotations"][MISSING_ANNOTATION].as_str().unwrap_or_default();
+        let found: BTreeMap<String, String> = serde_json::from_str(text).unwrap_or_default();
+        found.into_iter().filter_map(|(node, since)| Some((node, Time::parse(&since)?))).collect()
+    }
+
+    /// Keeps `missing` (node → since when) in the Lease, at the version this
+    /// reaper wrote: false when another reaper wrote it since (it holds the
+    /// Lease now: this pass stops).
+    pub fn keep_missing(&mut self, client: &Client, missing: &BTreeMap<String, Time>) -> Result<bool, kube::Error> {
+        let text: BTreeMap<&str, String> = missing.iter().map(|(node, t)| (node.as_str(), t.to_string())).collect();
+        let text = serde_json::to_string(&text).map_err(|e| kube::Error::Protocol(e.to_string()))?;
+        if self.object.0["metadata"]["annotations"][MISSING_ANNOTATION].as_str() == Some(text.as_str()) {
+            return Ok(true);
+        }
+        let mut object = self.object.0.clone();
+        object["metadata"]["annotations"][MISSING_ANNOTATION] = json!(text);
+        let (Some(name), Some(version)) = (self.object.name(), self.object.resource_version()) else {
+            return Err(kube::Error::Protocol("a Lease written without its name or resourceVersion".into()));
+        };
+        match client.replace(&LEASES, name, version, &object)?.outcome {
+            Replaced::Replaced(written) => {
+                self.object = written;
+                Ok(true)
+            }
+            Replaced::Conflict | Replaced::NotFound => Ok(false),
+        }
+    }
 }
 
 /// Takes, renews or leaves the Lease of `network`'s reaper as `holder`
@@ -60,8 +116,7 @@ pub fn hold(client: &Client, network: &str, holder: &str, duration: Duration) ->
         let read = client.get(&LEASES, &name)?;
         let now = Time::of(read.date);
         let found = read.outcome;
-        let spec = found.as_ref().map(|o| &o.0["spec"]);
-        let current = spec.map(LeaseSpec::of);
+        let current = found.as_ref().map(|o| LeaseSpec::of(&o.0["spec"]));
         if let Some(current) = &current {
             let until = current.until();
             // One with no holder is nobody's, whatever its times say.
@@ -77,27 +132,40 @@ pub fn hold(client: &Client, network: &str, holder: &str, duration: Duration) ->
             (Some(c), true) => c.acquired.clone().unwrap_or_else(|| micro_time(now)),
             _ => micro_time(now),
         };
-        let object = json!({
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app.kubernetes.io/name": "ipam-delegated"}},
-            "spec": {
-                "holderIdentity": holder,
-                "leaseDurationSeconds": seconds,
-                "acquireTime": acquired,
-                "renewTime": micro_time(now),
-                "leaseTransitions": transitions,
-            },
+        let spec = json!({
+            "holderIdentity": holder,
+            "leaseDurationSeconds": seconds,
+            "acquireTime": acquired,
+            "renewTime": micro_time(now),
+            "leaseTransitions": transitions,
         });
         let until = now.plus(Duration::from_secs(seconds));
-        let written = match (&found, found.as_ref().and_then(kube::Object::resource_version)) {
-            (Some(_), Some(version)) => {
-                matches!(client.replace(&LEASES, &name, version, &object)?.outcome, Replaced::Replaced(_))
+        // As read, its annotations kept (what the reapers saw), the spec this reaper's.
+        let written = match found {
+            Some(mut object) => {
+                let version = object.resource_version().unwrap_or_default().to_string();
+                object.0["spec"] = spec;
+                match client.replace(&LEASES, &name, &version, &object.0)?.outcome {
+                    Replaced::Replaced(object) => Some(object),
+                    Replaced::Conflict | Replaced::NotFound => None,
+                }
             }
-            _ => matches!(client.create(&LEASES, &object)?.outcome, Created::Created(_)),
+            None => {
+                let object = json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": name, "namespace": NAMESPACE,
+                                 "labels": {"app.kubernetes.io/name": "ipam-delegated"}},
+                    "spec": spec,
+                });
+                match client.create(&LEASES, &object)?.outcome {
+                    Created::Created(object) => Some(object),
+                    Created::AlreadyExists => None,
+                }
+            }
         };
-        if written {
-            return Ok(Holding::Ours { until, taken_from });
+        if let Some(object) = written {
+            return Ok(Holding::Ours(HeldLease { until, taken_from, now, object }));
         }
     }
     // Another reaper kept writing it: it is theirs (its end unknown, shown

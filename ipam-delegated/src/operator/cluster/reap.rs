@@ -5,18 +5,22 @@
 //!    `ipam-delegated`): taken when absent or expired by the API server's
 //!    clock, renewed when this node's; while another node's lasts, the pass
 //!    does nothing else.
-//! 2. Deleted nodes: each node that holds a block, an address record or a
-//!    live identity of the network and is no Node of the cluster is released
-//!    as `release-node NODE` releases it (not `--gone`): its blocks stay
-//!    unclaimable for its own offlineGrace + 3 × ipam.timeout, timed by the
-//!    API server, in case it is alive after all; its records and its
-//!    entry go, its identities are held. Each write compares what it read,
+//! 2. Deleted nodes: a node that holds a block, an address record or a
+//!    live identity of the network and is no Node of the cluster is noted
+//!    missing in the Lease (since the `Date` of this pass), and once it has
+//!    been missing for its own grace (offlineGrace + 3 × ipam.timeout, as
+//!    `release-node` reads it) it is released as `release-node NODE`
+//!    releases it (not `--gone`): its blocks stay unclaimable for that grace
+//!    again, timed by the API server, in case it is alive after all; its
+//!    records and its entry go, its identities are held. A node seen again
+//!    in the cluster is no longer noted. Each write compares what it read,
 //!    so a pass killed anywhere is finished by the next.
 //! 3. Ended identities: deleted, each conditioned on what the LIST showed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use ipam_ds_cluster::datastore::kubernetes::objects::Time;
 use ipam_ds_cluster::datastore::kubernetes::KubeStore;
 use ipam_ds_cluster::reaper::lease::{self, Holding};
 use ipam_ds_cluster::reaper::nodes;
@@ -36,6 +40,8 @@ pub struct Reaped<'a> {
     pub lease: LeaseShown,
     /// Each deleted node released, as `release-node --json` shows it.
     pub released_nodes: Vec<Document<'a>>,
+    /// Deleted nodes not missing for their grace yet.
+    pub waiting_nodes: Vec<WaitingNode>,
     pub ended_identities: Vec<EndedShown>,
     #[serde(skip)]
     rendered: Vec<String>,
@@ -51,6 +57,15 @@ pub struct LeaseShown {
     pub until: String,
     /// The holder whose expired Lease this pass took over.
     pub taken_from: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct WaitingNode {
+    pub node: String,
+    /// When a pass first saw it missing from the cluster, UTC.
+    pub missing_since: String,
+    /// When a pass may release it, UTC: `missing_since` plus its grace.
+    pub releasable_at: String,
 }
 
 #[derive(Serialize)]
@@ -79,6 +94,12 @@ impl Reaped<'_> {
             "the reaper's Lease {} is this node's ({}) until {}{taken}\n",
             lease.name, lease.holder, lease.until
         ));
+        for w in &self.waiting_nodes {
+            out.push_str(&format!(
+                "node {} is no node of the cluster since {}: released once missing for its grace, from {}\n",
+                w.node, w.missing_since, w.releasable_at
+            ));
+        }
         for text in &self.rendered {
             out.push_str(text);
         }
@@ -101,6 +122,7 @@ impl Reaped<'_> {
             network: &conf.network,
             lease,
             released_nodes: Vec::new(),
+            waiting_nodes: Vec::new(),
             ended_identities: Vec::new(),
             rendered: Vec::new(),
         }
@@ -128,7 +150,7 @@ pub fn pass<'a>(
         |e: ipam_ds_cluster::kube::Error| cluster_failure(conf, e.to_cni("ipam.cluster.kubernetes.kubeconfig"));
     let name = lease::lease_name(&conf.network);
     let holding = lease::hold(store.client(), &conf.network, holder, duration).map_err(kube_failure)?;
-    let lease = match holding {
+    let mut held = match holding {
         Holding::Theirs { holder, until } => {
             let lease = LeaseShown { name, held: false, holder, until: until.to_string(), taken_from: None };
             tracing::info!(
@@ -139,25 +161,63 @@ pub fn pass<'a>(
             );
             return Ok((Reaped::new(conf, lease), None));
         }
-        Holding::Ours { until, taken_from } => {
-            LeaseShown { name, held: true, holder: holder.to_string(), until: until.to_string(), taken_from }
-        }
+        Holding::Ours(held) => held,
     };
-    let mut reaped = Reaped::new(conf, lease);
+    let mut reaped = Reaped::new(
+        conf,
+        LeaseShown {
+            name,
+            held: true,
+            holder: holder.to_string(),
+            until: held.until.to_string(),
+            taken_from: held.taken_from.clone(),
+        },
+    );
     let cluster = nodes::cluster_nodes(store.client()).map_err(kube_failure)?;
     let deleted = deleted_nodes(conf, store, &cluster)?;
+    // Since when each is missing, kept in the Lease before anything is
+    // released: also the check that this reaper still holds it.
+    let seen = held.missing_since();
+    let missing: BTreeMap<String, Time> =
+        deleted.iter().map(|node| (node.clone(), seen.get(node).copied().unwrap_or(held.now))).collect();
+    if !held.keep_missing(store.client(), &missing).map_err(kube_failure)? {
+        tracing::info!("operator reap: the reaper's Lease {} was taken meanwhile: this pass stops", reaped.lease.name);
+        reaped.lease.held = false;
+        return Ok((reaped, None));
+    }
     let mut failure = None;
-    for node in &deleted {
+    for (node, since) in &missing {
+        let grace = match release_node::grace_of(conf, store, node) {
+            Ok(grace) => grace,
+            Err(problem) => {
+                failure.get_or_insert(problem);
+                continue;
+            }
+        };
+        let releasable = since.plus(grace);
+        if !releasable.is_past_at(held.now) {
+            tracing::info!(
+                "operator reap: node {node} holds addresses in network {} and is no node of the cluster since \
+                 {since}: released from {releasable}",
+                conf.network
+            );
+            let (missing_since, releasable_at) = (since.to_string(), releasable.to_string());
+            reaped.waiting_nodes.push(WaitingNode { node: node.clone(), missing_since, releasable_at });
+            continue;
+        }
         tracing::info!(
-            "operator reap: node {node} holds addresses in network {} and is no node of the cluster: released",
+            "operator reap: node {node} holds addresses in network {} and is no node of the cluster since {since}: \
+             released",
             conf.network
         );
         let released = release_node::release(conf, store, node, false);
-        reaped.rendered.push(format!("node {node} is no node of the cluster:\n{}", indented(&released.rendered())));
+        reaped
+            .rendered
+            .push(format!("node {node} is no node of the cluster since {since}:\n{}", indented(&released.rendered())));
         let release_node::Released { document, failure: problem, .. } = released;
         reaped.released_nodes.push(document);
-        if failure.is_none() {
-            failure = problem;
+        if let Some(problem) = problem {
+            failure.get_or_insert(problem);
         }
     }
     let ended = store.collect_ended_identities().map_err(|e| cluster_failure(conf, e.into()))?;

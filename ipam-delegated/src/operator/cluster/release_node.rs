@@ -31,7 +31,7 @@
 use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
-use ipam_ds_cluster::datastore::{Datastore, RecordRelease};
+use ipam_ds_cluster::datastore::{Datastore, RecordRelease, Versioned};
 use ipam_ds_cluster::node::release_node_identities;
 use ipam_ds_cluster::records::{shown, to_bytes, Kind, NodeEntry};
 use serde::Serialize;
@@ -128,6 +128,21 @@ impl Wait {
         Wait { offline_grace: conf.settings.offline_grace, call_timeout: conf.call_timeout, nodes_own: false }
     }
 
+    /// NODE's own, as its entry `entry` says, when longer than the
+    /// operator's conflist's.
+    fn for_node(conf: &ClusterConf, entry: Option<&Versioned>) -> Wait {
+        let operators = Wait::of(conf);
+        let nodes = entry.and_then(|read| serde_json::from_slice::<NodeEntry>(&read.value).ok()).and_then(|e| {
+            let seconds =
+                |s: f64| Duration::try_from_secs_f64(s).ok().filter(|d| *d <= Duration::from_secs(86_400 * 2));
+            Some(Wait { offline_grace: seconds(e.offline_grace)?, call_timeout: seconds(e.timeout)?, nodes_own: true })
+        });
+        match nodes {
+            Some(nodes) if nodes.window() > operators.window() => nodes,
+            _ => operators,
+        }
+    }
+
     fn window(&self) -> Duration {
         self.offline_grace + self.call_timeout * 3
     }
@@ -147,6 +162,15 @@ pub fn run(
         (Some(problem), true) => Err(problem),
         (failure, _) => Ok(Report { stdout, failure }),
     }
+}
+
+/// NODE's grace: how long it may still allocate after its release
+/// (offlineGrace + 3 × ipam.timeout, its own when longer than the
+/// conflist's), which the reaper also waits out before releasing a node
+/// missing from the cluster.
+pub fn grace_of(conf: &ClusterConf, datastore: &dyn Datastore, node: &str) -> Result<Duration, Failure> {
+    let entry = datastore.node_entry_of(node).map_err(|e| cluster_failure(conf, e.into()))?;
+    Ok(Wait::for_node(conf, entry.as_ref()).window())
 }
 
 /// What [`release`] did with one node.
@@ -176,15 +200,7 @@ pub fn release<'a>(conf: &'a ClusterConf, datastore: &dyn Datastore, node: &str,
             return Released { document, wait: Wait::of(conf), ttl: 0, failure: Some(failed(e)) };
         }
     };
-    let operators = Wait::of(conf);
-    let nodes = entry.as_ref().and_then(|read| serde_json::from_slice::<NodeEntry>(&read.value).ok()).and_then(|e| {
-        let seconds = |s: f64| Duration::try_from_secs_f64(s).ok().filter(|d| *d <= Duration::from_secs(86_400 * 2));
-        Some(Wait { offline_grace: seconds(e.offline_grace)?, call_timeout: seconds(e.timeout)?, nodes_own: true })
-    });
-    let wait = match nodes {
-        Some(nodes) if nodes.window() > operators.window() => nodes,
-        _ => operators,
-    };
+    let wait = Wait::for_node(conf, entry.as_ref());
     // Gone for good: nothing to wait out.
     let ttl = if gone { 0 } else { (wait.window().as_secs_f64().ceil() as i64).max(1) };
     let block_wait = (!gone).then(|| Duration::from_secs(ttl as u64));
