@@ -153,13 +153,21 @@ fn a_deleted_node_is_released_after_its_grace_by_the_one_reaper_holding_the_leas
     // The holder notes n2 missing, and releases it (not n1, whose Node
     // exists) once it has been missing for n2's own grace; its block then
     // stays unclaimable for that grace again, and n1 claims it.
-    let first_seen = Instant::now();
     let noted = reap(&c, winner);
     assert_eq!((&noted["lease"]["held"], &noted["released_nodes"]), (&json!(true), &json!([])), "{noted:#}");
     assert_eq!(noted["waiting_nodes"][0]["node"], "n2", "{noted:#}");
     assert_eq!(noted["waiting_nodes"].as_array().map(Vec::len), Some(1), "{noted:#}");
     let since = lease(&c)["metadata"]["annotations"]["ipam-delegated.io/missing-nodes"].clone();
     assert!(since.as_str().is_some_and(|s| s.contains("\"n2\"")), "n2 noted missing in the Lease: {since}");
+    // n2's Node back (re-registered): forgotten; deleted again: noted anew.
+    create_nodes(&c, &["n2"]);
+    let back = reap(&c, winner);
+    assert_eq!((&back["released_nodes"], &back["waiting_nodes"]), (&json!([]), &json!([])), "{back:#}");
+    assert_eq!(lease(&c)["metadata"]["annotations"]["ipam-delegated.io/missing-nodes"], "{}");
+    delete_node(&c, "n2");
+    let first_seen = Instant::now();
+    let noted = reap(&c, winner);
+    assert_eq!(noted["waiting_nodes"][0]["node"], "n2", "{noted:#}");
     let pass = loop {
         let pass = reap(&c, winner);
         if pass["released_nodes"] != json!([]) {

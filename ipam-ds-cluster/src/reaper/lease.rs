@@ -230,6 +230,21 @@ mod tests {
     }
 
     #[test]
+    fn the_missing_nodes_read_back_from_the_annotation_and_an_unreadable_one_is_left_out() {
+        let held = |annotation: &str| HeldLease {
+            until: Time(0),
+            taken_from: None,
+            now: Time(0),
+            object: kube::Object(json!({"metadata": {"annotations": {MISSING_ANNOTATION: annotation}}})),
+        };
+        let read = held(r#"{"n2": "2026-11-28T20:00:00Z", "n3": "yesterday"}"#).missing_since();
+        assert_eq!(read, BTreeMap::from([("n2".to_string(), Time::parse("2026-11-28T20:00:00Z").unwrap())]));
+        assert!(held("not JSON").missing_since().is_empty());
+        let none = HeldLease { object: kube::Object(json!({"metadata": {}})), ..held("") };
+        assert!(none.missing_since().is_empty());
+    }
+
+    #[test]
     fn micro_times_are_written_with_six_digits() {
         assert_eq!(micro_time(Time::parse("2026-11-28T20:51:56Z").unwrap()), "2026-11-28T20:51:56.000000Z");
     }
