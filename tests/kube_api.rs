@@ -260,15 +260,29 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
     }
     // Other resources, of the core group, of Kubernetes' and of other CNI
     // projects' groups (a group's name is not a prefix of another's).
+    // The reaper's (`cluster reap`): the cluster's nodes listed, nothing
+    // else of them; its Lease read, created and updated in the namespace
+    // only.
+    for verb in VERBS {
+        for scope in [None, Some("default")] {
+            if api.can_i(&plugins, verb, "nodes", scope) != (verb == "list") {
+                wrong.push(format!("{verb} nodes (in {scope:?}): expected {}", verb == "list"));
+            }
+        }
+        for scope in [namespace.as_str(), "default", "kube-system", "kube-node-lease"] {
+            let expected = scope == namespace && ["get", "create", "update"].contains(&verb);
+            if api.can_i(&plugins, verb, "leases.coordination.k8s.io", Some(scope)) != expected {
+                wrong.push(format!("{verb} leases (in {scope}): expected {expected}"));
+            }
+        }
+    }
     let others = [
         "pods",
         "secrets",
-        "nodes",
         "configmaps",
         "serviceaccounts",
         "namespaces",
         "events",
-        "leases.coordination.k8s.io",
         "daemonsets.apps",
         "clusterroles.rbac.authorization.k8s.io",
         "customresourcedefinitions.apiextensions.k8s.io",
@@ -328,11 +342,25 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
         ("DELETE", nodes.to_string()),
         ("GET", format!("/api/v1/namespaces/{namespace}/secrets")),
         ("GET", "/api/v1/pods".to_string()),
-        ("GET", "/api/v1/nodes".to_string()),
+        ("GET", "/api/v1/nodes/n1".to_string()),
+        ("GET", "/api/v1/nodes?watch=true".to_string()),
+        ("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases".to_string()),
     ] {
         let (status, body) = api.request(&plugins, method, &path, None);
         assert_eq!(status, 403, "the plugins' {method} {path}: {body}");
     }
+    // The reaper's for real: the nodes listed, its Lease made and renewed.
+    let (status, body) = api.request(&plugins, "GET", "/api/v1/nodes", None);
+    assert_eq!(status, 200, "the reaper lists the nodes: {body}");
+    let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases");
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "rbac-probe"},
+                       "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 60}});
+    let (status, body) = api.request(&plugins, "POST", &leases, Some(&lease));
+    assert_eq!(status, 201, "the reaper creates its Lease: {body}");
+    let mut renewed: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("a Lease ({e}): {body}"));
+    renewed["spec"]["leaseDurationSeconds"] = json!(30);
+    let (status, body) = api.request(&plugins, "PUT", &format!("{leases}/rbac-probe"), Some(&renewed));
+    assert_eq!(status, 200, "the reaper renews its Lease: {body}");
 }
 
 /// Applies Multus's NetworkAttachmentDefinition CRD, which the NADs need,

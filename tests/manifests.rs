@@ -222,6 +222,8 @@ fn kubectl_apply_of_the_directory_is_exactly_the_default_set_in_an_order_that_ap
             "DaemonSet",
             "Namespace",
             "NetworkAttachmentDefinition",
+            "Role",
+            "RoleBinding",
             "ServiceAccount"
         ],
         "no etcd, no Secret, no uninstaller in the default set"

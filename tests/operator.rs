@@ -559,6 +559,7 @@ fn man_writes_a_page_for_the_tool_and_each_command() {
         "-cluster",
         "-cluster-blocks",
         "-cluster-release-node",
+        "-cluster-reap",
         "-install-cni",
         "-completions",
         "-man",

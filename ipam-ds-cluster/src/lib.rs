@@ -12,6 +12,7 @@ pub mod datastore;
 pub mod etcd;
 pub mod kube;
 pub mod node;
+pub mod reaper;
 pub mod records;
 pub mod rows;
 pub mod settings;

@@ -11,8 +11,9 @@
 //! overwritten.
 
 mod blocks;
-mod conf;
+pub mod conf;
 mod pool_in_store;
+pub mod reap;
 mod release_node;
 
 use std::path::Path;
@@ -36,21 +37,39 @@ pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     // operator changed in etcd is on record beside the plugins' own lines.
     let _logging = logging::activate(NAME, &LogSettings::from_ipam(NAME, conf.netconf.ipam().ok()));
     conf.settings.warn_weak();
-    let datastore: Box<dyn Datastore> = match &conf.settings.store {
+    match command {
+        ClusterCommand::Blocks { json } => blocks::run(&conf, open(&conf)?.as_ref(), json),
+        ClusterCommand::ReleaseNode { node, json, gone } => {
+            release_node::run(&conf, open(&conf)?.as_ref(), &node, json, gone)
+        }
+        ClusterCommand::Reap { json } => reap::run(&conf, &open_kubernetes(&conf)?, json),
+    }
+}
+
+/// The configuration's datastore, etcd or the Kubernetes API.
+fn open(conf: &ClusterConf) -> Result<Box<dyn Datastore>, Failure> {
+    Ok(match &conf.settings.store {
         Store::Etcd { client, prefix } => {
-            let client = etcd::Client::new(client.clone()).map_err(|e| etcd_failure(&conf, e))?;
+            let client = etcd::Client::new(client.clone()).map_err(|e| etcd_failure(conf, e))?;
             Box::new(EtcdStore::over(client, prefix, &conf.settings, &conf.network))
         }
-        Store::Kubernetes(kube) => {
-            Box::new(KubeStore::open(kube, &conf.settings, &conf.network, None).map_err(|e| cluster_failure(&conf, e))?)
-        }
+        Store::Kubernetes(_) => Box::new(open_kubernetes(conf)?),
+    })
+}
+
+/// The configuration's datastore, which must be the Kubernetes API's
+/// (`reap`: its API server lists the cluster's nodes; the node agent's
+/// passes open it here too).
+pub fn open_kubernetes(conf: &ClusterConf) -> Result<KubeStore, Failure> {
+    let Store::Kubernetes(kube) = &conf.settings.store else {
+        return Err(Failure::ClusterConf {
+            conf: conf.path.clone(),
+            problem: "cluster reap needs the Kubernetes datastore (ipam.cluster.kubernetes), whose API server lists \
+                      the cluster's nodes; on etcd, release a deleted node with release-node"
+                .to_string(),
+        });
     };
-    match command {
-        ClusterCommand::Blocks { json } => blocks::run(&conf, datastore.as_ref(), json),
-        ClusterCommand::ReleaseNode { node, json, gone } => {
-            release_node::run(&conf, datastore.as_ref(), &node, json, gone)
-        }
-    }
+    KubeStore::open(kube, &conf.settings, &conf.network, None).map_err(|e| cluster_failure(conf, e))
 }
 
 #[cfg(test)]
@@ -78,6 +97,11 @@ mod tests {
             parse(&["cluster", "--conf", "a", "release-node", "--gone", "n2", "--json"]),
             Ok(Invocation::Cluster { conf: "a".into(), command: gone })
         );
+        assert_eq!(
+            parse(&["cluster", "reap", "--json", "--conf", "a"]),
+            Ok(Invocation::Cluster { conf: "a".into(), command: ClusterCommand::Reap { json: true } })
+        );
+        assert_eq!(parse(&["cluster", "--conf", "a", "reap", "n2"]), Err(ErrorKind::UnknownArgument));
         assert_eq!(parse(&["cluster", "blocks"]), Err(ErrorKind::MissingRequiredArgument));
         assert_eq!(parse(&["cluster", "--conf", "a"]), Err(ErrorKind::MissingSubcommand));
         assert_eq!(parse(&["cluster", "--conf", "a", "release-node"]), Err(ErrorKind::MissingRequiredArgument));

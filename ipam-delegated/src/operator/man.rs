@@ -121,6 +121,7 @@ mod tests {
                 "ipam-delegated-cluster.1",
                 "ipam-delegated-cluster-blocks.1",
                 "ipam-delegated-cluster-release-node.1",
+                "ipam-delegated-cluster-reap.1",
                 "ipam-delegated-install-cni.1",
                 "ipam-delegated-completions.1",
                 "ipam-delegated-man.1",

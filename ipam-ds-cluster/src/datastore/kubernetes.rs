@@ -29,12 +29,15 @@
 //! an object this node knows shown at a lower generation under the same uid.
 
 mod blocks;
+mod collect;
 mod history;
 mod identities;
 pub mod names;
 pub mod objects;
 mod requests;
 mod shapes;
+
+pub use collect::EndedIdentity;
 
 use blocks::{record_at, Step};
 use identities::{identity_versioned, is_identity_key};

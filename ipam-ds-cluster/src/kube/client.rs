@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use super::wire::{self, Request, Response};
 use super::{
-    percent_encoded, Answer, Counts, Created, Deleted, Error, Kubeconfig, List, Object, Preconditions, Replaced,
-    Resource, Selectors, Settings,
+    percent_encoded, Answer, Collection, Counts, Created, Deleted, Error, Kubeconfig, List, Object, Preconditions,
+    Replaced, Selectors, Settings,
 };
 
 type Connection = BufReader<StreamOwned<ClientConnection, DeadlineStream>>;
@@ -62,7 +62,7 @@ impl Client {
         *self.counts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn get(&self, resource: &Resource, name: &str) -> Result<Answer<Option<Object>>, Error> {
+    pub fn get(&self, resource: &impl Collection, name: &str) -> Result<Answer<Option<Object>>, Error> {
         let (response, date) = self.send("GET", &resource.object_path(name), None)?;
         let outcome = match response.status {
             200 => Some(object(&response)?),
@@ -75,7 +75,7 @@ impl Client {
         Ok(Answer { outcome, date })
     }
 
-    pub fn list(&self, resource: &Resource, selectors: &Selectors) -> Result<Answer<List>, Error> {
+    pub fn list(&self, resource: &impl Collection, selectors: &Selectors) -> Result<Answer<List>, Error> {
         let mut query = Vec::new();
         if let Some(labels) = selectors.labels {
             query.push(format!("labelSelector={}", percent_encoded(labels)));
@@ -105,7 +105,7 @@ impl Client {
     }
 
     /// Creates `object` unless one of its name exists.
-    pub fn create(&self, resource: &Resource, object: &Value) -> Result<Answer<Created>, Error> {
+    pub fn create(&self, resource: &impl Collection, object: &Value) -> Result<Answer<Created>, Error> {
         let body = serde_json::to_vec(object).map_err(|e| Error::Protocol(e.to_string()))?;
         let (response, date) = self.send("POST", &resource.collection_path(), Some(&body))?;
         let outcome = match response.status {
@@ -120,7 +120,7 @@ impl Client {
     /// `resource_version` (which is set in `object`'s metadata).
     pub fn replace(
         &self,
-        resource: &Resource,
+        resource: &impl Collection,
         name: &str,
         resource_version: &str,
         object: &Value,
@@ -147,7 +147,7 @@ impl Client {
     /// Deletes the object `name` if it is still the one `preconditions` names.
     pub fn delete(
         &self,
-        resource: &Resource,
+        resource: &impl Collection,
         name: &str,
         preconditions: &Preconditions,
     ) -> Result<Answer<Deleted>, Error> {
@@ -254,7 +254,7 @@ impl Client {
     }
 
     /// A status that is not one of the operation's outcomes.
-    fn refusal(&self, verb: &'static str, resource: &Resource, response: &Response) -> Error {
+    fn refusal(&self, verb: &'static str, resource: &impl Collection, response: &Response) -> Error {
         let message = status_message(response);
         match response.status {
             401 => Error::Unauthorized { kubeconfig: self.kubeconfig.path.clone(), message },
@@ -276,7 +276,7 @@ impl Client {
 
 /// A 404 that is about the object, not its resource: a collection the
 /// server does not know (no CRD) is a refusal, not "not found".
-fn missing_object(resource: &Resource, name: &str, response: &Response) -> Result<(), Error> {
+fn missing_object(resource: &impl Collection, name: &str, response: &Response) -> Result<(), Error> {
     let status: Value = serde_json::from_slice(&response.body).unwrap_or_default();
     if status["details"]["name"].as_str() == Some(name) {
         Ok(())

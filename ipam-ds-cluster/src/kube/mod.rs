@@ -66,17 +66,61 @@ pub struct Resource {
 }
 
 impl Resource {
-    /// As RBAC and kubectl name it: `plural.group`.
+    /// As RBAC and kubectl name it: `plural.group` (`plural` in the core group).
     pub fn qualified(&self) -> String {
-        format!("{}.{}", self.plural, self.group)
+        match self.group {
+            "" => self.plural.to_string(),
+            group => format!("{}.{group}", self.plural),
+        }
     }
 
-    fn collection_path(&self) -> String {
-        format!("/apis/{}/{}/{}", self.group, self.version, self.plural)
+    /// The group's root: the core group (`""`: nodes) is under `/api`.
+    fn group_path(&self) -> String {
+        match self.group {
+            "" => format!("/api/{}", self.version),
+            group => format!("/apis/{group}/{}", self.version),
+        }
     }
+}
+
+/// A resource in one namespace: `…/namespaces/{namespace}/{plural}` (the
+/// reaper's `coordination.k8s.io` Lease).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Namespaced {
+    pub resource: Resource,
+    pub namespace: &'static str,
+}
+
+/// Where a client's request goes: a cluster-scoped [`Resource`] or a
+/// [`Namespaced`] one.
+pub trait Collection {
+    fn collection_path(&self) -> String;
+
+    /// As RBAC names it, for messages.
+    fn qualified(&self) -> String;
 
     fn object_path(&self, name: &str) -> String {
         format!("{}/{}", self.collection_path(), percent_encoded(name))
+    }
+}
+
+impl Collection for Resource {
+    fn collection_path(&self) -> String {
+        format!("{}/{}", self.group_path(), self.plural)
+    }
+
+    fn qualified(&self) -> String {
+        Resource::qualified(self)
+    }
+}
+
+impl Collection for Namespaced {
+    fn collection_path(&self) -> String {
+        format!("{}/namespaces/{}/{}", self.resource.group_path(), self.namespace, self.resource.plural)
+    }
+
+    fn qualified(&self) -> String {
+        format!("{} in namespace {}", self.resource.qualified(), self.namespace)
     }
 }
 

@@ -68,3 +68,38 @@ claimed), records (pool, address, kind, container, ifname, returned_to: the
 lender it went back to, or null when deleted),
 claimable_in_seconds and claimable_at (null when no block was released;
 0 and now with --gone), gone.";
+
+pub const REAP_NOTES: &str = "\
+For networks on the Kubernetes datastore (ipam.cluster.kubernetes). One pass
+of the reaper, as the node agent runs it at each interval, as this node
+(ipam.cluster.node of CONFLIST):
+
+1. The reaper's Lease of the network (coordination.k8s.io, namespace
+   ipam-delegated, ipam-delegated-reaper.<network>): taken when absent or
+   expired, renewed when this node's, each write conditioned on what was
+   read; expiry is judged by the API server's clock (the Date of its
+   answers). While another node holds it, the pass does nothing else: one
+   reaper at a time.
+2. Each node that holds a block, an address record or a live identity of
+   the network and is not a Node of the cluster (one LIST of nodes) is
+   noted missing in the Lease (annotation ipam-delegated.io/missing-nodes,
+   since when by the API server's clock). Once it has been missing for its
+   grace (its own offlineGrace + 3 x ipam.timeout, as release-node reads
+   it) it is released as release-node NODE releases it (not --gone): its
+   blocks stay unclaimable for that grace again, timed by the API server,
+   then another node may claim them. A node whose Node exists is never
+   released, and one seen again is no longer noted. When the cluster lists
+   no Node at all, nothing is released (exit status 1).
+3. Each IPDIdentity whose hold ended (by the API server's Date) and that no
+   attachment holds is deleted, conditioned on its uid and resourceVersion:
+   one taken over or held again meanwhile is kept.
+
+Every write compares what was read, so a pass killed anywhere is finished
+by the next. Prints the Lease's holder, each node waiting out its grace, each
+node released (as release-node prints it) and each identity collected. The
+Lease lasts 60 s unless renewed.
+
+With --json: one object with the keys network, lease (name, held, holder,
+until, taken_from), released_nodes (each as release-node --json prints it),
+waiting_nodes (node, missing_since, releasable_at) and ended_identities
+(ifname, identity, held_until, deleted).";

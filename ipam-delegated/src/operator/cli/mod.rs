@@ -18,7 +18,7 @@ use shared::Attachment;
 mod cluster_notes;
 mod notes;
 
-use cluster_notes::{BLOCKS_NOTES, CLUSTER_NOTES, RELEASE_NODE_NOTES};
+use cluster_notes::{BLOCKS_NOTES, CLUSTER_NOTES, REAP_NOTES, RELEASE_NODE_NOTES};
 use notes::{
     ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, INSTALL_CNI_NOTES, LIST_NOTES, MAN_NOTES,
     METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES, RELEASE_USAGE,
@@ -67,6 +67,7 @@ pub enum Command {
 pub enum ClusterCommand {
     Blocks { json: bool },
     ReleaseNode { node: String, json: bool, gone: bool },
+    Reap { json: bool },
 }
 
 /// The shells whose completion scripts are generated and tested.
@@ -135,6 +136,7 @@ fn cluster(top_database: bool, a: ClusterArgs) -> Result<Invocation, clap::Error
     let command = match a.command {
         ClusterSub::Blocks { json } => ClusterCommand::Blocks { json },
         ClusterSub::ReleaseNode { node, json, gone } => ClusterCommand::ReleaseNode { node, json, gone },
+        ClusterSub::Reap { json } => ClusterCommand::Reap { json },
     };
     Ok(Invocation::Cluster { conf, command })
 }
@@ -441,6 +443,13 @@ enum ClusterSub {
         /// allocating in them, and a node that claims them meanwhile hands out the same addresses
         #[arg(long)]
         gone: bool,
+    },
+    /// One pass of the reaper: release the nodes deleted from the cluster and collect ended identities
+    #[command(after_help = REAP_NOTES)]
+    Reap {
+        /// Print JSON for scripts instead of text
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -31,7 +31,7 @@
 use std::time::Duration;
 
 use ipam_ds_cluster::blocks::Geometry;
-use ipam_ds_cluster::datastore::{Datastore, RecordRelease};
+use ipam_ds_cluster::datastore::{Datastore, RecordRelease, Versioned};
 use ipam_ds_cluster::node::release_node_identities;
 use ipam_ds_cluster::records::{shown, to_bytes, Kind, NodeEntry};
 use serde::Serialize;
@@ -47,10 +47,11 @@ use super::pool_in_store::{cluster_failure, read_pool};
 /// changes (each change compares the record's mod_revision).
 const ROUNDS: usize = 3;
 
+/// What release-node did, as `--json` prints it.
 #[derive(Serialize)]
-struct Document<'a> {
+pub struct Document<'a> {
     network: &'a str,
-    node: &'a str,
+    node: String,
     blocks: Vec<ReleasedBlock>,
     records: Vec<DeletedRecord>,
     /// NODE's live workload identities: what became of each (left out
@@ -64,6 +65,26 @@ struct Document<'a> {
     claimable_at: Option<String>,
     /// Released as gone for good: blocks deleted, claimable at once.
     gone: bool,
+}
+
+impl<'a> Document<'a> {
+    fn of(conf: &'a ClusterConf, node: &str, gone: bool) -> Document<'a> {
+        Document {
+            network: &conf.network,
+            node: node.to_string(),
+            blocks: Vec::new(),
+            records: Vec::new(),
+            identities: Vec::new(),
+            claimable_in_seconds: None,
+            claimable_at: None,
+            gone,
+        }
+    }
+
+    /// Whether nothing was released.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && self.records.is_empty() && self.identities.is_empty()
+    }
 }
 
 #[derive(Serialize)]
@@ -102,6 +123,26 @@ struct Wait {
 }
 
 impl Wait {
+    /// The operator's conflist's.
+    fn of(conf: &ClusterConf) -> Wait {
+        Wait { offline_grace: conf.settings.offline_grace, call_timeout: conf.call_timeout, nodes_own: false }
+    }
+
+    /// NODE's own, as its entry `entry` says, when longer than the
+    /// operator's conflist's.
+    fn for_node(conf: &ClusterConf, entry: Option<&Versioned>) -> Wait {
+        let operators = Wait::of(conf);
+        let nodes = entry.and_then(|read| serde_json::from_slice::<NodeEntry>(&read.value).ok()).and_then(|e| {
+            let seconds =
+                |s: f64| Duration::try_from_secs_f64(s).ok().filter(|d| *d <= Duration::from_secs(86_400 * 2));
+            Some(Wait { offline_grace: seconds(e.offline_grace)?, call_timeout: seconds(e.timeout)?, nodes_own: true })
+        });
+        match nodes {
+            Some(nodes) if nodes.window() > operators.window() => nodes,
+            _ => operators,
+        }
+    }
+
     fn window(&self) -> Duration {
         self.offline_grace + self.call_timeout * 3
     }
@@ -114,31 +155,56 @@ pub fn run(
     json: bool,
     gone: bool,
 ) -> Result<Report, Failure> {
+    let released = release(conf, datastore, node, gone);
+    let stdout = if json { to_json(&released.document)? } else { released.rendered() };
+    match (released.failure, released.document.is_empty()) {
+        // Nothing was done: the failure alone.
+        (Some(problem), true) => Err(problem),
+        (failure, _) => Ok(Report { stdout, failure }),
+    }
+}
+
+/// NODE's grace: how long it may still allocate after its release
+/// (offlineGrace + 3 × ipam.timeout, its own when longer than the
+/// conflist's), which the reaper also waits out before releasing a node
+/// missing from the cluster.
+pub fn grace_of(conf: &ClusterConf, datastore: &dyn Datastore, node: &str) -> Result<Duration, Failure> {
+    let entry = datastore.node_entry_of(node).map_err(|e| cluster_failure(conf, e.into()))?;
+    Ok(Wait::for_node(conf, entry.as_ref()).window())
+}
+
+/// What [`release`] did with one node.
+pub struct Released<'a> {
+    pub document: Document<'a>,
+    wait: Wait,
+    ttl: i64,
+    /// What stopped it; what it did before is in `document`.
+    pub failure: Option<Failure>,
+}
+
+impl Released<'_> {
+    /// The text `release-node` prints.
+    pub fn rendered(&self) -> String {
+        render(&self.document, &self.wait, self.ttl, self.document.claimable_at.as_deref().unwrap_or_default())
+    }
+}
+
+/// Releases NODE (see the module's doc): its identities, then its blocks
+/// and records pool by pool, then its entry; stops at the first failure.
+pub fn release<'a>(conf: &'a ClusterConf, datastore: &dyn Datastore, node: &str, gone: bool) -> Released<'a> {
     let failed = |e: ipam_ds_cluster::datastore::Error| cluster_failure(conf, e.into());
-    let entry = datastore.node_entry_of(node).map_err(failed)?;
-    let operators =
-        Wait { offline_grace: conf.settings.offline_grace, call_timeout: conf.call_timeout, nodes_own: false };
-    let nodes = entry.as_ref().and_then(|read| serde_json::from_slice::<NodeEntry>(&read.value).ok()).and_then(|e| {
-        let seconds = |s: f64| Duration::try_from_secs_f64(s).ok().filter(|d| *d <= Duration::from_secs(86_400 * 2));
-        Some(Wait { offline_grace: seconds(e.offline_grace)?, call_timeout: seconds(e.timeout)?, nodes_own: true })
-    });
-    let wait = match nodes {
-        Some(nodes) if nodes.window() > operators.window() => nodes,
-        _ => operators,
+    let entry = match datastore.node_entry_of(node) {
+        Ok(entry) => entry,
+        Err(e) => {
+            let document = Document::of(conf, node, gone);
+            return Released { document, wait: Wait::of(conf), ttl: 0, failure: Some(failed(e)) };
+        }
     };
+    let wait = Wait::for_node(conf, entry.as_ref());
     // Gone for good: nothing to wait out.
     let ttl = if gone { 0 } else { (wait.window().as_secs_f64().ceil() as i64).max(1) };
     let block_wait = (!gone).then(|| Duration::from_secs(ttl as u64));
-    let mut done = Document {
-        network: &conf.network,
-        node,
-        blocks: Vec::new(),
-        records: Vec::new(),
-        identities: Vec::new(),
-        claimable_in_seconds: None,
-        claimable_at: None,
-        gone,
-    };
+    let mut done = Document::of(conf, node, gone);
     let mut failure = None;
     // Before the records go: an identity's are held with it.
     let hold = match shared::sticky::Sticky::of(&conf.netconf) {
@@ -180,16 +246,7 @@ pub fn run(
         done.claimable_in_seconds = Some(ttl);
         done.claimable_at = Some(utc::iso8601(unix_now() + ttl));
     }
-    let stdout = if json {
-        to_json(&done)?
-    } else {
-        render(&done, &wait, ttl, done.claimable_at.as_deref().unwrap_or_default())
-    };
-    match (failure, done.blocks.is_empty() && done.records.is_empty() && done.identities.is_empty()) {
-        // Nothing was done: the failure alone.
-        (Some(problem), true) => Err(problem),
-        (failure, _) => Ok(Report { stdout, failure }),
-    }
+    Released { document: done, wait, ttl, failure }
 }
 
 /// One pool: reads it, then releases NODE's blocks and its records, each
@@ -267,7 +324,7 @@ fn release_pool(
 }
 
 fn render(done: &Document, wait: &Wait, ttl: i64, claimable_at: &str) -> String {
-    let (node, network) = (done.node, done.network);
+    let (node, network) = (done.node.as_str(), done.network);
     let mut out = String::new();
     for i in &done.identities {
         out.push_str(&format!("identity {}: {}\n", i.key, i.outcome));
