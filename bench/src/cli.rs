@@ -96,10 +96,13 @@ database / dataDir per scenario, their calls interleaved. In order:
                as a kubelet passes them; write transactions and fsync-family
                calls per call ({fsync_probes} ADDs and DELs each)
   sticky-cluster
-               the same in cluster mode on a real etcd: the cluster stack
-               without and with ipam-da-sticky (a new identity; returning on
-               its node; returning on another node), latency ({latency} rounds)
-               and etcd requests per ADD and DEL ({cluster_steady} each, counted by etcd)
+               the same in cluster mode on a real etcd and on a real
+               Kubernetes API server (as the cluster scenario starts it),
+               side by side: the cluster stack without and with
+               ipam-da-sticky (a new identity; returning on its node;
+               returning on another node), latency ({latency} rounds, both stores
+               interleaved) and store requests and writes per ADD and DEL
+               ({cluster_steady} each, counted by the store and logged by the client)
   whereabouts  the suite in cluster mode and whereabouts (built from its Go
                module, bench/whereabouts, with its CRDs and RBAC applied) on
                one real Kubernetes API server, the same calls with CNI_ARGS
