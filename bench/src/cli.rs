@@ -121,8 +121,9 @@ BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
 replacing them. A full run took 223 s at a load average near 5 (the
 cluster scenario 87 s of it, 43 s of which the Kubernetes store's pods in
 waves), plus the release build and, the first time, the build of the API
-server (Go); the two sticky scenarios add about 2 minutes on a busy machine
-(--only sticky,sticky-cluster took 117 s at a load average near 8);
+server (Go); the two sticky scenarios add about 4 minutes on a busy machine
+(--only sticky-cluster, on etcd and on the API server, took 199 s at a
+load average near 8, the suite's build cached);
 BENCH_QUICK=1 --only cluster took 77 s. The cluster scenario's pods in waves
 take each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) at most, for
 each of the six waves (three per store) whose pods cannot all be placed.
