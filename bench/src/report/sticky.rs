@@ -178,7 +178,10 @@ fn cluster_latency_table(c: &StickyClusterFigures) -> String {
                 .stores
                 .iter()
                 .map(|store| {
-                    let (l, cpu) = of(times(&store.variants, variant.name)?);
+                    let Some((l, cpu)) = times(&store.variants, variant.name).map(of) else {
+                        t.push_str(" — | — | — | — | — |");
+                        return None;
+                    };
                     let st = l.stats;
                     let base = times(&store.variants, WITHOUT)
                         .map_or("—".into(), |w| ratio(st.median_ms, of(w).0.stats.median_ms));
