@@ -96,10 +96,13 @@ database / dataDir per scenario, their calls interleaved. In order:
                as a kubelet passes them; write transactions and fsync-family
                calls per call ({fsync_probes} ADDs and DELs each)
   sticky-cluster
-               the same in cluster mode on a real etcd: the cluster stack
-               without and with ipam-da-sticky (a new identity; returning on
-               its node; returning on another node), latency ({latency} rounds)
-               and etcd requests per ADD and DEL ({cluster_steady} each, counted by etcd)
+               the same in cluster mode on a real etcd and on a real
+               Kubernetes API server (as the cluster scenario starts it),
+               side by side: the cluster stack without and with
+               ipam-da-sticky (a new identity; returning on its node;
+               returning on another node), latency ({latency} rounds, both stores
+               interleaved) and store requests and writes per ADD and DEL
+               ({cluster_steady} each, counted by the store and logged by the client)
   whereabouts  the suite in cluster mode and whereabouts (built from its Go
                module, bench/whereabouts, with its CRDs and RBAC applied) on
                one real Kubernetes API server, the same calls with CNI_ARGS
@@ -118,8 +121,9 @@ BENCHMARKS.md and benchmarks/add-latency-vs-fill.svg at the workspace root,
 replacing them. A full run took 223 s at a load average near 5 (the
 cluster scenario 87 s of it, 43 s of which the Kubernetes store's pods in
 waves), plus the release build and, the first time, the build of the API
-server (Go); the two sticky scenarios add about 2 minutes on a busy machine
-(--only sticky,sticky-cluster took 117 s at a load average near 8);
+server (Go); the two sticky scenarios add about 4 minutes on a busy machine
+(--only sticky-cluster, on etcd and on the API server, took 199 s at a
+load average near 8, the suite's build cached);
 BENCH_QUICK=1 --only cluster took 77 s. The cluster scenario's pods in waves
 take each wave's deadline ({wave_secs} s; {quick_wave_secs} s with BENCH_QUICK=1) at most, for
 each of the six waves (three per store) whose pods cannot all be placed.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,8 @@ use ipam_ds_cluster::etcd::testing::TestEtcd;
 use serde_json::{json, Value};
 
 use crate::debug_log::{etcd_client_counts, kube_client_counts};
-use crate::figures::cluster::ClientCount;
+use crate::figures::cluster::{ClientCount, StepCount};
+use crate::harness::caught;
 use crate::kube_harness::KubeApi;
 
 /// The cluster stack: ipam-ds-cluster between the selector and the
@@ -36,7 +37,7 @@ const CRDS_READY_LIMIT: Duration = Duration::from_secs(60);
 
 /// `config` (a stack's, as `Ctx::stack_config` makes it) in cluster mode: the
 /// cluster stack, for `node` on the etcd at `endpoint`.
-pub fn in_cluster(mut config: Value, endpoint: &str, node: &str) -> Value {
+fn in_cluster(mut config: Value, endpoint: &str, node: &str) -> Value {
     config["ipam"]["delegates"] = json!(DELEGATES);
     config["ipam"]["cluster"] = json!({ "etcd": { "endpoints": [endpoint] }, "node": node });
     config
@@ -45,7 +46,7 @@ pub fn in_cluster(mut config: Value, endpoint: &str, node: &str) -> Value {
 /// A configuration made for another pool: `pool` (an `ipam.pools` entry, as
 /// the suite reads it) under the key prefix `prefix` in etcd, so that it
 /// shares no key with the other steps' pool of the same name.
-pub fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
+fn in_pool(config: &mut Value, pool: Value, prefix: &str) {
     config["ipam"]["pools"] = json!([pool]);
     config["ipam"]["cluster"]["etcd"]["prefix"] = json!(prefix);
 }
@@ -182,15 +183,33 @@ impl Store {
             Store::Kubernetes(_) => KUBERNETES.into(),
         }
     }
+
+    /// The requests of `n` calls that `calls` makes, logging at debug level
+    /// to `log`: the store's own count (read before and after) and the
+    /// client's count from that log. Also what `calls` answers.
+    pub fn count_calls<T>(&self, n: usize, log: &Path, calls: impl FnOnce() -> T) -> (StepCount, T) {
+        let before = self.counted();
+        let answer = calls();
+        let after = self.counted();
+        let (client, logged) = self.client_counts(&fs::read_to_string(log).unwrap_or_default());
+        (StepCount { calls: n, server: difference(&before, &after), client, logged }, answer)
+    }
 }
 
 impl KubeStore {
+    /// [`KubeStore::start`], or why not (no Go to build the server, say: the
+    /// builder fails the way a test fails, by a panic), for the figures to
+    /// say instead of the store's.
+    pub fn try_start(dir: &Path) -> Result<KubeStore, String> {
+        caught(|| KubeStore::start(dir))
+    }
+
     /// Builds kube-test-server if needed (as the tests do), starts it,
     /// applies deploy/kubernetes/crds.yaml, and waits until the collection
     /// of each of its resources answers 200: right after a CRD is
     /// established the server answers 429 ("storage is (re)initializing")
     /// for a moment, which a plugin takes for an unreachable server (11).
-    pub fn start(dir: &std::path::Path) -> KubeStore {
+    pub fn start(dir: &Path) -> KubeStore {
         let api = KubeApi::start();
         let crds = crate::support::repo().join(CRDS);
         let deploy = crate::support::repo().join("deploy/kubernetes");
@@ -228,7 +247,7 @@ impl KubeStore {
     }
 
     /// The kubeconfig the plugins are given (the DaemonSet's ServiceAccount's).
-    pub fn kubeconfig(&self) -> &std::path::Path {
+    pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
     }
 }

@@ -1,6 +1,6 @@
 //! The sticky-address figures (the sticky and sticky-cluster scenarios):
 //! each variant's times, its calls' write transactions and syncs, and in
-//! cluster mode etcd's count.
+//! cluster mode the store's count, on etcd and on the Kubernetes API.
 
 use std::time::Duration;
 
@@ -66,18 +66,29 @@ pub struct StickyFigures {
     pub fsync_note: Option<String>,
 }
 
-/// Cluster mode on a real etcd: the cluster stack without and with
-/// stickiness.
+/// Cluster mode: the cluster stack without and with stickiness, on each
+/// store measured.
 pub struct StickyClusterFigures {
-    /// `etcd --version`'s first line.
-    pub etcd: String,
     /// The delegates of the cluster stack without and with stickiness.
     pub plain_delegates: &'static [&'static str],
     pub sticky_delegates: &'static [&'static str],
     pub subnet: &'static str,
     pub rounds: usize,
+    /// etcd's figures, then the Kubernetes API's when it was measured (in
+    /// the same rounds, interleaved).
+    pub stores: Vec<StickyStore>,
+    /// Why the Kubernetes API was not measured.
+    pub kube_note: Option<String>,
+}
+
+/// The variants' figures on one store.
+pub struct StickyStore {
+    /// As [`crate::cluster_mode::Store::name`] names it.
+    pub store: &'static str,
+    /// Its version (`etcd --version`'s first line, the Kubernetes release).
+    pub version: String,
     pub variants: Vec<VariantTimes>,
-    /// Per variant: the etcd requests of its counted ADDs and DELs.
+    /// Per variant: the store requests of its counted ADDs and DELs.
     pub counts: Vec<(&'static str, StepCount, StepCount)>,
     pub probes: Vec<CallProbe>,
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::format::{ratio, stats_row, yes};
+use super::format::{ratio, server_counts, stats_row, yes};
 use crate::figures::cluster::{ClusterFigures, ClusterFill, FirstAdds, KubeFigures, PodWaves, StepCount, TightPool};
 use crate::figures::Figures;
 use crate::harness::{Latency, Stats};
@@ -356,7 +356,6 @@ fn waves(runs: &[PodWaves]) -> String {
     }
     for w in runs {
         let requests: u64 = w.server.values().sum();
-        let methods: Vec<String> = w.server.iter().filter(|(_, n)| **n > 0).map(|(m, n)| format!("{m} {n}")).collect();
         let _ = writeln!(
             s,
             "\n{}: {} of {} pods placed in {}; {} address(es) answered twice, {} placed pod(s) answered no address, {} address(es) outside the pool's range; {} of {} blocks claimed; {} handled {requests} requests over every ADD attempt ({}).",
@@ -370,7 +369,7 @@ fn waves(runs: &[PodWaves]) -> String {
             w.claimed,
             w.blocks,
             w.store,
-            if methods.is_empty() { "none".to_string() } else { methods.join(", ") }
+            server_counts(&w.server)
         );
         for (code, (n, msg)) in &w.failures {
             let _ = writeln!(s, "\n{n} ADD attempt(s) failed with code {code}; the first said: \"{msg}\"");
@@ -652,12 +651,11 @@ pub fn kube_counts(k: &KubeFigures) -> String {
         ("ADD in a shared block (tight pool)", &k.tight.add),
         ("DEL in a shared block (tight pool)", &k.tight.del),
     ] {
-        let verbs: Vec<String> = step.server.iter().filter(|(_, n)| **n > 0).map(|(v, n)| format!("{v} {n}")).collect();
         let _ = writeln!(
             s,
             "| {name} | {} | {} | {:.3} | {}; {} of {} calls logged |",
             step.calls,
-            if verbs.is_empty() { "none".to_string() } else { verbs.join(", ") },
+            server_counts(&step.server),
             step.per_call(step.total()),
             step.client.describe(),
             step.logged,

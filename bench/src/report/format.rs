@@ -1,5 +1,7 @@
 //! How a figure is written in a table: a ratio, whether a target was met, a
-//! row of statistics, mebibytes.
+//! row of statistics, mebibytes, a store's count of requests.
+
+use std::collections::BTreeMap;
 
 use crate::harness::Stats;
 
@@ -25,4 +27,15 @@ pub const MIB: f64 = 1024.0;
 
 pub fn stats_row(name: &str, s: &Stats) -> String {
     format!("| {name} | {} | {:.2} | {:.2} | {:.2} |\n", s.n, s.median_ms, s.p99_ms, s.max_ms)
+}
+
+/// A store's count of some calls' requests (per etcd method, per API verb
+/// and resource), the counts that are not 0: "VERB resource N" each.
+pub fn server_counts(server: &BTreeMap<String, u64>) -> String {
+    let counted: Vec<String> = server.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} {n}")).collect();
+    if counted.is_empty() {
+        "none".into()
+    } else {
+        counted.join(", ")
+    }
 }

@@ -1,14 +1,13 @@
 //! The sticky-address section: the tables of the sticky-address scenarios
 //! and what they say (also printed when they run).
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use super::format::ratio;
+use super::format::{ratio, server_counts};
 use crate::figures::cluster::StepCount;
 use crate::figures::durability::FsyncProbe;
 use crate::figures::sticky::{
-    CallProbe, StickyClusterFigures, StickyFigures, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
+    CallProbe, StickyClusterFigures, StickyFigures, StickyStore, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
     RETURNING_ELSEWHERE, WITHOUT,
 };
 use crate::figures::Figures;
@@ -85,40 +84,6 @@ fn probe_table(probes: &[CallProbe], syncs: bool) -> String {
     t
 }
 
-/// etcd's count per method of each variant's counted calls, and the client's.
-fn count_table(counts: &[(&'static str, StepCount, StepCount)]) -> String {
-    let methods: BTreeSet<&String> = counts
-        .iter()
-        .flat_map(|(_, a, d)| a.server.iter().chain(&d.server))
-        .filter(|(_, n)| **n > 0)
-        .map(|(m, _)| m)
-        .collect();
-    let mut t = String::from("| calls | n |");
-    for m in &methods {
-        let _ = write!(t, " {m} |");
-    }
-    t.push_str(" etcd requests per call | the client's count (logs) |\n|---|---:|");
-    t.push_str(&"---:|".repeat(methods.len() + 1));
-    t.push_str("---|\n");
-    for (name, add, del) in counts {
-        for (command, step) in [("ADD", add), ("DEL", del)] {
-            let _ = write!(t, "| {command}, {name} | {} |", step.calls);
-            for m in &methods {
-                let _ = write!(t, " {} |", step.server.get(*m).copied().unwrap_or(0));
-            }
-            let _ = writeln!(
-                t,
-                " {:.2} | {}; {} of {} calls logged |",
-                step.per_call(step.total()),
-                step.client.describe(),
-                step.logged,
-                step.calls
-            );
-        }
-    }
-    t
-}
-
 /// What stickiness cost per call in local mode, from the figures, and why.
 fn local_reading(f: &StickyFigures) -> String {
     let mut s = String::new();
@@ -185,48 +150,195 @@ fn local_reading(f: &StickyFigures) -> String {
     s
 }
 
-/// What stickiness cost per call in cluster mode, from the figures, and why.
+/// The cluster-mode variants' ADD and DEL on each store, side by side:
+/// median, p90, p99, CPU median and the median's ratio to the same store
+/// without stickiness; with a second store, its median over the first's.
+fn cluster_latency_table(c: &StickyClusterFigures) -> String {
+    let mut t = String::from("| command, variant | n |");
+    for store in &c.stores {
+        let name = store.store;
+        let _ = write!(t, " {name}: median ms | p90 ms | p99 ms | CPU median ms | median / no stickiness |");
+    }
+    let second = c.stores.get(1).map(|s| (s.store, c.stores[0].store));
+    if let Some((second, first)) = second {
+        let _ = write!(t, " median, {second} / {first} |");
+    }
+    let _ = writeln!(
+        t,
+        "\n|---|---:|{}{}",
+        "---:|".repeat(5 * c.stores.len()),
+        if second.is_some() { "---:|" } else { "" }
+    );
+    let Some(first) = c.stores.first() else { return t };
+    for command in ["ADD", "DEL"] {
+        let of = |v: &VariantTimes| if command == "ADD" { (v.add, v.add_cpu) } else { (v.del, v.del_cpu) };
+        for variant in &first.variants {
+            let _ = write!(t, "| {command}, {} | {} |", variant.name, of(variant).0.stats.n);
+            let medians: Vec<Option<f64>> = c
+                .stores
+                .iter()
+                .map(|store| {
+                    let Some((l, cpu)) = times(&store.variants, variant.name).map(of) else {
+                        t.push_str(" — | — | — | — | — |");
+                        return None;
+                    };
+                    let st = l.stats;
+                    let base = times(&store.variants, WITHOUT)
+                        .map_or("—".into(), |w| ratio(st.median_ms, of(w).0.stats.median_ms));
+                    let _ = write!(
+                        t,
+                        " {:.2} | {:.2} | {:.2} | {:.2} | {base} |",
+                        st.median_ms, l.p90_ms, st.p99_ms, cpu.median_ms
+                    );
+                    Some(st.median_ms)
+                })
+                .collect();
+            if let [Some(a), Some(b)] = medians[..] {
+                let _ = write!(t, " {} |", ratio(b, a));
+            }
+            t.push('\n');
+        }
+    }
+    t
+}
+
+/// A row saying why the Kubernetes API has no figures, when it has none.
+fn kube_missing(c: &StickyClusterFigures) -> String {
+    c.kube_note.as_ref().map_or(String::new(), |why| format!("| the Kubernetes API store | not measured: {why} |\n"))
+}
+
+/// Each variant's requests and writes per call on each store, side by side.
+fn cluster_request_table(c: &StickyClusterFigures) -> String {
+    let mut t = String::from("| calls | n |");
+    for store in &c.stores {
+        let _ = write!(t, " {}: requests per call | writes per call |", store.store);
+    }
+    let _ = writeln!(t, "\n|---|---:|{}", "---:|".repeat(2 * c.stores.len()));
+    let Some(first) = c.stores.first() else { return t };
+    for (command, add) in [("ADD", true), ("DEL", false)] {
+        for (name, a, _) in &first.counts {
+            let _ = write!(t, "| {command}, {name} | {} |", a.calls);
+            for store in &c.stores {
+                match count(store, name, add) {
+                    Some(step) => {
+                        let _ =
+                            write!(t, " {:.2} | {:.2} |", step.per_call(step.total()), step.per_call(step.writes()));
+                    }
+                    None => t.push_str(" — | — |"),
+                }
+            }
+            t.push('\n');
+        }
+    }
+    t.push_str(&kube_missing(c));
+    t
+}
+
+/// The counted ADDs (`add`) or DELs of variant `name` on `store`.
+fn count<'a>(store: &'a StickyStore, name: &str, add: bool) -> Option<&'a StepCount> {
+    store.counts.iter().find(|(n, _, _)| *n == name).map(|(_, a, d)| if add { a } else { d })
+}
+
+/// The stores' own counts of each variant's counted calls, and the
+/// clients'.
+fn cluster_count_table(c: &StickyClusterFigures) -> String {
+    let mut t = String::from(
+        "| calls | store | n | the store's count (etcd: per gRPC method; the API server: per verb and resource) | \
+         the client's count (logs) |\n|---|---|---:|---|---|\n",
+    );
+    let Some(first) = c.stores.first() else { return t };
+    for (command, add) in [("ADD", true), ("DEL", false)] {
+        for (name, _, _) in &first.counts {
+            for store in &c.stores {
+                let Some(step) = count(store, name, add) else { continue };
+                let _ = writeln!(
+                    t,
+                    "| {command}, {name} | {} | {} | {} | {}; {} of {} calls logged |",
+                    store.store,
+                    step.calls,
+                    server_counts(&step.server),
+                    step.client.describe(),
+                    step.logged,
+                    step.calls
+                );
+            }
+        }
+    }
+    t
+}
+
+/// The node database's write transactions per call on each store, side by
+/// side.
+fn cluster_probe_table(c: &StickyClusterFigures) -> String {
+    let mut t = String::from("| calls | n |");
+    for store in &c.stores {
+        let _ = write!(t, " {}: write transactions per call | lock held per call, mean ms |", store.store);
+    }
+    let _ = writeln!(t, "\n|---|---:|{}", "---:|".repeat(2 * c.stores.len()));
+    let Some(first) = c.stores.first() else { return t };
+    for command in ["ADD", "DEL"] {
+        for p in first.probes.iter().filter(|p| p.command == command) {
+            let _ = write!(t, "| {command}, {} | {} |", p.variant, p.calls);
+            for store in &c.stores {
+                match probe(&store.probes, p.variant, command) {
+                    Some(q) => {
+                        let _ = write!(t, " {:.2} | {:.3} |", q.write_txns_per_call(), q.lock_held_per_call_ms());
+                    }
+                    None => t.push_str(" — | — |"),
+                }
+            }
+            t.push('\n');
+        }
+    }
+    t
+}
+
+/// What stickiness cost per call in cluster mode on each store, from the
+/// figures, and why.
 fn cluster_reading(c: &StickyClusterFigures) -> String {
     let mut s = String::new();
-    let Some(without) = times(&c.variants, WITHOUT) else { return s };
-    let w = without.add.stats.median_ms;
-    let _ = write!(s, "In this run the median cluster-mode ADD took {w:.2} ms without stickiness");
-    for (name, what) in [
-        (NEW_IDENTITY, "for a new identity"),
-        (RETURNING, "for an identity returning to its node"),
-        (RETURNING_ELSEWHERE, "for one returning on another node"),
-    ] {
-        if let Some(v) = times(&c.variants, name) {
-            let m = v.add.stats.median_ms;
-            let _ = write!(s, ", {m:.2} ms {what} ({:+.2} ms, {})", m - w, ratio(m, w));
+    for store in &c.stores {
+        let Some(without) = times(&store.variants, WITHOUT) else { continue };
+        let w = without.add.stats.median_ms;
+        let _ = write!(s, "On the {} store the median ADD took {w:.2} ms without stickiness", store.store);
+        for (name, what) in [
+            (NEW_IDENTITY, "for a new identity"),
+            (RETURNING, "for an identity returning to its node"),
+            (RETURNING_ELSEWHERE, "for one returning on another node"),
+        ] {
+            if let Some(v) = times(&store.variants, name) {
+                let m = v.add.stats.median_ms;
+                let _ = write!(s, ", {m:.2} ms {what} ({:+.2} ms, {})", m - w, ratio(m, w));
+            }
         }
-    }
-    if let Some(new) = times(&c.variants, NEW_IDENTITY) {
-        let (cw, cn) = (without.add_cpu.median_ms, new.add_cpu.median_ms);
-        let _ = write!(s, "; its CPU time (median) {cw:.2} ms without stickiness, {cn:.2} ms for a new identity");
-    }
-    s.push('.');
-    let per = |name: &str, add: bool| {
-        c.counts.iter().find(|(n, _, _)| *n == name).map(|(_, a, d)| {
-            let step = if add { a } else { d };
-            step.per_call(step.total())
-        })
-    };
-    if let (Some(wa), Some(na)) = (per(WITHOUT, true), per(NEW_IDENTITY, true)) {
-        let _ = write!(
-            s,
-            " etcd counted {wa:.2} requests per ADD without stickiness and {na:.2} with it for a new identity"
-        );
-        if let Some(ra) = per(RETURNING, true) {
-            let _ = write!(s, ", {ra:.2} for a returning one");
+        if let Some(new) = times(&store.variants, NEW_IDENTITY) {
+            let (cw, cn) = (without.add_cpu.median_ms, new.add_cpu.median_ms);
+            let _ = write!(s, "; its CPU time (median) {cw:.2} ms without stickiness, {cn:.2} ms for a new identity");
         }
-        if let (Some(wd), Some(nd)) = (per(WITHOUT, false), per(NEW_IDENTITY, false)) {
-            let _ = write!(s, "; {wd:.2} per DEL without and {nd:.2} with it");
+        let per = |name: &str, add: bool| {
+            count(store, name, add).map(|step| (step.per_call(step.total()), step.per_call(step.writes())))
+        };
+        let mut adds = Vec::new();
+        for (name, what) in [
+            (WITHOUT, "without stickiness"),
+            (NEW_IDENTITY, "for a new identity"),
+            (RETURNING, "returning to its node"),
+            (RETURNING_ELSEWHERE, "returning on another node"),
+        ] {
+            if let Some((r, w)) = per(name, true) {
+                adds.push(format!("{r:.2} ({w:.2} writes) {what}"));
+            }
         }
-        s.push('.');
+        if !adds.is_empty() {
+            let _ = write!(s, ". It counted requests per ADD: {}", adds.join(", "));
+            if let (Some((wd, _)), Some((nd, ndw))) = (per(WITHOUT, false), per(NEW_IDENTITY, false)) {
+                let _ = write!(s, "; per DEL {wd:.2} without stickiness and {nd:.2} ({ndw:.2} writes) with it");
+            }
+        }
+        s.push_str(".\n\n");
     }
     s.push_str(
-        " What stickiness adds in cluster mode: before anything is allocated, ipam-ds-cluster claims the identity's \
+        "What stickiness adds on etcd: before anything is allocated, ipam-ds-cluster claims the identity's \
          key in etcd (one txn that creates it if absent and reads it otherwise; for a held identity a second txn \
          takes it over, comparing the key and each address record), and once the address is decided it records \
          the address in the key (a txn comparing the key as the claim's answer left it, when the addresses \
@@ -235,8 +347,33 @@ fn cluster_reading(c: &StickyClusterFigures) -> String {
          key and each address's held record under that lease in one txn. Each request is \
          a round trip to etcd, and a writing one waits for etcd's WAL sync.",
     );
+    if c.stores.len() > 1 {
+        s.push_str(KUBE_READING);
+    }
     s
 }
+
+/// What stickiness adds on the Kubernetes API, by the code
+/// (ipam-ds-cluster's node/sticky.rs and datastore/kubernetes/identities.rs).
+const KUBE_READING: &str =
+    "\n\nWhat stickiness adds on the Kubernetes API: an identity on an interface is one `IPDIdentity` \
+     object, and an address held for it is a record in its block's `IPDBlock`. The API server changes one object per \
+     request, each a compare-and-swap at the resourceVersion read, so where etcd compares the key and the records in \
+     one txn the plugin reads each object and writes them one after the other, in the order after which a kill \
+     between two writes is settled by the attachment's DEL (datastore/kubernetes/identities.rs). An ADD of a new \
+     identity reads its IPDIdentity (404) and creates it live on this node (POST), and once the address is decided \
+     reads it again and replaces it with the address listed (PUT): four requests, two writes, where etcd takes two \
+     txns. An identity returning, to its node or to another, is read (held); the IPDNetwork is read (no take-over \
+     while the network recovers lost history, which etcd compares in its txn); the identity is read again and \
+     replaced live on this attachment first (PUT), then the block of each address is read and updated, its record \
+     now this attachment's (PUT): six requests, two writes, against two txns. A DEL reads the identity and the \
+     blocks of its addresses, reads the identity again, updates each block (its records held for the identity until \
+     the API server's `Date` plus the hold) and then the identity (held until the same end): five requests, two \
+     writes, where etcd takes three (a read-only txn, a LeaseGrant, a writing txn); no lease, the end is written in \
+     both objects and judged by the API server's clock. Every CNI process opens a TLS connection of its own (one per \
+     call in the client's count), and each write waits for the API server's etcd. The node database takes one more \
+     write transaction in a call that read the server: the note of the uids and generations of the objects it saw \
+     (`kube-seen:`, datastore/kubernetes/history.rs).";
 
 /// The tables printed and written: local mode, then cluster mode (or why it
 /// was not measured). Empty when neither scenario ran.
@@ -256,11 +393,8 @@ pub fn section(fig: &Figures) -> String {
     }
     match (&fig.sticky_cluster, &fig.sticky_cluster_note) {
         (Some(c), _) => {
-            let _ = writeln!(s, "### Cluster mode\n\nThe cluster stack without stickiness is `{}`, with it `{}`, on one real etcd ({}, a single member on loopback ports); pool `bench`, {}, default blockSize (/26 blocks), under a key prefix of its own; a node is a node name with a database of its own, one per variant: no stickiness (`node-a`), a new identity (`node-b`), the identity returning to the node that held it (`node-c`), and returning on another node (`node-d` takes over holds that `node-e` left: the address lies in `node-e`'s block). {} rounds as above, then per variant as many ADDs and DELs as the cluster scenario counts, each batch counted by etcd (`grpc_server_handled_total` per method, before and after) and logged at debug level (the client's count per call, the write transactions). The node of new identities was first given room for every identity it holds (ADDs without CNI_ARGS, not sticky, then their DELs: it keeps the blocks it claimed), so that no counted ADD claims a block.\n", list(c.plain_delegates), list(c.sticky_delegates), c.etcd, c.subnet, c.rounds);
-            let _ = writeln!(s, "{}", latency_table(&c.variants));
-            let _ = writeln!(s, "{}", count_table(&c.counts));
-            let _ = writeln!(s, "{}", probe_table(&c.probes, false));
-            let _ = writeln!(s, "{}\n", cluster_reading(c));
+            let load = fig.loads.iter().find(|(when, _)| when == "sticky cluster").map(|(_, load)| load.as_str());
+            s.push_str(&cluster_section(c, load));
         }
         (None, Some(note)) => {
             let _ = writeln!(s, "### Cluster mode\n\nNot measured: {note}.\n");
@@ -270,12 +404,37 @@ pub fn section(fig: &Figures) -> String {
     s
 }
 
+/// The cluster-mode subsection: how it was measured, the tables side by
+/// side, what they say.
+/// `load`: the load average when the scenario ended.
+fn cluster_section(c: &StickyClusterFigures, load: Option<&str>) -> String {
+    let mut s = String::new();
+    let version = |name: &str| c.stores.iter().find(|store| store.store == name).map(|store| store.version.clone());
+    let etcd = version("etcd").unwrap_or_else(|| "etcd".into());
+    let kube = match (version("Kubernetes API"), &c.kube_note) {
+        (Some(kube), _) => format!("and one real Kubernetes API server ({kube}, started as in \"On the Kubernetes API, side by side with etcd\" above: RBAC enforced, the plugins with the DaemonSet's ServiceAccount token), both stores' variants interleaved in every round"),
+        (None, Some(why)) => format!("(the Kubernetes API not measured: {why})"),
+        (None, None) => String::new(),
+    };
+    let _ = writeln!(s, "### Cluster mode\n\nThe cluster stack without stickiness is `{}`, with it `{}`, on one real etcd ({etcd}, a single member on loopback ports) {kube}; pool `bench`, {}, default blockSize (/26 blocks), in a space of its own (a key prefix in etcd, a network on the API server); a node is a node name with a database of its own, one per variant and store: no stickiness (`node-a`), a new identity (`node-b`), the identity returning to the node that held it (`node-c`), and returning on another node (`node-d` takes over holds that `node-e` left: the address lies in `node-e`'s block). {} rounds as above, then per store and variant as many ADDs and DELs as the cluster scenario counts, each batch counted by the store itself (etcd: `grpc_server_handled_total` per method; the API server: `apiserver_request_total` of the group `ipam-delegated.io` per verb and resource, its answers that are no success apart), before and after, and logged at debug level (the client's count per call, the write transactions). Writes: on etcd Put, DeleteRange and the txns that wrote (the client's count tells them); on the API server POST, PUT, PATCH and DELETE answered with success. The node of new identities was first given room for every identity it holds (ADDs without CNI_ARGS, not sticky, then their DELs: it keeps the blocks it claimed), so that no counted ADD claims a block. `cargo run --release -p ipam-bench -- --only sticky-cluster` measures both stores again and prints these tables (it writes no file).\n", list(c.plain_delegates), list(c.sticky_delegates), c.subnet, c.rounds);
+    if let Some(load) = load {
+        let _ = writeln!(s, "Times are wall-clock times of whole processes: they grow with whatever else the machine runs (load average when the scenario ended: {load}); the counts do not.\n");
+    }
+    let _ = writeln!(s, "{}{}", cluster_latency_table(c), kube_missing(c));
+    let _ = writeln!(s, "{}", cluster_request_table(c));
+    let _ = writeln!(s, "{}", cluster_count_table(c));
+    let _ = writeln!(s, "{}", cluster_probe_table(c));
+    let _ = writeln!(s, "{}\n", cluster_reading(c));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
     use ipam_ds_cluster::etcd::RequestCount;
+    use ipam_ds_cluster::kube;
 
     use crate::figures::cluster::ClientCount;
 
@@ -339,17 +498,28 @@ mod tests {
         assert!(section(&Figures::default()).is_empty());
     }
 
-    #[test]
-    fn the_cluster_figures_count_etcd_per_call() {
-        let step = |calls: usize, txn: u64, lease: u64, writing: u64| StepCount {
+    fn etcd_step(calls: usize, txn: u64, lease: u64, writing: u64) -> StepCount {
+        StepCount {
             calls,
             server: BTreeMap::from([("Txn".to_string(), txn), ("LeaseGrant".to_string(), lease), ("Put".into(), 0)]),
             client: ClientCount::Etcd(RequestCount { ranges: 0, txns: txn, writing_txns: writing, other: lease }),
             logged: calls,
-        };
-        let fig = Figures {
+        }
+    }
+
+    fn kube_step(calls: usize, server: &[(&str, u64)]) -> StepCount {
+        let requests = server.iter().map(|(_, n)| n).sum();
+        StepCount {
+            calls,
+            server: server.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+            client: ClientCount::Kubernetes(kube::Counts { requests, connections: calls as u64 }),
+            logged: calls,
+        }
+    }
+
+    fn cluster(stores: Vec<StickyStore>, kube_note: Option<String>) -> Figures {
+        Figures {
             sticky_cluster: Some(StickyClusterFigures {
-                etcd: "etcd Version: 3.4.23".into(),
                 plain_delegates: &["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static", "ipam-da-sequential"],
                 sticky_delegates: &[
                     "ipam-ds-pool",
@@ -360,27 +530,105 @@ mod tests {
                 ],
                 subnet: "10.33.0.0/16",
                 rounds: 10,
-                variants: vec![variant(WITHOUT, 2.0, 1.8), variant(NEW_IDENTITY, 3.0, 2.8)],
-                counts: vec![
-                    (WITHOUT, step(10, 0, 0, 0), step(10, 0, 0, 0)),
-                    (NEW_IDENTITY, step(10, 30, 0, 20), step(10, 20, 10, 10)),
-                ],
-                probes: vec![],
+                stores,
+                kube_note,
             }),
             ..Default::default()
-        };
-        let s = section(&fig);
-        for text in [
-            "| calls | n | LeaseGrant | Txn | etcd requests per call | the client's count (logs) |",
-            "| ADD, suite, sticky: a new identity | 10 | 0 | 30 | 3.00 | 0 range, 30 txn (20 writing), 0 other; 10 of 10 calls logged |",
-            "| DEL, suite, sticky: a new identity | 10 | 10 | 20 | 3.00 |",
-            "| ADD, suite, sticky: a new identity | 10 | 3.00 | 4.50 | 6.00 | 9.00 | 1.50 | 1.50× |",
-            "etcd counted 0.00 requests per ADD without stickiness and 3.00 with it for a new identity",
-            "its CPU time (median) 1.00 ms without stickiness, 1.50 ms for a new identity.",
-        ] {
-            assert!(s.contains(text), "{text} missing from\n{s}");
         }
+    }
+
+    fn etcd_store() -> StickyStore {
+        StickyStore {
+            store: "etcd",
+            version: "etcd Version: 3.4.23".into(),
+            variants: vec![variant(WITHOUT, 2.0, 1.8), variant(NEW_IDENTITY, 3.0, 2.8)],
+            counts: vec![
+                (WITHOUT, etcd_step(10, 0, 0, 0), etcd_step(10, 0, 0, 0)),
+                (NEW_IDENTITY, etcd_step(10, 30, 0, 20), etcd_step(10, 20, 10, 10)),
+            ],
+            probes: vec![call(WITHOUT, "ADD", 10), call(NEW_IDENTITY, "ADD", 20)],
+        }
+    }
+
+    #[test]
+    fn the_cluster_figures_count_each_stores_requests_and_writes_side_by_side() {
+        let kube = StickyStore {
+            store: "Kubernetes API",
+            version: "Kubernetes v1.36.3".into(),
+            variants: vec![variant(WITHOUT, 2.2, 2.0), variant(NEW_IDENTITY, 6.0, 5.0)],
+            counts: vec![
+                (WITHOUT, kube_step(10, &[]), kube_step(10, &[])),
+                (
+                    NEW_IDENTITY,
+                    kube_step(
+                        10,
+                        &[
+                            ("GET ipdidentities", 10),
+                            ("GET ipdidentities (404)", 10),
+                            ("POST ipdidentities", 10),
+                            ("PUT ipdidentities", 10),
+                        ],
+                    ),
+                    kube_step(10, &[("GET ipdidentities", 20), ("PUT ipdblocks", 10), ("PUT ipdblocks (409)", 2)]),
+                ),
+            ],
+            probes: vec![call(WITHOUT, "ADD", 10), call(NEW_IDENTITY, "ADD", 30)],
+        };
+        let s = section(&cluster(vec![etcd_store(), kube], None));
+        contain_all(
+            &s,
+            &[
+                "| command, variant | n | etcd: median ms | p90 ms | p99 ms | CPU median ms | median / no stickiness | \
+                 Kubernetes API: median ms | p90 ms | p99 ms | CPU median ms | median / no stickiness | median, \
+                 Kubernetes API / etcd |",
+                "| ADD, suite, sticky: a new identity | 10 | 3.00 | 4.50 | 6.00 | 1.50 | 1.50× | 6.00 | 9.00 | 12.00 | \
+                 3.00 | 2.73× | 2.00× |",
+                "| calls | n | etcd: requests per call | writes per call | Kubernetes API: requests per call | writes per \
+                 call |",
+                // etcd: the txns that wrote, per the client; the API server:
+                // its writing verbs answered with success (a 409 wrote nothing).
+                "| ADD, suite, sticky: a new identity | 10 | 3.00 | 2.00 | 4.00 | 2.00 |",
+                "| DEL, suite, sticky: a new identity | 10 | 3.00 | 1.00 | 3.20 | 1.00 |",
+                "| ADD, suite, sticky: a new identity | etcd | 10 | Txn 30 | 0 range, 30 txn (20 writing), 0 other; 10 \
+                 of 10 calls logged |",
+                "| ADD, suite, sticky: a new identity | Kubernetes API | 10 | GET ipdidentities 10, GET ipdidentities \
+                 (404) 10, POST ipdidentities 10, PUT ipdidentities 10 | 40 requests, 10 connections; 10 of 10 calls \
+                 logged |",
+                "| DEL, suite, no stickiness | Kubernetes API | 10 | none |",
+                "| ADD, suite, sticky: a new identity | 4 | 5.00 | 0.500 | 7.50 | 0.500 |",
+                "On the etcd store the median ADD took 2.00 ms without stickiness, 3.00 ms for a new identity (+1.00 ms, 1.50×)",
+                "On the Kubernetes API store the median ADD took 2.20 ms without stickiness, 6.00 ms for a new identity",
+                "It counted requests per ADD: 0.00 (0.00 writes) without stickiness, 4.00 (2.00 writes) for a new identity",
+                "Kubernetes v1.36.3",
+                "What stickiness adds on the Kubernetes API",
+            ],
+        );
+        assert!(!s.contains("not measured"), "{s}");
+    }
+
+    #[test]
+    fn without_the_api_server_the_cluster_figures_say_why() {
+        let s = section(&cluster(vec![etcd_store()], Some("go not found in PATH".into())));
+        contain_all(
+            &s,
+            &[
+                "| command, variant | n | etcd: median ms | p90 ms | p99 ms | CPU median ms | median / no stickiness |\n",
+                "| ADD, suite, sticky: a new identity | 10 | 3.00 | 4.50 | 6.00 | 1.50 | 1.50× |\n",
+                "| the Kubernetes API store | not measured: go not found in PATH |",
+                "| ADD, suite, sticky: a new identity | etcd | 10 | Txn 30 | 0 range, 30 txn (20 writing), 0 other; 10 \
+                 of 10 calls logged |",
+                "It counted requests per ADD: 0.00 (0.00 writes) without stickiness, 3.00 (2.00 writes) for a new identity",
+            ],
+        );
+        assert!(!s.contains("Kubernetes API:"), "{s}");
+        assert!(!s.contains("What stickiness adds on the Kubernetes API"), "{s}");
         let missing = Figures { sticky_cluster_note: Some("etcd not found in PATH".into()), ..Default::default() };
         assert!(section(&missing).contains("Not measured: etcd not found in PATH."));
+    }
+
+    fn contain_all(text: &str, expected: &[&str]) {
+        for e in expected {
+            assert!(text.contains(e), "{e} missing from\n{text}");
+        }
     }
 }

@@ -2,11 +2,10 @@
 //! the section, which `--only whereabouts` writes into BENCHMARKS.md alone
 //! ([`splice`]).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::format::{ratio, yes, MIB};
+use super::format::{ratio, server_counts, yes, MIB};
 use crate::figures::machine::Machine;
 use crate::figures::whereabouts::{Placement, PluginFigures, Requests, WhereaboutsFigures};
 use crate::figures::Figures;
@@ -180,16 +179,6 @@ fn per_call(n: u64, calls: usize) -> String {
     format!("{:.2}", n as f64 / calls.max(1) as f64)
 }
 
-/// The counts that are not 0, "VERB resource N" each.
-fn counts(server: &BTreeMap<String, u64>) -> String {
-    let counted: Vec<String> = server.iter().filter(|(_, &n)| n > 0).map(|(k, n)| format!("{k} {n}")).collect();
-    if counted.is_empty() {
-        "none".into()
-    } else {
-        counted.join(", ")
-    }
-}
-
 /// The section of BENCHMARKS.md: how the plugins were run, the table, the
 /// API server's counts, the failures, and whether the goals were met.
 pub fn section(fig: &Figures, m: &Machine) -> String {
@@ -224,7 +213,8 @@ pub fn section(fig: &Figures, m: &Machine) -> String {
     let _ = writeln!(s, "| calls | plugin | requests per verb and resource | per call |\n|---|---|---|---:|");
     for p in [suite, wb] {
         for (what, r) in [("steady-state ADDs", &p.add_requests), ("steady-state DELs", &p.del_requests)] {
-            let _ = writeln!(s, "| {} {what} | {} | {} | {:.2} |", r.calls, p.name, counts(&r.server), r.per_call());
+            let _ =
+                writeln!(s, "| {} {what} | {} | {} | {:.2} |", r.calls, p.name, server_counts(&r.server), r.per_call());
         }
         for (what, pl) in [("one wave", &p.one_wave), ("two waves", &p.two_waves), ("the burst", &p.burst)] {
             let attempts = pl.placed() + pl.failed();
@@ -232,7 +222,7 @@ pub fn section(fig: &Figures, m: &Machine) -> String {
                 s,
                 "| {what}: every ADD attempt ({attempts}) | {} | {} | {} |",
                 p.name,
-                counts(&pl.server),
+                server_counts(&pl.server),
                 per_call(pl.requests(), attempts)
             );
         }

@@ -99,7 +99,7 @@ use crate::figures::cluster::{
     ClusterFigures, ClusterFill, FirstAdds, KubeFigures, KubeFloor, PodWaves, StepCount, TightPool, Wave,
 };
 use crate::figures::Figures;
-use crate::harness::{caught, loadavg, phase, stats, Latency, Plugin, Run, Stats};
+use crate::harness::{loadavg, phase, stats, Latency, Plugin, Run, Stats};
 use crate::setup::{bytes, Ctx};
 
 const SUBNET: &str = "10.30.0.0/16";
@@ -167,7 +167,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let etcd = Store::Etcd(etcd);
 
     phase("cluster mode: starting the Kubernetes API server (kube-test-server, built as the tests build it)");
-    let (kube, kube_note) = match start_kube(dir) {
+    let (kube, kube_note) = match KubeStore::try_start(dir) {
         Ok(kube) => (Some(kube), None),
         Err(why) => {
             eprintln!("    the Kubernetes store not measured: {why}");
@@ -229,12 +229,6 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     drop(etcd);
     eprintln!("    took {:.1?}", started.elapsed());
     fig.loads.push(("cluster".into(), loadavg()));
-}
-
-/// The tests' Kubernetes API server with the CRDs, or why not (no Go to
-/// build it, say: the builder fails the way a test fails, by a panic).
-pub fn start_kube(dir: &Path) -> Result<KubeStore, String> {
-    caught(|| KubeStore::start(dir))
 }
 
 /// Step 2: ADD then DEL of one container by every variant in turn (the
@@ -392,13 +386,9 @@ fn pool_size(config: &Value) -> (u128, u128) {
 /// reads of the store's own count; the client's count from the log `log`
 /// they wrote. Also their times.
 fn counted_batch(store: &Store, plugin: &Plugin, command: &str, n: usize, log: &Path) -> (StepCount, Vec<Duration>) {
-    let before = store.counted();
-    let times = (0..n)
-        .map(|i| plugin.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call").wall)
-        .collect();
-    let after = store.counted();
-    let (client, logged) = store.client_counts(&fs::read_to_string(log).unwrap_or_default());
-    (StepCount { calls: n, server: difference(&before, &after), client, logged }, times)
+    store.count_calls(n, log, || {
+        (0..n).map(|i| plugin.run(command, &format!("count-{i}")).expect_ok("cluster-mode counted call").wall).collect()
+    })
 }
 
 /// `n` ADDs, then `n` DELs of the same containers, by one node, each batch

@@ -27,33 +27,38 @@
 //! **Cluster mode** (`sticky-cluster`): the cluster stack without
 //! stickiness, `["ipam-ds-pool", "ipam-ds-cluster", "ipam-da-static",
 //! "ipam-da-sequential"]`, against the same with ipam-da-sticky before
-//! ipam-da-sequential, on one real etcd, in pool 10.33.0.0/16 (default
-//! blockSize) under a key prefix of its own; a node is a node name with a
-//! database of its own. The same rounds, one node per variant: no
-//! stickiness (`node-a`), a new identity (`node-b`), the return path on the
-//! node that held it (`node-c`), and on another node (`node-d` takes over
-//! holds that `node-e` left). Then, per variant, `cluster_steady` ADDs and as
-//! many DELs, each batch counted by etcd (`grpc_server_handled_total` per
-//! method, before and after) and logged at debug level (the client's count
-//! per call, and the write transactions). The sticky nodes are first given
-//! room (ADDs and DELs without CNI_ARGS: not sticky, so their addresses are
-//! freed; the node keeps the blocks), so that the timed and counted ADDs of
-//! new identities, whose DELs hold their addresses, claim no block.
+//! ipam-da-sequential, on each store of cluster mode ([`Store`]): one real
+//! etcd, and one real Kubernetes API server started as the cluster scenario
+//! starts it (without it, the figures say why); in pool 10.33.0.0/16
+//! (default blockSize) in a space of its own (a key prefix in etcd, a
+//! network on the API server); a node is a node name with a database of its
+//! own. The same rounds, one node per variant and store, every store's
+//! variants interleaved in each round: no stickiness (`node-a`), a new
+//! identity (`node-b`), the return path on the node that held it
+//! (`node-c`), and on another node (`node-d` takes over holds that `node-e`
+//! left). Then, per store and variant, `cluster_steady` ADDs and as many
+//! DELs, each batch counted by the store itself (etcd's
+//! `grpc_server_handled_total` per method, the API server's
+//! `apiserver_request_total` per verb and resource; before and after) and
+//! logged at debug level (the client's count per call, and the write
+//! transactions). The sticky nodes are first given room (ADDs and DELs
+//! without CNI_ARGS: not sticky, so their addresses are freed; the node
+//! keeps the blocks), so that the timed and counted ADDs of new identities,
+//! whose DELs hold their addresses, claim no block.
 
-use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use ipam_ds_cluster::etcd::testing::{find_in_path, TestEtcd};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::cluster_mode::{self, difference, etcd_version, in_cluster, in_pool};
-use crate::debug_log::{etcd_client_counts, lock_lines, logging};
-use crate::figures::cluster::{ClientCount, StepCount};
+use crate::cluster_mode::{self, KubeStore, Store};
+use crate::debug_log::{lock_lines, logging};
+use crate::figures::cluster::StepCount;
 use crate::figures::durability::FsyncProbe;
 use crate::figures::sticky::{
-    CallProbe, StickyClusterFigures, StickyFigures, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
+    CallProbe, StickyClusterFigures, StickyFigures, StickyStore, VariantTimes, HOST_LOCAL, NEW_IDENTITY, RETURNING,
     RETURNING_ELSEWHERE, WITHOUT,
 };
 use crate::figures::Figures;
@@ -153,7 +158,7 @@ impl Variant {
 
 /// `n` rounds of ADD then DEL of one container per variant, the order
 /// rotating; answers each variant's ADD and DEL times and CPU.
-fn rounds(variants: &[Variant], n: usize) -> Vec<VariantTimes> {
+fn rounds(variants: &[&Variant], n: usize) -> Vec<VariantTimes> {
     let held: Vec<Vec<IpAddr>> = variants.iter().map(|v| v.prepare("lat", n)).collect();
     let k = variants.len();
     let mut add = vec![(Vec::with_capacity(n), Vec::with_capacity(n)); k];
@@ -216,7 +221,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
             v.call(&v.plugin, "ADD", "warm", i, &[]);
         }
     }
-    let times = rounds(&variants, n);
+    let times = rounds(&variants.each_ref(), n);
     eprintln!("    took {:.1?}", started.elapsed());
 
     let m = ctx.counts.fsync_probes;
@@ -303,38 +308,31 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
     let (n, m) = (ctx.counts.latency, ctx.counts.cluster_steady);
     let scratch = ctx.scenario_dir("sticky-cluster");
     let dir = scratch.path();
-    let started = phase(&format!(
-        "sticky addresses in cluster mode: starting etcd; ADD and DEL latency, {n} rounds, the cluster stack \
-         without and with ipam-da-sticky (a new identity; returning on its node; returning on another node)"
-    ));
-    let etcd = TestEtcd::start();
-    let endpoint = etcd.endpoint();
-    let node = |name: &str, delegates: &[&str]| {
-        let mut config =
-            in_cluster(ctx.stack_config(&dir.join(format!("{name}.sqlite")), CLUSTER_SUBNET), &endpoint, name);
-        in_pool(&mut config, json!({ "name": "bench", "ranges": [{ "subnet": CLUSTER_SUBNET }] }), CLUSTER_PREFIX);
-        config["ipam"]["delegates"] = json!(delegates);
-        config
+    let started = phase(
+        "sticky addresses in cluster mode: starting etcd and the Kubernetes API server (kube-test-server, built as \
+         the tests build it)",
+    );
+    let etcd = Store::Etcd(TestEtcd::start());
+    let (kube, kube_note) = match KubeStore::try_start(dir) {
+        Ok(kube) => (Some(Store::Kubernetes(kube)), None),
+        Err(why) => {
+            eprintln!("    the Kubernetes store not measured: {why}");
+            (None, Some(why))
+        }
     };
-    let configs = [
-        node("node-a", &CLUSTER_PLAIN),
-        node("node-b", &CLUSTER_STICKY),
-        node("node-c", &CLUSTER_STICKY),
-        node("node-d", &CLUSTER_STICKY),
-    ];
-    let [a, b, c, d] = configs.clone().map(|config| ctx.stack_with(&config));
-    let e = ctx.stack_with(&node("node-e", &CLUSTER_STICKY));
-    let variants = [
-        Variant::new(WITHOUT, "plain", a),
-        Variant::new(NEW_IDENTITY, "new", b),
-        Variant::returning(RETURNING, "back", c.clone(), c),
-        Variant::returning(RETURNING_ELSEWHERE, "away", d, e),
-    ];
+    let stores: Vec<&Store> = std::iter::once(&etcd).chain(&kube).collect();
+    let names: Vec<&str> = stores.iter().map(|store| store.name()).collect();
+    phase(&format!(
+        "sticky addresses in cluster mode: ADD and DEL latency, {n} rounds, the cluster stack without and with \
+         ipam-da-sticky (a new identity; returning on its node; returning on another node) on {}, interleaved",
+        names.join(" and ")
+    ));
+    let nodes: Vec<StoreNodes> = stores.iter().map(|store| StoreNodes::new(ctx, store, dir)).collect();
     // Warm-up, not counted: each node claims its first block. The node of
     // new identities gets room for every one it holds (ADDs without
     // CNI_ARGS are not sticky: their DELs free the addresses; it keeps the
     // blocks it claimed).
-    for v in &variants {
+    for v in nodes.iter().flat_map(|store| &store.variants) {
         let room = if v.name == NEW_IDENTITY { n + m + 5 } else { 5 };
         for i in 0..room {
             v.plugin.run("ADD", &format!("room-{i}")).expect_ok("sticky cluster mode: an ADD making room");
@@ -343,46 +341,100 @@ pub fn run_cluster(ctx: &Ctx, fig: &mut Figures) {
             v.plugin.run("DEL", &format!("room-{i}")).expect_ok("sticky cluster mode: a DEL making room");
         }
     }
-    let times = rounds(&variants, n);
+    let all: Vec<&Variant> = nodes.iter().flat_map(|store| &store.variants).collect();
+    let mut times = rounds(&all, n).into_iter();
     eprintln!("    took {:.1?}", started.elapsed());
 
-    phase(&format!("sticky addresses in cluster mode: etcd requests per call, {m} ADDs and DELs per variant"));
-    let mut counts = Vec::new();
-    let mut probes = Vec::new();
-    for (v, config) in variants.iter().zip(&configs) {
-        let held = v.prepare("count", m);
-        let steps = ["ADD", "DEL"].map(|command| {
-            let log = dir.join(format!("{}-{command}.log", v.short));
-            let p = ctx.stack_with(&logging(config, &log));
-            let before = etcd.handled();
-            for i in 0..m {
-                v.call(&p, command, "count", i, &held);
-            }
-            let after = etcd.handled();
-            let (client, logged) = etcd_client_counts(&fs::read_to_string(&log).unwrap_or_default());
-            let client = ClientCount::Etcd(client);
-            let (write_txns, lock_held) = write_transactions(&log);
-            probes.push(CallProbe { variant: v.name, command, calls: m, write_txns, lock_held, syncs: None });
-            let step = StepCount { calls: m, server: difference(&before, &after), client, logged };
-            eprintln!("    {}, {command}: {} etcd requests in {m} calls", v.name, step.total());
-            step
-        });
-        let [add, del] = steps;
-        counts.push((v.name, add, del));
+    let mut measured = Vec::new();
+    for (store, nodes) in stores.iter().zip(&nodes) {
+        let variants = times.by_ref().take(nodes.variants.len()).collect();
+        let (counts, probes) = count_requests(ctx, store, nodes, m, dir);
+        measured.push(StickyStore { store: store.name(), version: store.version(), variants, counts, probes });
     }
     fig.sticky_cluster = Some(StickyClusterFigures {
-        etcd: etcd_version(),
         plain_delegates: &CLUSTER_PLAIN,
         sticky_delegates: &CLUSTER_STICKY,
         subnet: CLUSTER_SUBNET,
         rounds: n,
-        variants: times,
-        counts,
-        probes,
+        stores: measured,
+        kube_note,
     });
-    drop(etcd);
+    drop((etcd, kube));
     eprintln!("    took {:.1?}", started.elapsed());
     fig.loads.push(("sticky cluster".into(), loadavg()));
+}
+
+/// The nodes of the cluster-mode variants on one store, and their
+/// configurations.
+struct StoreNodes {
+    variants: [Variant; 4],
+    configs: [Value; 4],
+}
+
+impl StoreNodes {
+    /// On `store`, in pool [`CLUSTER_SUBNET`] in the space
+    /// [`CLUSTER_PREFIX`]: `node-a` without stickiness, `node-b` (new
+    /// identities), `node-c` (identities returning to it) and `node-d`
+    /// (taking over the holds `node-e` left), each a database of its own.
+    fn new(ctx: &Ctx, store: &Store, dir: &Path) -> StoreNodes {
+        let node = |name: &str, delegates: &[&str]| {
+            let db = dir.join(format!("{}-{name}.sqlite", store.name().replace(' ', "-")));
+            let mut config = store.configured(ctx.stack_config(&db, CLUSTER_SUBNET), name);
+            let pool = json!({ "name": "bench", "ranges": [{ "subnet": CLUSTER_SUBNET }] });
+            store.in_space(&mut config, pool, CLUSTER_PREFIX);
+            config["ipam"]["delegates"] = json!(delegates);
+            config
+        };
+        let configs = [
+            node("node-a", &CLUSTER_PLAIN),
+            node("node-b", &CLUSTER_STICKY),
+            node("node-c", &CLUSTER_STICKY),
+            node("node-d", &CLUSTER_STICKY),
+        ];
+        let [a, b, c, d] = configs.clone().map(|config| ctx.stack_with(&config));
+        let e = ctx.stack_with(&node("node-e", &CLUSTER_STICKY));
+        let variants = [
+            Variant::new(WITHOUT, "plain", a),
+            Variant::new(NEW_IDENTITY, "new", b),
+            Variant::returning(RETURNING, "back", c.clone(), c),
+            Variant::returning(RETURNING_ELSEWHERE, "away", d, e),
+        ];
+        StoreNodes { variants, configs }
+    }
+}
+
+/// Per variant of `nodes` on `store`: `m` ADDs, then as many DELs, each
+/// batch counted by the store and logged at debug level (the client's
+/// count per call, the write transactions).
+fn count_requests(
+    ctx: &Ctx,
+    store: &Store,
+    nodes: &StoreNodes,
+    m: usize,
+    dir: &Path,
+) -> (Vec<(&'static str, StepCount, StepCount)>, Vec<CallProbe>) {
+    let name = store.name();
+    phase(&format!("sticky addresses in cluster mode on {name}: requests per call, {m} ADDs and DELs per variant"));
+    let mut counts = Vec::new();
+    let mut probes = Vec::new();
+    for (v, config) in nodes.variants.iter().zip(&nodes.configs) {
+        let held = v.prepare("count", m);
+        let [add, del] = ["ADD", "DEL"].map(|command| {
+            let log = dir.join(format!("{}-{}-{command}.log", name.replace(' ', "-"), v.short));
+            let p = ctx.stack_with(&logging(config, &log));
+            let (step, ()) = store.count_calls(m, &log, || {
+                for i in 0..m {
+                    v.call(&p, command, "count", i, &held);
+                }
+            });
+            let (write_txns, lock_held) = write_transactions(&log);
+            probes.push(CallProbe { variant: v.name, command, calls: m, write_txns, lock_held, syncs: None });
+            eprintln!("    {}, {command}: {} requests in {m} calls, {} writes", v.name, step.total(), step.writes());
+            step
+        });
+        counts.push((v.name, add, del));
+    }
+    (counts, probes)
 }
 
 #[cfg(test)]

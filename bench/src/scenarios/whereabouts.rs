@@ -43,7 +43,7 @@ use crate::cluster_mode::{self, api_requests_in, difference, KubeStore, Store};
 use crate::figures::whereabouts::{Placement, PluginFigures, Requests, WaveRun, WhereaboutsFigures};
 use crate::figures::Figures;
 use crate::harness::{caught, loadavg, phase, stats, Latency, Plugin, Run};
-use crate::scenarios::cluster::{start_kube, WAVE_NODES, WAVE_THREADS};
+use crate::scenarios::cluster::{WAVE_NODES, WAVE_THREADS};
 use crate::setup::Ctx;
 use crate::whereabouts::{self as plugin, Whereabouts};
 
@@ -146,7 +146,7 @@ pub fn run(ctx: &Ctx, fig: &mut Figures) {
     let scratch = ctx.scenario_dir("whereabouts");
     let dir = scratch.path();
     let started = phase("whereabouts: starting the Kubernetes API server (kube-test-server), with the suite's CRDs");
-    let kube = match start_kube(dir) {
+    let kube = match KubeStore::try_start(dir) {
         Ok(kube) => kube,
         Err(why) => return not_measured(fig, format!("the API server did not start: {why}")),
     };
