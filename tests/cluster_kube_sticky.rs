@@ -177,3 +177,59 @@ fn kill_storm_over_shared_blocks() {
     let c = kube(json!([{"name": "blue", "ranges": [{"subnet": "10.56.0.0/24"}], "blockSize": 27}]));
     storm("kill_storm_over_shared_blocks on Kubernetes", c, &format!("kss-{}-", std::process::id()));
 }
+
+/// A KubeVirt VM's pod, `virt-launcher-<vm>-<suffix>` with the label
+/// `vm.kubevirt.io/name`, in namespace prod on `node`.
+fn vm_pod(c: &Cluster<KubeStore>, pod: &str, vm: &str) {
+    c.store.api.apply_yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {pod}\n  namespace: prod\n  labels:\n    kubevirt.io: \
+         virt-launcher\n    vm.kubevirt.io/name: {vm}\nspec:\n  containers:\n    - name: compute\n      image: \
+         example.invalid/virt-launcher\n"
+    ));
+}
+
+/// `"identity": "auto"`: a VM keeps its address when KubeVirt re-creates
+/// its pod under a new `virt-launcher-` name on another node (a restart, a
+/// migration), with no `cni-args`; any other pod is its namespace/name.
+/// The plugins read the pod's label with the DaemonSet's ServiceAccount.
+#[test]
+fn a_vm_keeps_its_address_when_its_pod_is_re_created_under_a_new_name() {
+    let mut c = blue();
+    c.share_blocks = Some("never");
+    let sticky = json!({"identity": "auto", "hold": 600});
+    // No controller manager makes the namespace's default ServiceAccount.
+    c.store.api.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: prod\n---\napiVersion: v1\nkind: ServiceAccount\n\
+         metadata:\n  name: default\n  namespace: prod\n",
+    );
+    // A VM name as long as KubeVirt's pod names cut it (the generateName
+    // "virt-launcher-<vm>-" kept to 58 characters, then 5 random ones): only
+    // the pod's label tells the VM, not its name.
+    const VM: &str = "analytics-warehouse-replica-primary-zone-a-0001";
+    let launcher = |suffix: &str| format!("virt-launcher-{}{suffix}", &VM[..44]);
+    let (pod1, pod2) = (launcher("x7k2p"), launcher("q9w4z"));
+    vm_pod(&c, &pod1, VM);
+    let first = ok(&add(&c, "n1", "c1", &pod1, &sticky));
+    let live = key(&c, VM);
+    assert_eq!((live.node.as_str(), live.container.as_str()), ("n1", "c1"), "keyed by the VM: {live:?}");
+    del(&c, "n1", "c1", &pod1, &sticky).assert_quiet_success();
+    assert!(key(&c, VM).until > 0, "the VM's address is held once its pod is gone");
+    let path = format!("/api/v1/namespaces/prod/pods/{pod1}");
+    let (status, body) = c.store.api.request(&c.store.api.admin_kubeconfig(), "DELETE", &path, None);
+    assert_eq!(status, 200, "DELETE {path}: {body}");
+    vm_pod(&c, &pod2, VM);
+    // Another pod on n2 meanwhile does not get it.
+    let other = ok(&add(&c, "n2", "c2", "web-0", &sticky));
+    assert_ne!(other, first);
+    assert!(identity_keys(&c).contains_key("web-0"), "a pod not a VM's is its namespace/name");
+    let again = ok(&add(&c, "n2", "c3", &pod2, &sticky));
+    assert_eq!(again, first, "the VM's new pod on n2 gets its address");
+    assert_no_address_twice(&c, &["n1", "n2"]);
+
+    // Without a kubeconfig to read pods with, "auto" is error 7 naming it.
+    let mut config = sticky_config(&c, "n1", &sticky);
+    config["ipam"]["cluster"] = json!(null);
+    config["ipam"]["delegates"] = json!(["ipam-ds-pool", "ipam-da-sticky", "ipam-da-sequential"]);
+    let out = c.run("ADD", "c4", &config, &[("CNI_ARGS", &pod("web-1"))]);
+    assert_error(&out, 7, &["ipam.sticky.kubeconfig"]);
+}

@@ -276,8 +276,16 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
             }
         }
     }
+    // Pods: read one by name, for ipam.sticky "identity": "auto" (a KubeVirt
+    // VM's pod's label), in any namespace; nothing else of them.
+    for verb in VERBS {
+        for scope in [None, Some("default"), Some(namespace.as_str())] {
+            if api.can_i(&plugins, verb, "pods", scope) != (verb == "get") {
+                wrong.push(format!("{verb} pods (in {scope:?}): expected {}", verb == "get"));
+            }
+        }
+    }
     let others = [
-        "pods",
         "secrets",
         "configmaps",
         "serviceaccounts",

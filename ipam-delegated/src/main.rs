@@ -10,6 +10,7 @@ mod delegate;
 mod operator;
 mod stack;
 mod stack_call;
+mod vm_identity;
 
 use std::process::ExitCode;
 
@@ -30,15 +31,18 @@ struct Orchestrator;
 
 impl Plugin for Orchestrator {
     fn add(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.add().map(Reply::Result)
+        let resolved = vm_identity::resolved(req)?;
+        Stack::new(resolved.as_ref().unwrap_or(req))?.add().map(Reply::Result)
     }
 
     fn del(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.run_all(Command::Del).map(|()| Reply::Nothing)
+        let resolved = vm_identity::resolved(req)?;
+        Stack::new(resolved.as_ref().unwrap_or(req))?.run_all(Command::Del).map(|()| Reply::Nothing)
     }
 
     fn check(&self, req: &Request) -> Result<Reply> {
-        Stack::new(req)?.run_all(Command::Check).map(|()| Reply::Nothing)
+        let resolved = vm_identity::resolved(req)?;
+        Stack::new(resolved.as_ref().unwrap_or(req))?.run_all(Command::Check).map(|()| Reply::Nothing)
     }
 
     fn gc(&self, req: &Request) -> Result<Reply> {

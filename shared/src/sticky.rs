@@ -4,6 +4,7 @@
 //! and releasing it (DEL, GC, a rollback) keeps the address held for the
 //! identity for `hold` seconds instead of freeing it.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -16,7 +17,7 @@ use crate::error::{CniError, Result};
 pub const DELEGATE: &str = "ipam-da-sticky";
 
 /// The keys of `ipam.sticky`.
-const KEYS: &[&str] = &["identity", "hold", "shareLive"];
+const KEYS: &[&str] = &["identity", "hold", "shareLive", "kubeconfig"];
 
 /// The CNI_ARGS keys a kubelet passes, whose values name a pod.
 const DEFAULT_IDENTITY: [&str; 2] = ["K8S_POD_NAMESPACE", "K8S_POD_NAME"];
@@ -40,6 +41,13 @@ pub struct Sticky {
     pub hold: Duration,
     /// Whether two live attachments of one identity may share its address.
     pub share_live: bool,
+    /// `"identity": "auto"`: the default keys, except that ipam-delegated
+    /// names a KubeVirt VM's `virt-launcher-` pod by its VM (read from the
+    /// pod through the API server, passed on as `args.cni.identity`).
+    pub auto: bool,
+    /// `kubeconfig`: whose credentials `auto` reads the pod with (default:
+    /// `ipam.cluster.kubernetes.kubeconfig`).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for Sticky {
@@ -48,6 +56,8 @@ impl Default for Sticky {
             identity_keys: DEFAULT_IDENTITY.iter().map(|k| k.to_string()).collect(),
             hold: DEFAULT_HOLD,
             share_live: false,
+            auto: false,
+            kubeconfig: None,
         }
     }
 }
@@ -74,10 +84,13 @@ impl Sticky {
         };
         keys::refuse_unknown(object, KEYS, FIELD)?;
         let mut sticky = Sticky::default();
-        if let Some(list) = object.get("identity") {
+        if let Some(list) = object.get("identity").filter(|v| v.as_str() != Some("auto")) {
             let field = "ipam.sticky.identity";
             let Value::Array(items) = list else {
-                return Err(CniError::config(field, format!("must be an array of CNI_ARGS keys, got {list}")));
+                return Err(CniError::config(
+                    field,
+                    format!("must be an array of CNI_ARGS keys or \"auto\", got {list}"),
+                ));
             };
             if items.is_empty() {
                 return Err(CniError::config(field, "must name at least one CNI_ARGS key"));
@@ -93,6 +106,18 @@ impl Sticky {
                     )),
                 })
                 .collect::<Result<_>>()?;
+        }
+        sticky.auto = object.get("identity").and_then(Value::as_str) == Some("auto");
+        if let Some(path) = object.get("kubeconfig") {
+            match path {
+                Value::String(p) if p.starts_with('/') => sticky.kubeconfig = Some(PathBuf::from(p)),
+                other => {
+                    return Err(CniError::config(
+                        "ipam.sticky.kubeconfig",
+                        format!("must be an absolute path, got {other}"),
+                    ))
+                }
+            }
         }
         if let Some(hold) = object.get("hold") {
             let secs = whole_seconds(hold).filter(|s| *s <= MAX_HOLD_SECS).ok_or_else(|| {
@@ -203,6 +228,21 @@ mod tests {
     }
 
     const STACK: [&str; 3] = ["ipam-ds-pool", "ipam-da-sticky", "ipam-da-sequential"];
+
+    #[test]
+    fn auto_is_the_default_keys_with_a_kubeconfig_to_read_vms_with() {
+        let auto = Sticky::of(&conf(json!({"delegates": STACK, "sticky":
+            {"identity": "auto", "kubeconfig": "/etc/cni/ipam-delegated/kubeconfig"}})))
+        .unwrap()
+        .unwrap();
+        assert!(auto.auto && auto.identity_keys == Sticky::default().identity_keys);
+        assert_eq!(auto.kubeconfig.as_deref(), Some(std::path::Path::new("/etc/cni/ipam-delegated/kubeconfig")));
+        let refused = |sticky: Value| Sticky::of(&conf(json!({"delegates": STACK, "sticky": sticky}))).unwrap_err();
+        let e = refused(json!({"identity": "pod"})).to_string();
+        assert!(e.contains("ipam.sticky.identity") && e.contains("\"auto\""), "{e}");
+        let e = refused(json!({"identity": "auto", "kubeconfig": "kubeconfig"})).to_string();
+        assert!(e.contains("ipam.sticky.kubeconfig") && e.contains("absolute"), "{e}");
+    }
 
     #[test]
     fn off_without_the_delegate_and_defaults_with_it() {

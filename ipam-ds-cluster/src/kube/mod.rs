@@ -84,11 +84,11 @@ impl Resource {
 }
 
 /// A resource in one namespace: `…/namespaces/{namespace}/{plural}` (the
-/// reaper's `coordination.k8s.io` Lease).
+/// reaper's `coordination.k8s.io` Lease, a pod a sticky identity is read from).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Namespaced {
+pub struct Namespaced<'a> {
     pub resource: Resource,
-    pub namespace: &'static str,
+    pub namespace: &'a str,
 }
 
 /// Where a client's request goes: a cluster-scoped [`Resource`] or a
@@ -114,7 +114,7 @@ impl Collection for Resource {
     }
 }
 
-impl Collection for Namespaced {
+impl Collection for Namespaced<'_> {
     fn collection_path(&self) -> String {
         format!("{}/namespaces/{}/{}", self.resource.group_path(), self.namespace, self.resource.plural)
     }

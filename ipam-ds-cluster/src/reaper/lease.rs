@@ -40,7 +40,7 @@ pub const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 /// API server's clock).
 pub const MISSING_ANNOTATION: &str = "ipam-delegated.io/missing-nodes";
 
-const LEASES: Namespaced = Namespaced {
+const LEASES: Namespaced<'static> = Namespaced {
     resource: Resource { group: "coordination.k8s.io", version: "v1", plural: "leases" },
     namespace: NAMESPACE,
 };
