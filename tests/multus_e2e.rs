@@ -169,9 +169,14 @@ impl Cluster {
     /// `networks` (the annotation's value), made as the admin; its
     /// namespace for the runtime, made too.
     fn pod(&self, name: &str, node: &Node, networks: &str) -> Pod {
+        self.labelled_pod(name, node, networks, json!({}))
+    }
+
+    /// As [`Cluster::pod`], the Pod object carrying `labels`.
+    fn labelled_pod(&self, name: &str, node: &Node, networks: &str, labels: Value) -> Pod {
         let object = json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "annotations": {NETWORKS: networks}},
+            "metadata": {"name": name, "namespace": "default", "annotations": {NETWORKS: networks}, "labels": labels},
             "spec": {"nodeName": node.name, "containers": [{"name": "app", "image": "registry.invalid/app"}]}
         });
         let (status, body) =
@@ -638,6 +643,42 @@ fn a_statefulset_pod_made_again_on_another_node_keeps_its_address() {
     node_b.add(&again);
     assert_eq!(again.addresses("net1"), address, "web-0 made again on node-b keeps its address");
     assert_eq!(cluster.status_addresses(&again, "default/macvlan-sticky"), address);
+
+    node_b.del(&again);
+    node_b.del(&other);
+}
+
+/// A KubeVirt VM (`ipam.sticky.identity: "auto"`): KubeVirt runs it in a
+/// pod `virt-launcher-<vm>-<suffix>` labelled `vm.kubevirt.io/name`, a new
+/// one at each start or migration. Its pod deleted on node-a and a new one,
+/// under another name, made on node-b: the VM keeps its address, with no
+/// `cni-args` in the pod's network selection; the plugins read the label
+/// with the manifests' ServiceAccount.
+#[test]
+#[ignore = "needs root, network namespaces, containernetworking-plugins and Go; run by scripts/test"]
+fn a_vm_s_pod_made_again_under_a_new_name_on_another_node_keeps_its_address() {
+    let pools = json!([{"name": "vm4", "ranges": [{"subnet": "10.85.0.0/24"}]}]);
+    let mut vm = like_the_macvlan_example("macvlan-vm", &CLUSTER_STICKY_STACK, pools);
+    vm["ipam"]["sticky"] = json!({"identity": "auto", "shareLive": true});
+    let cluster = Cluster::start(&[("macvlan-vm", vm)]);
+    let [node_a, node_b] = two_nodes(&cluster);
+    let labels = json!({"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": "fedora-01"});
+
+    let first = cluster.labelled_pod("virt-launcher-fedora-01-x7k2p", &node_a, "macvlan-vm", labels.clone());
+    node_a.add(&first);
+    let address = first.addresses("net1");
+    assert_eq!(address.len(), 1, "the VM's first pod on node-a: {address:?}");
+    node_a.del(&first);
+    cluster.delete_pod(&first);
+
+    let other = cluster.pod("web-0", &node_b, "macvlan-vm");
+    node_b.add(&other);
+    assert_ne!(other.addresses("net1"), address, "another pod got the address held for the VM");
+
+    let again = cluster.labelled_pod("virt-launcher-fedora-01-q9w4z", &node_b, "macvlan-vm", labels);
+    node_b.add(&again);
+    assert_eq!(again.addresses("net1"), address, "the VM's new pod on node-b keeps its address");
+    assert_eq!(cluster.status_addresses(&again, "default/macvlan-vm"), address);
 
     node_b.del(&again);
     node_b.del(&other);
