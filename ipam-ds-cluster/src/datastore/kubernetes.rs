@@ -120,6 +120,10 @@ pub struct KubeStore {
     lost: RefCell<Option<String>>,
     /// Whether this call put the network in recovery (or found it so).
     recovering: Cell<bool>,
+    /// The identities this call read or wrote, by object name: a change
+    /// expected at the version read writes at it without reading it again
+    /// (the update's resourceVersion is the compare).
+    identities_seen: RefCell<HashMap<String, Object<IdentitySpec>>>,
 }
 
 /// A shared block as kept between calls.
@@ -163,6 +167,7 @@ impl KubeStore {
             seen_changed: Cell::new(false),
             lost: RefCell::new(None),
             recovering: Cell::new(false),
+            identities_seen: RefCell::new(HashMap::new()),
         };
         for KeptBlock { date, object } in kept {
             // One that is not what its name says is left to a fresh read.

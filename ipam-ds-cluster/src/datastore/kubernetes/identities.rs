@@ -106,7 +106,32 @@ impl KubeStore {
             }
             self.witness_identity(found);
         }
+        self.saw_identity(&name, found.as_ref());
         Ok(found)
+    }
+
+    /// Keeps what this call last read or wrote of the identity `name`.
+    fn saw_identity(&self, name: &str, object: Option<&Object<IdentitySpec>>) {
+        let mut seen = self.identities_seen.borrow_mut();
+        match object {
+            Some(object) => seen.insert(name.to_string(), object.clone()),
+            None => seen.remove(name),
+        };
+    }
+
+    /// The identity `key` to change from: as this call last saw it when that
+    /// is the version the change expects and the change writes it (its
+    /// update or delete compares the resourceVersion), else read now.
+    fn identity_to_change(&self, change: &RecordChange) -> Answer<Option<Object<IdentitySpec>>> {
+        if let (Expect::At(version), Then::Put(_) | Then::Delete) = (&change.expect, &change.then) {
+            let (ifname, identity) = parse_identity_key(&change.key)?;
+            let name = names::identity_name(&self.network, ifname, identity);
+            let seen = self.identities_seen.borrow().get(&name).cloned();
+            if let Some(seen) = seen.filter(|o| identity_versioned(o).version == *version) {
+                return Ok(Some(seen));
+            }
+        }
+        self.read_identity(&change.key)
     }
 
     /// Takes note of an identity a consistent answer showed (see `history`):
@@ -140,6 +165,7 @@ impl KubeStore {
             };
             if let Some(written) = written {
                 self.witness_identity(&written);
+                self.saw_identity(&written.metadata.name, Some(&written));
                 return Ok(Created::Done(identity_versioned(&written).version));
             }
         }
@@ -168,7 +194,7 @@ impl KubeStore {
         let [identity] = identities[..] else {
             return Err(bug("change_together", format!("{} identities in one change", identities.len())));
         };
-        let read = self.read_identity(&identity.key)?;
+        let read = self.identity_to_change(identity)?;
         let live = read.as_ref().filter(|o| !ended(o, self.now.get()));
         if !expected(&identity.expect, live.map(identity_versioned).as_ref()) {
             return Ok(None);
@@ -196,10 +222,10 @@ impl KubeStore {
             };
             if self.write_records(&records, &uid, hold)?.is_none() {
                 if let (Some(before), Some(written)) = (&read, &written) {
-                    let restored = self.replace(&written.with_spec(before.spec.clone()))?;
-                    if restored.is_none() {
+                    let Some(restored) = self.replace(&written.with_spec(before.spec.clone()))? else {
                         return Err(kept_changing(&identity.key));
-                    }
+                    };
+                    self.saw_identity(&restored.metadata.name, Some(&restored));
                 }
                 return Ok(None);
             }
@@ -229,7 +255,13 @@ impl KubeStore {
     ) -> Answer<Option<Option<Object<IdentitySpec>>>> {
         let Some(record) = then else {
             return Ok(match read {
-                Some(read) => self.delete(read)?.then_some(None),
+                Some(read) => {
+                    let deleted = self.delete(read)?;
+                    if deleted {
+                        self.saw_identity(&read.metadata.name, None);
+                    }
+                    deleted.then_some(None)
+                }
                 None => Some(None),
             });
         };
@@ -241,6 +273,7 @@ impl KubeStore {
         };
         if let Some(written) = &answer {
             self.witness_identity(written);
+            self.saw_identity(&written.metadata.name, Some(written));
         }
         Ok(answer.map(Some))
     }
