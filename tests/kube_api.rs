@@ -258,10 +258,17 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
             }
         }
     }
+    // The node agent's one grant: list pods (field-selected by its node).
+    for verb in VERBS {
+        for scope in [None, Some(namespace.as_str())] {
+            if api.can_i(&plugins, verb, "pods", scope) != (verb == "list") {
+                wrong.push(format!("{verb} pods (in {scope:?}): expected {}", verb == "list"));
+            }
+        }
+    }
     // Other resources, of the core group, of Kubernetes' and of other CNI
     // projects' groups (a group's name is not a prefix of another's).
     let others = [
-        "pods",
         "secrets",
         "nodes",
         "configmaps",
@@ -322,12 +329,17 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
     let (status, body) = api.request(&plugins, "DELETE", &format!("{nodes}/rbac-probe.n1"), Some(&delete));
     assert_eq!(status, 200, "the plugins delete it, preconditioned: {body}");
 
-    // Refused for real: a watch, a collection's delete, a secret, a pod.
+    // The agent's list of its node's pods, for real.
+    let (status, body) = api.request(&plugins, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", None);
+    assert_eq!(status, 200, "the agent lists its node's pods: {body}");
+
+    // Refused for real: a watch, a collection's delete, a secret, one pod, a node.
     for (method, path) in [
         ("GET", format!("{nodes}?watch=true")),
         ("DELETE", nodes.to_string()),
         ("GET", format!("/api/v1/namespaces/{namespace}/secrets")),
-        ("GET", "/api/v1/pods".to_string()),
+        ("GET", "/api/v1/namespaces/default/pods/any".to_string()),
+        ("GET", "/api/v1/pods?watch=true".to_string()),
         ("GET", "/api/v1/nodes".to_string()),
     ] {
         let (status, body) = api.request(&plugins, method, &path, None);

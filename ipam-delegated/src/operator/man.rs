@@ -122,6 +122,7 @@ mod tests {
                 "ipam-delegated-cluster-blocks.1",
                 "ipam-delegated-cluster-release-node.1",
                 "ipam-delegated-install-cni.1",
+                "ipam-delegated-agent.1",
                 "ipam-delegated-completions.1",
                 "ipam-delegated-man.1",
                 "ipam-delegated-delegates.1",

@@ -57,7 +57,8 @@ pub struct Counts {
     pub connections: u64,
 }
 
-/// A cluster-scoped resource: `/apis/{group}/{version}/{plural}`.
+/// A resource listed across namespaces: `/apis/{group}/{version}/{plural}`,
+/// or `/api/{version}/{plural}` for the core group (`group` empty: pods).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     pub group: &'static str,
@@ -68,11 +69,17 @@ pub struct Resource {
 impl Resource {
     /// As RBAC and kubectl name it: `plural.group`.
     pub fn qualified(&self) -> String {
-        format!("{}.{}", self.plural, self.group)
+        match self.group {
+            "" => self.plural.to_string(),
+            group => format!("{}.{group}", self.plural),
+        }
     }
 
     fn collection_path(&self) -> String {
-        format!("/apis/{}/{}/{}", self.group, self.version, self.plural)
+        match self.group {
+            "" => format!("/api/{}/{}", self.version, self.plural),
+            group => format!("/apis/{group}/{}/{}", self.version, self.plural),
+        }
     }
 
     fn object_path(&self, name: &str) -> String {
