@@ -1,26 +1,36 @@
-//! Releasing one attachment: the stack's DEL, run in this process as a
-//! runtime would run it (the configuration its ADD was given, CNI_ARGS with
-//! the pod's fields, no network namespace), so that everything a DEL does
-//! happens: a sticky identity's address goes to its hold, cluster mode's
-//! records are released in its datastore. Not GC with the valid attachments:
-//! GC releases every attachment not listed, and an ADD in flight on this
-//! node is in no list the agent could make.
+//! Releasing one attachment: the stack's DEL, run as a runtime runs it
+//! (the configuration its ADD was given on stdin, CNI_CONTAINERID,
+//! CNI_IFNAME, CNI_ARGS naming the pod, no network namespace), by this very
+//! program, so that everything a DEL does happens: a sticky identity's
+//! address goes to its hold, cluster mode's records are released in its
+//! datastore. Not GC with the valid attachments: GC releases every
+//! attachment not listed, and an ADD in flight on this node is in no list
+//! the agent could make.
+//!
+//! The DEL is a process of its own (the suite's delegates run inside it, as
+//! in any plugin call): a plugin reads its call from the environment, which
+//! is the whole process's, and the agent has a metrics thread; a DEL that
+//! crashed would not take the agent with it either.
 
-use std::ffi::OsStr;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use shared::agent_record::cni_args_of;
-use shared::plugin::{self, Stdin};
 use shared::store::{AllocationStore, Pod, DEFAULT_LOCK_TIMEOUT};
-use shared::{Attachment, Builtin, Command, Env};
+use shared::Attachment;
 
 use crate::builtin;
 
-/// A directory whose entries are this program under each delegate's name,
-/// first in the DELs' CNI_PATH, so that the suite's delegates of a stack
-/// run in this process (as they do in a plugin call), whatever directory
-/// the host installed them in. Removed when dropped.
+/// The name the orchestrator runs under.
+const ORCHESTRATOR: &str = "ipam-delegated";
+
+/// A directory whose entries are this program under its own name and each
+/// delegate's: the DELs start the plugin their configuration's `ipam.type`
+/// names from it, and it comes first in their CNI_PATH, so that the suite's
+/// delegates run inside the DEL's process (as in a plugin call), whatever
+/// directory the host installed them in. Removed when dropped.
 pub struct OwnDelegates {
     dir: PathBuf,
 }
@@ -31,7 +41,7 @@ impl OwnDelegates {
         let dir = std::env::temp_dir().join(format!("ipam-delegated-agent-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir)?;
-        for name in builtin::names() {
+        for name in std::iter::once(ORCHESTRATOR).chain(builtin::names()) {
             std::os::unix::fs::symlink(&program, dir.join(name))?;
         }
         Ok(OwnDelegates { dir })
@@ -60,24 +70,37 @@ pub fn release(
         .read(|tx| tx.network_config(&attachment.network))
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no configuration of network {:?} is recorded", attachment.network))?;
-    let config: Value =
-        serde_json::from_str(&config).map_err(|e| format!("the recorded configuration does not read: {e}"))?;
-    let plugin = plugin_of(&config)?;
+    let plugin = plugin_of(&config, own)?;
     let path = std::iter::once(own.dir.as_path())
         .chain(cni_path.iter().map(PathBuf::as_path))
         .map(|dir| dir.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
-    let vars = [
-        ("CNI_CONTAINERID", attachment.container_id.clone()),
-        ("CNI_IFNAME", attachment.ifname.clone()),
-        ("CNI_ARGS", cni_args_of(pod)),
-        ("CNI_PATH", path),
-    ];
-    let (answer, success) = plugin::respond(plugin, Env::in_process(Command::Del, &vars), Stdin::Value(config));
-    if !success {
-        let why = answer.map_or_else(|| "no error object".to_string(), |error| error.to_string());
-        return Err(format!("DEL of {attachment} failed: {why}"));
+    let mut command = Command::new(&plugin);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            command.env_remove(key);
+        }
+    }
+    let mut child = command
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", &attachment.container_id)
+        .env("CNI_IFNAME", &attachment.ifname)
+        .env("CNI_ARGS", cni_args_of(pod))
+        .env("CNI_PATH", path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", plugin.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A plugin that exits before reading all of it says why on stdout.
+        let _ = stdin.write_all(config.as_bytes());
+    }
+    let output = child.wait_with_output().map_err(|e| format!("waiting for the DEL of {attachment}: {e}"))?;
+    if !output.status.success() {
+        let answer = String::from_utf8_lossy(&output.stdout);
+        return Err(format!("DEL of {attachment} failed ({}): {}", output.status, answer.trim()));
     }
     // A configuration whose ipam.database is another path than the one
     // watched (mounted elsewhere in this container) released nothing here.
@@ -92,15 +115,16 @@ pub fn release(
     Ok(())
 }
 
-/// The plugin the configuration's `ipam.type` names: ipam-delegated or one
-/// of its delegates run alone.
-fn plugin_of(config: &Value) -> Result<&'static Builtin, String> {
-    let Some(name) = config["ipam"]["type"].as_str() else {
-        return Err("the recorded configuration has no ipam.type".to_string());
-    };
-    match name {
-        "ipam-delegated" => Ok(&crate::ORCHESTRATOR),
-        _ => builtin::named(OsStr::new(name))
-            .ok_or_else(|| format!("ipam.type {name:?} of the recorded configuration is not this program")),
+/// This program under the name the configuration's `ipam.type` gives:
+/// ipam-delegated, or one of its delegates run alone.
+fn plugin_of(config: &str, own: &OwnDelegates) -> Result<PathBuf, String> {
+    let config: Value =
+        serde_json::from_str(config).map_err(|e| format!("the recorded configuration does not read: {e}"))?;
+    match config["ipam"]["type"].as_str() {
+        Some(name) if name == ORCHESTRATOR || builtin::names().any(|own_name| own_name == name) => {
+            Ok(own.dir.join(name))
+        }
+        Some(name) => Err(format!("ipam.type {name:?} of the recorded configuration is not this program")),
+        None => Err("the recorded configuration has no ipam.type".to_string()),
     }
 }

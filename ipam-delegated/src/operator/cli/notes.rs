@@ -113,7 +113,8 @@ the addresses of pods deleted without a DEL would stay taken. Each pass:
      created again under its name), is a candidate; it is released once it
      has been a candidate for --grace since an earlier pass and its ADD is
      older than --grace, never an ADD that may be in flight;
-  4. releases it with the stack's DEL, run in this process with the
+  4. releases it with the stack's DEL, run as a runtime runs it (this
+     program as the plugin ipam.type names, a process of its own) with the
      configuration its ADD was given (recorded in the database), CNI_ARGS
      naming the pod and no network namespace: a sticky identity's address
      goes to its hold, cluster mode's records are released, as at any DEL.
