@@ -191,6 +191,23 @@ mod tests {
     }
 
     #[test]
+    fn a_sharer_of_a_lease_is_recorded_with_its_share_and_forgotten_with_it() {
+        let (_dir, mut store) = temp_store();
+        let (a, b) = (owner("net", "c1", "eth0"), owner("net", "c2", "eth0"));
+        store.set_agent_record(Some(record(&a, "vm-1", "u1", "{}")));
+        store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &a)).unwrap();
+        store.set_agent_record(Some(record(&b, "vm-1", "u2", "{}")));
+        store.write(|tx| tx.share_lease(ip("10.0.0.2"), &b)).unwrap();
+        let names = |store: &mut super::super::AllocationStore| -> Vec<String> {
+            store.read(|tx| tx.attachment_pods()).unwrap().into_iter().map(|p| p.attachment.container_id).collect()
+        };
+        assert_eq!(names(&mut store), ["c1", "c2"]);
+        store.set_agent_record(None);
+        store.write(|tx| tx.release(&b, None)).unwrap();
+        assert_eq!(names(&mut store), ["c1"], "the sharer went with its share, the holder stays");
+    }
+
+    #[test]
     fn a_failed_transaction_records_nothing() {
         let (_dir, mut store) = temp_store();
         let a = owner("net", "c1", "eth0");
