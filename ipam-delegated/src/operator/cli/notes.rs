@@ -85,8 +85,9 @@ pub const CHECK_NOTES: &str = "\
 Runs SQLite's integrity check, then the suite's own: every lease lies in a
 subnet of its registered pool, its text address matches its key, and the
 runs of leased addresses agree with the leases, every hold names its identity,
-and every attachment sharing a lease (shareLive) shares a live lease of its
-network. Prints ok and exits 0, or
+every attachment sharing a lease (shareLive) shares a live lease of its
+network, and every attachment whose pod is kept for the node agent holds or
+shares a lease. Prints ok and exits 0, or
 prints the problems and exits 1.";
 
 pub const COMPLETIONS_NOTES: &str = "\
