@@ -128,3 +128,34 @@ fn plugin_of(config: &str, own: &OwnDelegates) -> Result<PathBuf, String> {
         None => Err("the recorded configuration has no ipam.type".to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_is_this_program_under_the_name_ipam_type_gives_and_nothing_else() {
+        let own = OwnDelegates::make().unwrap();
+        let plugin = |config: &str| plugin_of(config, &own);
+        assert_eq!(plugin(r#"{"ipam": {"type": "ipam-delegated"}}"#).unwrap(), own.dir.join("ipam-delegated"));
+        assert_eq!(plugin(r#"{"ipam": {"type": "ipam-da-sequential"}}"#).unwrap(), own.dir.join("ipam-da-sequential"));
+        // Each name is this program.
+        let this = std::fs::metadata(std::env::current_exe().unwrap()).unwrap();
+        for name in std::iter::once(ORCHESTRATOR).chain(builtin::names()) {
+            use std::os::unix::fs::MetadataExt;
+            let linked = std::fs::metadata(own.dir.join(name)).unwrap();
+            assert_eq!((linked.dev(), linked.ino()), (this.dev(), this.ino()), "{name}");
+        }
+        for (config, words) in [
+            (r#"{"ipam": {"type": "host-local"}}"#, "\"host-local\" of the recorded configuration is not this program"),
+            (r#"{"ipam": {}}"#, "no ipam.type"),
+            ("not json", "does not read"),
+        ] {
+            let e = plugin(config).unwrap_err();
+            assert!(e.contains(words), "{config}: {e}");
+        }
+        let dir = own.dir.clone();
+        drop(own);
+        assert!(!dir.exists(), "removed when dropped");
+    }
+}
