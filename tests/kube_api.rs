@@ -276,12 +276,14 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
             }
         }
     }
-    // Pods: read one by name, for ipam.sticky "identity": "auto" (a KubeVirt
-    // VM's pod's label), in any namespace; nothing else of them.
+    // Pods: listed by the node agent (field-selected by its node), one read
+    // by name for ipam.sticky "identity": "auto" (a KubeVirt VM's pod's
+    // label), in any namespace; nothing else of them.
     for verb in VERBS {
+        let expected = ["get", "list"].contains(&verb);
         for scope in [None, Some("default"), Some(namespace.as_str())] {
-            if api.can_i(&plugins, verb, "pods", scope) != (verb == "get") {
-                wrong.push(format!("{verb} pods (in {scope:?}): expected {}", verb == "get"));
+            if api.can_i(&plugins, verb, "pods", scope) != expected {
+                wrong.push(format!("{verb} pods (in {scope:?}): expected {expected}"));
             }
         }
     }
@@ -344,12 +346,16 @@ fn the_plugins_service_account_may_do_what_the_protocol_does_and_no_more() {
     let (status, body) = api.request(&plugins, "DELETE", &format!("{nodes}/rbac-probe.n1"), Some(&delete));
     assert_eq!(status, 200, "the plugins delete it, preconditioned: {body}");
 
-    // Refused for real: a watch, a collection's delete, a secret, a pod.
+    // The agent's list of its node's pods, for real.
+    let (status, body) = api.request(&plugins, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", None);
+    assert_eq!(status, 200, "the agent lists its node's pods: {body}");
+
+    // Refused for real: a watch, a collection's delete, a secret, one pod, a node.
     for (method, path) in [
         ("GET", format!("{nodes}?watch=true")),
         ("DELETE", nodes.to_string()),
         ("GET", format!("/api/v1/namespaces/{namespace}/secrets")),
-        ("GET", "/api/v1/pods".to_string()),
+        ("GET", "/api/v1/pods?watch=true".to_string()),
         ("GET", "/api/v1/nodes/n1".to_string()),
         ("GET", "/api/v1/nodes?watch=true".to_string()),
         ("GET", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases".to_string()),

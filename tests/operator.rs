@@ -424,9 +424,19 @@ fn help_for_the_tool_and_each_command() {
     ] {
         assert!(main.stdout.contains(part), "{part} in {}", main.stdout);
     }
-    for command in
-        ["list", "pools", "metrics", "release", "forget-pool", "check", "install-cni", "completions", "man", "help"]
-    {
+    for command in [
+        "list",
+        "pools",
+        "metrics",
+        "release",
+        "forget-pool",
+        "check",
+        "install-cni",
+        "agent",
+        "completions",
+        "man",
+        "help",
+    ] {
         assert!(main.stdout.contains(&format!("\n  {command} ")), "{command} in {}", main.stdout);
     }
     assert_eq!(run(&["help"], &[], None, None).stdout, main.stdout);
@@ -482,6 +492,22 @@ fn help_for_the_tool_and_each_command() {
                 "--uninstall",
                 "build marker",
                 ".ipam-delegated-installed",
+            ],
+        ),
+        (
+            "agent",
+            "Release, on this node, the addresses of pods",
+            &[
+                "--node <NAME>",
+                "--kubeconfig <FILE>",
+                "--database <PATH>",
+                "--interval <SECONDS>",
+                "[default: 60]",
+                "--grace <SECONDS>",
+                "[default: 300]",
+                "--metrics-address <ADDRESS>",
+                "[default: 0.0.0.0:9547]",
+                "fieldSelector=spec.nodeName=NODE",
             ],
         ),
     ] {
@@ -561,6 +587,7 @@ fn man_writes_a_page_for_the_tool_and_each_command() {
         "-cluster-release-node",
         "-cluster-reap",
         "-install-cni",
+        "-agent",
         "-completions",
         "-man",
         "-delegates",

@@ -324,7 +324,8 @@ fn check_names_a_hold_without_identity_and_a_sharer_without_a_live_lease() {
     assert_eq!(stdout(&sb, &["check"]), "ok\n", "a hold and a sharer are sound");
 
     // What no plugin writes: the hold loses its identity, and the shared
-    // lease becomes a hold under its sharer.
+    // lease becomes a hold under its sharer (and its holder's pod, kept for
+    // the node agent, the pod of an attachment without a lease).
     let sql = rusqlite::Connection::open(sb.db()).expect("opening the database");
     sql.execute("UPDATE leases SET identity = NULL WHERE address = '10.45.0.11'", []).expect("update");
     sql.execute("UPDATE leases SET held_until = ?1 WHERE address = '10.45.0.10'", [now() + 600]).expect("update");
@@ -335,7 +336,8 @@ fn check_names_a_hold_without_identity_and_a_sharer_without_a_live_lease() {
         damaged.stdout,
         "hold on 10.45.0.11 (pool blue of network \"sticky-net\") names no identity\n\
          container c-dst interface eth0 of network \"sticky-net\" shares 10.45.0.10, which has no live lease: it is \
-         a hold\n"
+         a hold\n\
+         attachment_pods names container c-src interface eth0 of network \"sticky-net\", which holds no lease\n"
     );
     assert_eq!(damaged.stderr, format!("ipam-delegated: integrity check of {} failed\n", sb.db().display()));
 }

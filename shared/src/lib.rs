@@ -6,6 +6,7 @@
 //! links it.
 
 pub mod addr;
+pub mod agent_record;
 pub mod args;
 pub mod config;
 pub mod env;

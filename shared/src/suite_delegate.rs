@@ -55,7 +55,9 @@ impl LeaseIndex for Tx<'_> {
 
 /// The allocation database `ipam.database` names. Its lock waits end with
 /// `ipam.lockTimeout`, and within an orchestrated call also with the call's
-/// lock budget and deadline; the leases it takes carry the call's ADD id.
+/// lock budget and deadline; the leases it takes carry the call's ADD id,
+/// and an ADD's first lease or share records what the node agent needs
+/// (see [`crate::agent_record`]).
 /// Within an ipam-delegated call that runs its delegates in its process,
 /// the call's connection (see [`store::share_within_call`]).
 pub fn open_store(req: &Request) -> Result<StoreHandle> {
@@ -68,6 +70,7 @@ pub fn open_store(req: &Request) -> Result<StoreHandle> {
     };
     let mut store = store::open_for_delegate(&req.config.database_path()?, wait)?;
     store.set_add_id(stack.add_id.clone());
+    store.set_agent_record(crate::agent_record::of(req)?);
     tracing::debug!("opened {} in {:?}", store.path().display(), started.elapsed());
     Ok(store)
 }

@@ -75,6 +75,10 @@ pub enum Failure {
         pool: String,
     },
 
+    // ---- agent
+    /// What the agent needs to start (its node's name, the metrics address) is missing or wrong.
+    Agent(String),
+
     // ---- install-cni
     NoNodeName,
     BadNodeName(OsString),
@@ -239,6 +243,7 @@ impl fmt::Display for Failure {
                 "records of node {node} in pool {pool} kept changing while they were released (is the node alive?): \
                  run release-node again"
             ),
+            Failure::Agent(problem) => write!(f, "agent: {problem}"),
             Failure::NoNodeName => f.write_str(
                 "NODE_NAME is not set: the installer writes it to --node-file (in a DaemonSet, from the downward API: \
                  env NODE_NAME, valueFrom fieldRef spec.nodeName)",

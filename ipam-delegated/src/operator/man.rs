@@ -123,6 +123,7 @@ mod tests {
                 "ipam-delegated-cluster-release-node.1",
                 "ipam-delegated-cluster-reap.1",
                 "ipam-delegated-install-cni.1",
+                "ipam-delegated-agent.1",
                 "ipam-delegated-completions.1",
                 "ipam-delegated-man.1",
                 "ipam-delegated-delegates.1",

@@ -174,16 +174,7 @@ const DATABASE_OK_HELP: &str =
 /// a file a collector serves says so instead of going stale; the exit status
 /// is 1 all the same.
 pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
-    let surveyed = open_for_reading(database).and_then(|mut store| {
-        let pools = survey(&mut store)?;
-        let cluster = cluster_survey(&mut store, &pools)?;
-        Ok((pools, cluster))
-    });
-    let mut text = exposition(surveyed.as_ref().ok().map(|(pools, _)| pools.as_slice()));
-    if let Ok((_, cluster)) = &surveyed {
-        render_cluster(&mut text, cluster);
-    }
-    let problem = surveyed.err();
+    let (text, problem) = of_database(database);
     let Some(output) = output else {
         return Ok(Report { stdout: text, failure: problem });
     };
@@ -195,6 +186,21 @@ pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
         (None, Err(unwritten)) => Err(unwritten),
         (Some(problem), Err(unwritten)) => Err(Failure::Several(vec![problem, unwritten])),
     }
+}
+
+/// The exposition of `database`, and why it could not be read, if it
+/// could not (then it says so: `ipam_delegated_database_ok 0`).
+pub fn of_database(database: &Path) -> (String, Option<Failure>) {
+    let surveyed = open_for_reading(database).and_then(|mut store| {
+        let pools = survey(&mut store)?;
+        let cluster = cluster_survey(&mut store, &pools)?;
+        Ok((pools, cluster))
+    });
+    let mut text = exposition(surveyed.as_ref().ok().map(|(pools, _)| pools.as_slice()));
+    if let Ok((_, cluster)) = &surveyed {
+        render_cluster(&mut text, cluster);
+    }
+    (text, surveyed.err())
 }
 
 /// The whole exposition; `None` when the database could not be read.

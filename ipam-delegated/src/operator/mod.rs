@@ -5,6 +5,7 @@
 //! people, JSON or Prometheus text for scripts, one error line on stderr.
 //! Usage errors and help are clap's.
 
+mod agent;
 mod atomic_file;
 mod check;
 mod cli;
@@ -56,6 +57,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         // hand is on record beside the plugins' own lines.
         Invocation::Cluster { conf, command } => finish(cluster::run(&conf, command)),
         Invocation::InstallCni(options) => install_cni::main(&options),
+        Invocation::Agent(options) => agent::main(&options),
         Invocation::Delegates => print(&crate::builtin::names().map(|name| format!("{name}\n")).collect::<String>()),
         Invocation::Database { database, command } => {
             // Where the plugins log (stderr for warnings; the verbose build's

@@ -110,7 +110,15 @@ impl Kubeconfig {
         let bad = |message: String| Error::Settings { kubeconfig: path.to_path_buf(), message };
         let text = read_small(path).map_err(&bad)?;
         let text = String::from_utf8(text).map_err(|_| bad("not UTF-8 text".into()))?;
-        let file: File = serde_yaml_ng::from_str(&text).map_err(|e| bad(format!("not a kubeconfig: {e}")))?;
+        Self::parse(&text, path)
+    }
+
+    /// A kubeconfig's `text`, as if read from `path` (which relative file
+    /// names are relative to, and which messages name): one made in memory,
+    /// such as the in-cluster environment's.
+    pub fn parse(text: &str, path: &Path) -> Result<Kubeconfig, Error> {
+        let bad = |message: String| Error::Settings { kubeconfig: path.to_path_buf(), message };
+        let file: File = serde_yaml_ng::from_str(text).map_err(|e| bad(format!("not a kubeconfig: {e}")))?;
         Self::of(file, path).map_err(bad)
     }
 

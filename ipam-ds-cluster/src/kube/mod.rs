@@ -57,7 +57,8 @@ pub struct Counts {
     pub connections: u64,
 }
 
-/// A cluster-scoped resource: `/apis/{group}/{version}/{plural}`.
+/// A resource listed across namespaces: `/apis/{group}/{version}/{plural}`,
+/// or `/api/{version}/{plural}` for the core group (`group` empty: pods).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resource {
     pub group: &'static str,

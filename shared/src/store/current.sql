@@ -1,6 +1,6 @@
--- The schema at version 6 (SCHEMA_VERSION in schema.rs), as a new database
+-- The schema at version 7 (SCHEMA_VERSION in schema.rs), as a new database
 -- is made (build.rs builds one with it, which the plugins write as it is):
--- the tables, columns, keys and indexes the migrations V1 to V6 of
+-- the tables, columns, keys and indexes the migrations V1 to V7 of
 -- schema.rs make, which say what the columns are, but for cluster mode's
 -- tables, which ipam-ds-cluster makes at its first call on a node (its
 -- tables.sql; the tests a_new_database_has_the_migrated_schema and
@@ -25,4 +25,9 @@ CREATE TABLE lease_sharers (network TEXT NOT NULL, container_id TEXT NOT NULL, i
     key BLOB NOT NULL, since INTEGER NOT NULL, added_by TEXT, PRIMARY KEY (network, container_id, ifname, key))
     WITHOUT ROWID;
 CREATE INDEX lease_sharers_by_key ON lease_sharers (key);
-PRAGMA user_version = 6;
+CREATE TABLE attachment_pods (network TEXT NOT NULL, container_id TEXT NOT NULL, ifname TEXT NOT NULL,
+    pod_namespace TEXT NOT NULL, pod_name TEXT NOT NULL, pod_uid TEXT, added INTEGER NOT NULL,
+    PRIMARY KEY (network, container_id, ifname)) WITHOUT ROWID;
+CREATE TABLE network_configs (network TEXT PRIMARY KEY NOT NULL, config TEXT NOT NULL, since INTEGER NOT NULL)
+    WITHOUT ROWID;
+PRAGMA user_version = 7;

@@ -118,6 +118,9 @@ impl Tx<'_> {
                 owner.network
             ])
             .in_db(self.path)?;
+        if changed == 1 {
+            self.record_for_agent(owner)?;
+        }
         Ok(changed == 1)
     }
 
@@ -147,7 +150,8 @@ impl Tx<'_> {
                 None => free.push(lease.clone()),
             }
         }
-        self.delete_leases(&free)
+        self.delete_leases(&free)?;
+        self.forget_pods_of(leases.iter().map(|l| &l.owner))
     }
 
     /// Rolling back a failed ADD: ends the rows of `leases`, the live leases
@@ -181,7 +185,8 @@ impl Tx<'_> {
                 None => free.push(lease.clone()),
             }
         }
-        self.delete_leases(&free)
+        self.delete_leases(&free)?;
+        self.forget_pods_of(leases.iter().map(|l| &l.owner))
     }
 
     /// Makes the row on `address` a hold over `span`.
@@ -343,7 +348,7 @@ impl Tx<'_> {
             self.add_id
         ])
         .in_db(self.path)?;
-        Ok(())
+        self.record_for_agent(sharer)
     }
 
     /// The leases `sharer` shares with another attachment.
@@ -427,7 +432,7 @@ impl Tx<'_> {
             )
             .in_db(self.path)?;
         stmt.execute(params![sharer.network, sharer.container_id, sharer.ifname, add_id]).in_db(self.path)?;
-        Ok(())
+        self.forget_pods_of([sharer])
     }
 
     /// Ends every share of the lease on `address` (its pool is forgotten).

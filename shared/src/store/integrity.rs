@@ -37,7 +37,9 @@ impl Tx<'_> {
     /// Problems found (empty when healthy): SQLite's integrity check, every
     /// lease inside a subnet of its registered pool, its text address
     /// matching its key, `leased_runs` agreeing with `leases`, every hold
-    /// naming its identity and every sharer sharing a live lease.
+    /// naming its identity, every sharer sharing a live lease, and every
+    /// attachment's pod (what the node agent reads) of an attachment that
+    /// holds or shares a lease.
     pub fn integrity_problems(&self) -> Result<Vec<String>> {
         let mut problems = Problems { list: Vec::new() };
         let mut stmt = self.sql.prepare("PRAGMA integrity_check").in_db(self.path)?;
@@ -51,7 +53,38 @@ impl Tx<'_> {
         self.check_leases(&mut problems)?;
         self.check_pool_index(&mut problems)?;
         self.check_sticky(&mut problems)?;
+        self.check_attachment_pods(&mut problems)?;
         Ok(problems.list)
+    }
+
+    /// A pod kept for an attachment that holds nothing would have the node
+    /// agent run a DEL for nothing, pass after pass.
+    fn check_attachment_pods(&self, problems: &mut Problems) -> Result<()> {
+        let mut stmt = self
+            .sql
+            .prepare(
+                "SELECT network, container_id, ifname FROM attachment_pods p
+                 WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.network = p.network
+                     AND l.container_id = p.container_id AND l.ifname = p.ifname AND l.held_until IS NULL)
+                 AND NOT EXISTS (SELECT 1 FROM lease_sharers s WHERE s.network = p.network
+                     AND s.container_id = p.container_id AND s.ifname = p.ifname)",
+            )
+            .in_db(self.path)?;
+        let orphans: Vec<(String, String, String)> = stmt
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .and_then(Iterator::collect)
+            .in_db(self.path)?;
+        let mut seen = 0;
+        for (network, container_id, ifname) in orphans {
+            problems.add(&mut seen, || {
+                format!(
+                    "attachment_pods names container {container_id} interface {ifname} of network {network:?}, \
+                     which holds no lease"
+                )
+            });
+        }
+        problems.summarize(seen, "pods of attachments without leases");
+        Ok(())
     }
 
     fn check_leases(&self, problems: &mut Problems) -> Result<()> {
@@ -283,6 +316,32 @@ mod tests {
                 "container c5 interface eth0 of network \"net\" shares 10.1.0.1, which has no live lease: it is a \
                  lease of network \"other\"",
             ]
+        );
+    }
+
+    #[test]
+    fn a_pod_kept_for_an_attachment_without_leases_is_named() {
+        let (_dir, mut store) = temp_store();
+        let kept = owner("net", "c1", "eth0");
+        store.set_agent_record(Some(super::super::AgentRecord {
+            attachment: kept.clone(),
+            pod: super::super::Pod { namespace: "prod".into(), name: "db-0".into(), uid: None },
+            config: "{}".into(),
+        }));
+        store
+            .write(|tx| {
+                tx.register_pool("net", "p", &["10.0.0.0/24".parse().unwrap()], &json!({}))?.unwrap();
+                tx.insert_lease(ip("10.0.0.1"), "p", &kept)
+            })
+            .unwrap();
+        assert_eq!(store.read(|tx| tx.integrity_problems()).unwrap(), Vec::<String>::new());
+        // Its lease deleted behind the store's back: the pod row stays.
+        store.write(|tx| Ok(tx.sql.execute("DELETE FROM leases", []).unwrap())).unwrap();
+        store.write(|tx| Ok(tx.sql.execute("DELETE FROM leased_runs", []).unwrap())).unwrap();
+        let problems = store.read(|tx| tx.integrity_problems()).unwrap();
+        assert_eq!(
+            problems,
+            ["attachment_pods names container c1 interface eth0 of network \"net\", which holds no lease"]
         );
     }
 }

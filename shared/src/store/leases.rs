@@ -166,7 +166,7 @@ impl Tx<'_> {
             };
             return Err(CniError::new(Code::AddressInUse, format!("address {address} is already held by {held_by}")));
         }
-        Ok(())
+        self.record_for_agent(owner)
     }
 
     /// The leases of one attachment, in address order.
@@ -252,6 +252,7 @@ impl Tx<'_> {
         for lease in &leases {
             self.drop_shares_on(lease.address)?;
         }
+        self.forget_pods_of(leases.iter().map(|l| &l.owner))?;
         Ok(leases)
     }
 

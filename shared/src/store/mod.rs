@@ -12,6 +12,7 @@ mod holds;
 mod integrity;
 mod leases;
 mod lock;
+mod pods;
 mod pools;
 mod queue;
 mod runs;
@@ -39,6 +40,7 @@ use crate::error::{CniError, Code, Result};
 pub use holds::Share;
 pub use leases::{Lease, LeaseFilter};
 pub use lock::LockWait;
+pub use pods::{AgentRecord, AttachmentPod, Pod};
 pub use pools::{PoolOverlap, RegisteredPool};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use sharing::{open_for_delegate, share_within_call, StoreHandle};
@@ -107,6 +109,8 @@ pub struct AllocationStore {
     /// The ipam-delegated ADD this process is part of: leases it takes are
     /// tagged with it, so that a rollback releases only those.
     add_id: Option<String>,
+    /// What an ADD records for the node agent beside its leases.
+    agent_record: Option<AgentRecord>,
     durability: Durability,
     /// Committed since the last [`AllocationStore::sync`] (AtSync only).
     unsynced: bool,
@@ -117,6 +121,9 @@ pub struct Tx<'conn> {
     sql: rusqlite::Transaction<'conn>,
     path: &'conn Path,
     add_id: Option<&'conn str>,
+    agent_record: Option<&'conn AgentRecord>,
+    /// Whether `agent_record` was written in this transaction.
+    agent_recorded: Cell<bool>,
 }
 
 /// What a delegate's own rows (ipam-ds-cluster's) build on.
@@ -208,7 +215,16 @@ impl AllocationStore {
         // safety is SQLite's WAL recovery, as after any crash.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).in_db(&path)?;
 
-        let mut store = AllocationStore { conn, lock, path, lock_wait, add_id: None, durability, unsynced: false };
+        let mut store = AllocationStore {
+            conn,
+            lock,
+            path,
+            lock_wait,
+            add_id: None,
+            agent_record: None,
+            durability,
+            unsynced: false,
+        };
         let synchronous = match durability {
             Durability::EachCommit => "FULL",
             Durability::AtSync => "NORMAL",
@@ -263,6 +279,13 @@ impl AllocationStore {
         self.add_id = add_id;
     }
 
+    /// Has the leases and shares this handle writes for the record's
+    /// attachment record its pod and network configuration too (see
+    /// [`AgentRecord`]).
+    pub fn set_agent_record(&mut self, record: Option<AgentRecord>) {
+        self.agent_record = record;
+    }
+
     /// Runs `f` in one write transaction while holding the lock: commits if
     /// `f` succeeds, rolls back otherwise, and releases the lock after.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx) -> Result<T>) -> Result<T> {
@@ -271,7 +294,13 @@ impl AllocationStore {
         let locked = Instant::now();
         let value = {
             let sql = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).in_db(&self.path)?;
-            let tx = Tx { sql, path: &self.path, add_id: self.add_id.as_deref() };
+            let tx = Tx {
+                sql,
+                path: &self.path,
+                add_id: self.add_id.as_deref(),
+                agent_record: self.agent_record.as_ref(),
+                agent_recorded: Cell::new(false),
+            };
             let value = f(&tx)?;
             let committing = Instant::now();
             WAL_FRAMES.set(0);
@@ -304,7 +333,7 @@ impl AllocationStore {
         self.under_lock_if_busy(|conn, path| {
             let changes_before = conn.total_changes();
             let sql = conn.transaction_with_behavior(TransactionBehavior::Deferred).in_db(path)?;
-            let tx = Tx { sql, path, add_id: None };
+            let tx = Tx { sql, path, add_id: None, agent_record: None, agent_recorded: Cell::new(false) };
             let value = f(&tx);
             let changed = tx.sql.total_changes() != changes_before;
             tx.sql.rollback().in_db(path)?;

@@ -16,7 +16,7 @@ use crate::addr::to_key;
 use crate::error::{CniError, Code, Result};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// `PRAGMA application_id` of the suite's databases ("IPMD"): a SQLite file
 /// without it is someone else's and is never written to.
@@ -25,7 +25,7 @@ pub const APPLICATION_ID: i32 = 0x4950_4D44;
 /// `MIGRATIONS[v]` takes a database from version `v` to `v + 1`; released
 /// entries never change, new versions append.
 const MIGRATIONS: [fn(&Transaction) -> rusqlite::Result<()>; SCHEMA_VERSION as usize] =
-    [to_v1, to_v2, to_v3, to_v4, to_v5, to_v6];
+    [to_v1, to_v2, to_v3, to_v4, to_v5, to_v6, to_v7];
 
 const V1: &str = "
 -- A pool belongs to the network whose configuration defines it: two networks
@@ -201,6 +201,38 @@ ALTER TABLE leases ADD COLUMN taken_hold_until INTEGER;  -- NULL: leased from th
 
 fn to_v6(tx: &Transaction) -> rusqlite::Result<()> {
     tx.execute_batch(V6)
+}
+
+/// What the node agent (`ipam-delegated agent`) needs to release the
+/// attachments of pods deleted without a DEL: each attachment's pod, as the
+/// ADD's CNI_ARGS named it, and each network's configuration, with which it
+/// runs the stack's DEL as a runtime would. On Kubernetes with Multus the
+/// configurations live in the API server, not on the node's disk.
+const V7: &str = "
+-- An attachment's pod (K8S_POD_* of its ADD), while the attachment holds a
+-- lease or shares one: removed with the last of them.
+CREATE TABLE attachment_pods (
+    network       TEXT NOT NULL,
+    container_id  TEXT NOT NULL,
+    ifname        TEXT NOT NULL,
+    pod_namespace TEXT NOT NULL,
+    pod_name      TEXT NOT NULL,
+    pod_uid       TEXT,                      -- NULL: the runtime passed none
+    added         INTEGER NOT NULL,          -- unix seconds: the ADD that recorded the pod
+    PRIMARY KEY (network, container_id, ifname)
+) WITHOUT ROWID;
+
+-- The configuration an ADD of the network was given (without prevResult,
+-- runtimeConfig, args and cni.dev/ keys, which are the call's own).
+CREATE TABLE network_configs (
+    network TEXT PRIMARY KEY NOT NULL,
+    config  TEXT NOT NULL,                   -- JSON
+    since   INTEGER NOT NULL                 -- unix seconds: when it was written
+) WITHOUT ROWID;
+";
+
+fn to_v7(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(V7)
 }
 
 /// A new database, as `build.rs` makes it from `current.sql` (the schema

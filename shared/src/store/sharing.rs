@@ -52,6 +52,7 @@ pub fn open_for_delegate(path: &Path, wait: LockWait) -> Result<StoreHandle> {
         Some(Some(mut store)) => {
             store.lock_wait = wait;
             store.add_id = None;
+            store.agent_record = None;
             store
         }
         Some(None) => AllocationStore::open_with(path, wait, Durability::AtSync)?,

@@ -20,10 +20,11 @@ mod notes;
 
 use cluster_notes::{BLOCKS_NOTES, CLUSTER_NOTES, REAP_NOTES, RELEASE_NODE_NOTES};
 use notes::{
-    ABOUT, AFTER_HELP, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, INSTALL_CNI_NOTES, LIST_NOTES, MAN_NOTES,
-    METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES, RELEASE_USAGE,
+    ABOUT, AFTER_HELP, AGENT_NOTES, CHECK_NOTES, COMPLETIONS_NOTES, FORGET_POOL_NOTES, INSTALL_CNI_NOTES, LIST_NOTES,
+    MAN_NOTES, METRICS_NOTES, POOLS_NOTES, RELEASE_NOTES, RELEASE_USAGE,
 };
 
+use super::agent::{self, Credentials};
 use super::install_cni::{
     self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE, DEFAULT_SERVICE_ACCOUNT_DIR,
 };
@@ -47,6 +48,8 @@ pub enum Invocation {
     },
     /// The installer of a Kubernetes DaemonSet.
     InstallCni(install_cni::Options),
+    /// The node agent of a Kubernetes DaemonSet.
+    Agent(agent::Options),
     /// The names the delegates are installed under.
     Delegates,
 }
@@ -86,6 +89,8 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
     let cli = Cli::try_parse_from(argv)?;
     let top = cli.database.database;
     let top_given = top.is_some();
+    // The agent's databases are a list, which it takes whole.
+    let top_for_agent = top.clone();
     let database = |given: DatabaseArg| match (top, given.database) {
         (Some(_), Some(_)) => Err(Cli::command()
             .error(ErrorKind::ArgumentConflict, "the argument '--database <PATH>' cannot be used multiple times")),
@@ -108,6 +113,7 @@ pub fn parse(args: &[OsString]) -> Result<Invocation, clap::Error> {
         Sub::Man { dir } => return Ok(Invocation::Man(dir)),
         Sub::Cluster(a) => return cluster(top_given, a),
         Sub::InstallCni(a) => return install(top_given, a),
+        Sub::Agent(a) => return agent(top_for_agent, a),
         Sub::Delegates => return Ok(Invocation::Delegates),
     };
     Ok(Invocation::Database { database: database(given)?, command })
@@ -158,6 +164,28 @@ fn install(top_database: bool, a: InstallCniArgs) -> Result<Invocation, clap::Er
         force: a.force,
         once: a.once,
         uninstall: a.uninstall,
+    }))
+}
+
+/// `agent`: its databases are `--database`, given before the command or
+/// after it (repeatable there), by default the suite's default one.
+fn agent(top_database: Option<PathBuf>, a: AgentArgs) -> Result<Invocation, clap::Error> {
+    let mut databases: Vec<PathBuf> = top_database.into_iter().chain(a.database).collect();
+    if databases.is_empty() {
+        databases.push(PathBuf::from(DEFAULT_DATABASE));
+    }
+    Ok(Invocation::Agent(agent::Options {
+        node: a.node,
+        node_file: a.node_file,
+        credentials: match a.kubeconfig {
+            Some(path) => Credentials::Kubeconfig(path),
+            None => Credentials::InCluster(a.service_account_dir),
+        },
+        databases,
+        interval: Duration::from_secs(a.interval),
+        grace: Duration::from_secs(a.grace),
+        metrics_address: Some(a.metrics_address).filter(|address| !address.is_empty()),
+        cni_path: a.cni_path,
     }))
 }
 
@@ -214,6 +242,9 @@ enum Sub {
     /// Install the plugins on this node from a container (a Kubernetes DaemonSet), then wait for SIGTERM
     #[command(after_help = INSTALL_CNI_NOTES)]
     InstallCni(InstallCniArgs),
+    /// Release, on this node, the addresses of pods the Kubernetes API no longer has (a DaemonSet's node agent)
+    #[command(after_help = AGENT_NOTES)]
+    Agent(AgentArgs),
     /// Print a shell completion script on stdout
     #[command(after_help = COMPLETIONS_NOTES)]
     Completions {
@@ -362,6 +393,42 @@ struct CheckArgs {
     #[command(flatten)]
     database: DatabaseArg,
 }
+
+#[derive(Args, Debug)]
+struct AgentArgs {
+    /// This node's name [default: the environment variable NODE_NAME, else --node-file]
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
+    node: Option<String>,
+    /// The node file install-cni writes, read when neither --node nor NODE_NAME is given
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_AGENT_NODE_FILE, value_parser = absolute_path)]
+    node_file: PathBuf,
+    /// A kubeconfig to list the pods with [default: the pod's ServiceAccount, in-cluster]
+    #[arg(long, value_name = "FILE", value_parser = absolute_path)]
+    kubeconfig: Option<PathBuf>,
+    /// The ServiceAccount files (token, ca.crt) of the in-cluster credentials
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_SERVICE_ACCOUNT_DIR, value_parser = absolute_path)]
+    service_account_dir: PathBuf,
+    /// A node database to watch (repeatable) [default: the suite's default database]
+    #[arg(long, value_name = "PATH", value_parser = absolute_path)]
+    database: Vec<PathBuf>,
+    /// Seconds between two passes
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    interval: u64,
+    /// Seconds a pod must have been gone, and its attachment's ADD old, before the attachment is released
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    grace: u64,
+    /// Where GET /metrics is answered (host:port; empty: nowhere)
+    #[arg(long, value_name = "ADDRESS", default_value = "0.0.0.0:9547")]
+    metrics_address: String,
+    /// A directory where the DELs find delegates that are not this program (repeatable)
+    #[arg(long, value_name = "DIR", value_parser = absolute_path)]
+    cni_path: Vec<PathBuf>,
+}
+
+/// Where the node file is, as the agent's container mounts it: at the
+/// host's own path, since the configurations the agent runs DEL with name
+/// the host's paths (ipam.cluster.nodeFile).
+const DEFAULT_AGENT_NODE_FILE: &str = "/etc/cni/ipam-delegated/node-name";
 
 #[derive(Args, Debug)]
 struct InstallCniArgs {

@@ -85,8 +85,9 @@ pub const CHECK_NOTES: &str = "\
 Runs SQLite's integrity check, then the suite's own: every lease lies in a
 subnet of its registered pool, its text address matches its key, and the
 runs of leased addresses agree with the leases, every hold names its identity,
-and every attachment sharing a lease (shareLive) shares a live lease of its
-network. Prints ok and exits 0, or
+every attachment sharing a lease (shareLive) shares a live lease of its
+network, and every attachment whose pod is kept for the node agent holds or
+shares a lease. Prints ok and exits 0, or
 prints the problems and exits 1.";
 
 pub const COMPLETIONS_NOTES: &str = "\
@@ -98,6 +99,38 @@ Where each shell looks for them, for example:
 pub const MAN_NOTES: &str = "\
 Writes DIR/ipam-delegated.1 and one page per command (ipam-delegated-list.1,
 ...), creating DIR if needed, and prints the paths written.";
+
+pub const AGENT_NOTES: &str = "\
+For the DaemonSet's second container (deploy/kubernetes/workloads.yaml), on
+every node. On Kubernetes no runtime calls CNI GC for secondary networks
+(containerd never does; Multus forwards it only for the primary network), so
+the addresses of pods deleted without a DEL would stay taken. Each pass:
+
+  1. reads the attachments whose ADD named their pod in CNI_ARGS
+     (K8S_POD_NAMESPACE, K8S_POD_NAME, K8S_POD_UID) from each --database;
+  2. lists the pods bound to this node, once, consistently
+     (fieldSelector=spec.nodeName=NODE);
+  3. an attachment whose pod is not listed, or listed with another UID (a pod
+     created again under its name), is a candidate; it is released once it
+     has been a candidate for --grace since an earlier pass and its ADD is
+     older than --grace, never an ADD that may be in flight;
+  4. releases it with the stack's DEL, run as a runtime runs it (this
+     program as the plugin ipam.type names, a process of its own) with the
+     configuration its ADD was given (recorded in the database), CNI_ARGS
+     naming the pod and no network namespace: a sticky identity's address
+     goes to its hold, cluster mode's records are released, as at any DEL.
+
+A pass that cannot list the pods (the API server unreachable, refused)
+releases nothing and counts an error. Attachments whose ADD named no pod are
+never touched. GET /metrics on --metrics-address answers what the metrics
+command prints for the first --database, and the agent's counters
+(ipam_delegated_agent_passes_total, _released_total, _errors_total,
+_last_success_timestamp_seconds). SIGTERM or SIGINT ends it.
+
+Without --kubeconfig the credentials are the pod's: the API server at
+https://KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT, the CA and token of
+--service-account-dir, read again at every pass (the kubelet refreshes the
+token). The ServiceAccount needs list on pods (deploy/kubernetes/rbac.yaml).";
 
 pub const INSTALL_CNI_NOTES: &str = "\
 For a DaemonSet's container (deploy/kubernetes/), with the host's directories

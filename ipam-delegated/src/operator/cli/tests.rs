@@ -220,3 +220,47 @@ fn install_cni_defaults_and_refusals() {
     let (kind, text) = refusal(&["--database", "/db", "install-cni"]);
     assert_eq!(kind, ErrorKind::ArgumentConflict, "{text}");
 }
+
+#[test]
+fn agent_defaults_and_its_databases_before_and_after_the_command() {
+    let Ok(Invocation::Agent(options)) = parse_strs(&["agent"]) else { panic!("agent did not parse") };
+    assert_eq!(
+        options,
+        agent::Options {
+            node: None,
+            node_file: PathBuf::from("/etc/cni/ipam-delegated/node-name"),
+            credentials: Credentials::InCluster(PathBuf::from(DEFAULT_SERVICE_ACCOUNT_DIR)),
+            databases: vec![PathBuf::from(DEFAULT_DATABASE)],
+            interval: Duration::from_secs(60),
+            grace: Duration::from_secs(300),
+            metrics_address: Some("0.0.0.0:9547".into()),
+            cni_path: Vec::new(),
+        }
+    );
+    let Ok(Invocation::Agent(options)) = parse_strs(&[
+        "--database=/a",
+        "agent",
+        "--database=/b",
+        "--database",
+        "/c",
+        "--kubeconfig=/k",
+        "--node=n1",
+        "--interval=2",
+        "--grace=0",
+        "--metrics-address=",
+        "--cni-path=/opt/cni/bin",
+    ]) else {
+        panic!("agent with options did not parse")
+    };
+    assert_eq!(options.databases, [PathBuf::from("/a"), PathBuf::from("/b"), PathBuf::from("/c")]);
+    assert_eq!(options.credentials, Credentials::Kubeconfig(PathBuf::from("/k")));
+    assert_eq!(
+        (options.node.as_deref(), options.interval, options.grace),
+        (Some("n1"), Duration::from_secs(2), Duration::ZERO)
+    );
+    assert_eq!(options.metrics_address, None, "an empty address serves nothing");
+    assert_eq!(options.cni_path, [PathBuf::from("/opt/cni/bin")]);
+    for bad in [&["agent", "--interval=0"][..], &["agent", "--database=relative"], &["agent", "--kubeconfig=k"]] {
+        assert_eq!(refusal(bad).0, ErrorKind::ValueValidation, "{bad:?}");
+    }
+}

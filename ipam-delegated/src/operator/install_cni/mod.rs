@@ -27,7 +27,7 @@ mod kubeconfig;
 mod manifest;
 mod marker;
 mod plan;
-mod signals;
+pub mod signals;
 mod sources;
 mod uninstall;
 mod watch;
@@ -44,7 +44,7 @@ pub const DEFAULT_BIN_DIR: &str = "/host/opt/cni/bin";
 pub const DEFAULT_NODE_FILE: &str = "/host/etc/cni/ipam-delegated/node-name";
 pub const DEFAULT_CONF_DIR: &str = "/host/etc/cni/net.d";
 pub const DEFAULT_ETCD_DIR: &str = "/host/etc/cni/ipam-delegated/etcd";
-pub use kubeconfig::DEFAULT_SERVICE_ACCOUNT_DIR;
+pub use kubeconfig::{contents as in_cluster_kubeconfig, DEFAULT_SERVICE_ACCOUNT_DIR};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
