@@ -362,14 +362,14 @@ const KUBE_READING: &str =
      one txn the plugin reads each object and writes them one after the other, in the order after which a kill \
      between two writes is settled by the attachment's DEL (datastore/kubernetes/identities.rs). An ADD of a new \
      identity reads its IPDIdentity (404) and creates it live on this node (POST), and once the address is decided \
-     reads it again and replaces it with the address listed (PUT): four requests, two writes, where etcd takes two \
-     txns. An identity returning, to its node or to another, is read (held); the IPDNetwork is read (no take-over \
-     while the network recovers lost history, which etcd compares in its txn); the identity is read again and \
-     replaced live on this attachment first (PUT), then the block of each address is read and updated, its record \
-     now this attachment's (PUT): six requests, two writes, against two txns. A DEL reads the identity and the \
-     blocks of its addresses, reads the identity again, updates each block (its records held for the identity until \
-     the API server's `Date` plus the hold) and then the identity (held until the same end): five requests, two \
-     writes, where etcd takes three (a read-only txn, a LeaseGrant, a writing txn); no lease, the end is written in \
+     replaces it with the address listed (PUT, at the resourceVersion its creation answered: no second read): three \
+     requests, two writes, where etcd takes two txns. An identity returning, to its node or to another, is read (held); the IPDNetwork is read (no take-over \
+     while the network recovers lost history, which etcd compares in its txn); the identity is replaced live on \
+     this attachment first (PUT, at the resourceVersion read), then the block of each address is read and updated, \
+     its record now this attachment's (PUT): five requests, two writes, against two txns. A DEL reads the identity \
+     and the blocks of its addresses, updates each block (its records held for the identity until \
+     the API server's `Date` plus the hold) and then the identity (held until the same end, at the resourceVersion read): four \
+     requests, two writes, where etcd takes three (a read-only txn, a LeaseGrant, a writing txn); no lease, the end is written in \
      both objects and judged by the API server's clock. Every CNI process opens a TLS connection of its own (one per \
      call in the client's count), and each write waits for the API server's etcd. The node database takes one more \
      write transaction in a call that read the server: the note of the uids and generations of the objects it saw \
