@@ -274,3 +274,51 @@ fn ended_identities_are_collected_and_held_and_live_ones_kept() {
     let again = reap(&c, "n2");
     assert_eq!(again["ended_identities"], json!([]), "{again:#}");
 }
+
+/// The node agent (`ipam-delegated agent`, docs/agent.md) does the reaper's
+/// pass for each network in cluster mode on the Kubernetes API that an ADD
+/// on its node was given (the configuration the ADD recorded): n2, whose
+/// Node is gone, is released after its grace with no `cluster reap` run by
+/// hand. The agent lists pods with the manifests' ServiceAccount too.
+#[test]
+fn the_node_agent_releases_a_deleted_node_through_its_cluster_duties() {
+    let _took = Took::new("the_node_agent_releases_a_deleted_node_through_its_cluster_duties");
+    let mut c = Cluster::on_kubernetes(two_blocks(), 1.0);
+    c.call_timeout = 2;
+    let pod = |name: &str| format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME={name};K8S_POD_UID=u-{name}");
+    // n1's ADD names its pod: the network's configuration is recorded for the agent.
+    added(&c.run("ADD", "a0", &sharing(&c, "n1", "never"), &[("CNI_ARGS", &pod("a0"))]), "n1's ADD");
+    added(&c.run("ADD", "b0", &sharing(&c, "n2", "never"), &[]), "n2's ADD");
+    let [b] = c.blocks_of("n2")[..] else { panic!("a block of n2: {:?}", c.blocks()) };
+    create_nodes(&c, &["n1"]);
+
+    let log = c.dir.path().join("agent.log");
+    let mut agent = std::process::Command::new(support::suite_bin("ipam-delegated"))
+        .args(["agent", "--node", "n1", "--interval", "1", "--grace", "600"])
+        .arg("--kubeconfig")
+        .arg(c.store.plugins_kubeconfig())
+        .arg("--database")
+        .arg(c.db("n1"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("agent.log"))
+        .spawn()
+        .expect("starting the agent");
+    let started = Instant::now();
+    let released = loop {
+        if block_state(&c, b) != (json!("Owned"), json!("n2")) {
+            break block_state(&c, b);
+        }
+        if started.elapsed() > WAIT + Duration::from_secs(60) {
+            let _ = agent.kill();
+            panic!("the agent did not release n2: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let waited = started.elapsed();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(waited >= WAIT - DATE_STEP, "n2 released {waited:?} after the agent started, before its grace");
+    assert_eq!(released.0, json!("Released"), "n2's block released by the agent: {released:?}");
+    assert_eq!(lease(&c)["spec"]["holderIdentity"], "n1", "the agent held the reaper's Lease");
+}

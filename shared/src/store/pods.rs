@@ -131,6 +131,13 @@ impl Tx<'_> {
         .in_db(self.path)
     }
 
+    /// Every network's configuration, as its last ADD was given it: (network, JSON).
+    pub fn network_configs(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt =
+            self.sql.prepare_cached("SELECT network, config FROM network_configs ORDER BY network").in_db(self.path)?;
+        stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?))).and_then(Iterator::collect).in_db(self.path)
+    }
+
     /// The configuration an ADD of `network` was last given, as JSON.
     pub fn network_config(&self, network: &str) -> Result<Option<String>> {
         let mut stmt =

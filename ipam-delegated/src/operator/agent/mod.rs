@@ -24,6 +24,8 @@ use std::time::Duration;
 use shared::logging::{self, LogSettings};
 use shared::store::{unix_now, AttachmentPod};
 
+use super::cluster::conf::ClusterConf;
+use super::cluster::{open_kubernetes, reap};
 use super::database::open_for_reading;
 use super::failure::Failure;
 use super::install_cni::signals;
@@ -74,7 +76,7 @@ pub fn main(options: &Options) -> ExitCode {
     let mut candidates = Candidates::default();
     loop {
         agent.pass(options, &mut candidates);
-        agent.cluster_duties();
+        agent.cluster_duties(options);
         match signals.wait_for(options.interval) {
             Ok(Some(_)) => return ExitCode::SUCCESS,
             Ok(None) => {}
@@ -152,11 +154,52 @@ impl Agent {
         tracing::error!("{problem}");
     }
 
-    /// The cluster's duties, beside this node's own: releasing the blocks
-    /// of Nodes deleted from the cluster (one agent at a time, under a
-    /// coordination Lease) and collecting ended identities. Wired by the
-    /// cluster datastore's side; nothing yet.
-    fn cluster_duties(&self) {}
+    /// The cluster's duties, beside this node's own, for each network in
+    /// cluster mode on the Kubernetes API that an ADD on this node was given
+    /// (its configuration as recorded): releasing the nodes that are no Node
+    /// any more and collecting ended identities, by one agent of the cluster
+    /// at a time, the holder of the network's reaper Lease (`cluster reap`'s
+    /// pass; every other agent only reads the Lease).
+    fn cluster_duties(&self, options: &Options) {
+        for database in &options.databases {
+            let configs = match open_for_reading(database) {
+                Ok(mut store) => match store.read(|tx| tx.network_configs()) {
+                    Ok(configs) => configs,
+                    Err(e) => return self.failed(&in_database(database, e)),
+                },
+                Err(Failure::NoDatabase(_)) => continue,
+                Err(e) => return self.failed(&in_database(database, e)),
+            };
+            for (network, config) in configs {
+                let on_kubernetes = serde_json::from_str::<serde_json::Value>(&config)
+                    .is_ok_and(|c| c["ipam"]["cluster"]["kubernetes"].is_object());
+                if on_kubernetes {
+                    // Held across the wait to the next pass.
+                    let lease = (options.interval * 2).max(ipam_ds_cluster::reaper::lease::DEFAULT_DURATION);
+                    self.reap(database, &network, config.as_bytes(), lease);
+                }
+            }
+        }
+    }
+
+    fn reap(&self, database: &Path, network: &str, config: &[u8], lease: Duration) {
+        let label = PathBuf::from(format!("{} (network {network:?} as its last ADD was given it)", database.display()));
+        let reaped = ClusterConf::parse(&label, config).and_then(|conf| {
+            let store = open_kubernetes(&conf)?;
+            let (reaped, failure) = reap::pass(&conf, &store, &self.node, lease)?;
+            let rendered = reaped.rendered();
+            Ok((rendered, failure))
+        });
+        match reaped {
+            Ok((rendered, failure)) => {
+                tracing::info!("cluster duties of network {network:?}: {}", rendered.trim_end());
+                if let Some(failure) = failure {
+                    self.failed(&failure.to_string());
+                }
+            }
+            Err(failure) => self.failed(&format!("cluster duties of network {network:?}: {failure}")),
+        }
+    }
 }
 
 /// Every attachment with a pod, of every database; a database not created

@@ -35,8 +35,14 @@ impl ClusterConf {
             path: path.to_path_buf(),
             error,
         })?;
+        ClusterConf::parse(path, &bytes)
+    }
+
+    /// The configuration `bytes`, `path` naming where it is in messages (the
+    /// node agent's: a network's configuration as its last ADD was given it).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<ClusterConf, Failure> {
         let unusable = |problem: String| Failure::ClusterConf { conf: path.to_path_buf(), problem };
-        let (network, plugin) = cluster_plugin(&bytes).map_err(unusable)?;
+        let (network, plugin) = cluster_plugin(bytes).map_err(unusable)?;
         let invalid = |e: CniError| unusable(Failure::from(e).to_string());
         let config = serde_json::to_vec(&Value::Object(plugin)).map_err(|e| Failure::Bug(e.to_string()))?;
         let netconf = NetConf::parse(&config).map_err(invalid)?;
