@@ -25,11 +25,18 @@ use ipam_ds_cluster::etcd;
 use ipam_ds_cluster::settings::Store;
 use shared::logging::{self, LogSettings};
 
-use super::cli::ClusterCommand;
 use super::failure::Failure;
 use super::report::{Report, NAME};
 use conf::ClusterConf;
 use pool_in_store::{cluster_failure, etcd_failure};
+
+/// A `cluster` command, as the command line gives it (`cli`).
+#[derive(Debug, PartialEq)]
+pub enum ClusterCommand {
+    Blocks { json: bool },
+    ReleaseNode { node: String, json: bool, gone: bool },
+    Reap { json: bool },
+}
 
 pub fn run(path: &Path, command: ClusterCommand) -> Result<Report, Failure> {
     let conf = ClusterConf::read(path)?;
@@ -70,49 +77,4 @@ pub fn open_kubernetes(conf: &ClusterConf) -> Result<KubeStore, Failure> {
         });
     };
     KubeStore::open(kube, &conf.settings, &conf.network, None).map_err(|e| cluster_failure(conf, e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<super::super::cli::Invocation, clap::error::ErrorKind> {
-        let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
-        super::super::cli::parse(&args).map_err(|e| e.kind())
-    }
-
-    #[test]
-    fn the_command_line_takes_conf_before_or_after_the_command() {
-        use super::super::cli::Invocation;
-        use clap::error::ErrorKind;
-        let blocks = Invocation::Cluster { conf: "a.conflist".into(), command: ClusterCommand::Blocks { json: true } };
-        assert_eq!(parse(&["cluster", "--conf", "a.conflist", "blocks", "--json"]), Ok(blocks));
-        let release = ClusterCommand::ReleaseNode { node: "node-3.rack_1".into(), json: false, gone: false };
-        assert_eq!(
-            parse(&["cluster", "release-node", "node-3.rack_1", "--conf=a.conflist"]),
-            Ok(Invocation::Cluster { conf: "a.conflist".into(), command: release })
-        );
-        let gone = ClusterCommand::ReleaseNode { node: "n2".into(), json: true, gone: true };
-        assert_eq!(
-            parse(&["cluster", "--conf", "a", "release-node", "--gone", "n2", "--json"]),
-            Ok(Invocation::Cluster { conf: "a".into(), command: gone })
-        );
-        assert_eq!(
-            parse(&["cluster", "reap", "--json", "--conf", "a"]),
-            Ok(Invocation::Cluster { conf: "a".into(), command: ClusterCommand::Reap { json: true } })
-        );
-        assert_eq!(parse(&["cluster", "--conf", "a", "reap", "n2"]), Err(ErrorKind::UnknownArgument));
-        assert_eq!(parse(&["cluster", "blocks"]), Err(ErrorKind::MissingRequiredArgument));
-        assert_eq!(parse(&["cluster", "--conf", "a"]), Err(ErrorKind::MissingSubcommand));
-        assert_eq!(parse(&["cluster", "--conf", "a", "release-node"]), Err(ErrorKind::MissingRequiredArgument));
-        for bad in ["a/b", "", "n 1", &"n".repeat(254)] {
-            assert_eq!(
-                parse(&["cluster", "--conf", "a", "release-node", bad]),
-                Err(ErrorKind::ValueValidation),
-                "{bad:?}"
-            );
-        }
-        assert_eq!(parse(&["--database", "/d", "cluster", "--conf", "a", "blocks"]), Err(ErrorKind::ArgumentConflict));
-        assert_eq!(parse(&["cluster", "--conf", "a", "blocks", "--database", "/d"]), Err(ErrorKind::UnknownArgument));
-    }
 }

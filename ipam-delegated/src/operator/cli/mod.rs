@@ -25,6 +25,7 @@ use notes::{
 };
 
 use super::agent::{self, Credentials};
+use super::cluster::ClusterCommand;
 use super::install_cni::{
     self, DEFAULT_BIN_DIR, DEFAULT_CONF_DIR, DEFAULT_ETCD_DIR, DEFAULT_NODE_FILE, DEFAULT_SERVICE_ACCOUNT_DIR,
 };
@@ -64,13 +65,6 @@ pub enum Command {
     ReleaseHolds { identity: String, network: Option<String>, lock_timeout: Duration },
     ForgetPool { network: String, pool: String, lock_timeout: Duration },
     Check,
-}
-
-#[derive(Debug, PartialEq)]
-pub enum ClusterCommand {
-    Blocks { json: bool },
-    ReleaseNode { node: String, json: bool, gone: bool },
-    Reap { json: bool },
 }
 
 /// The shells whose completion scripts are generated and tested.

@@ -264,3 +264,47 @@ fn agent_defaults_and_its_databases_before_and_after_the_command() {
         assert_eq!(refusal(bad).0, ErrorKind::ValueValidation, "{bad:?}");
     }
 }
+
+/// The `cluster` command lines, by the error kind clap gives.
+fn cluster_parse(args: &[&str]) -> Result<Invocation, ErrorKind> {
+    parse_strs(args).map_err(|e| e.kind())
+}
+
+#[test]
+fn the_cluster_command_line_takes_conf_before_or_after_the_command() {
+    let blocks = Invocation::Cluster { conf: "a.conflist".into(), command: ClusterCommand::Blocks { json: true } };
+    assert_eq!(cluster_parse(&["cluster", "--conf", "a.conflist", "blocks", "--json"]), Ok(blocks));
+    let release = ClusterCommand::ReleaseNode { node: "node-3.rack_1".into(), json: false, gone: false };
+    assert_eq!(
+        cluster_parse(&["cluster", "release-node", "node-3.rack_1", "--conf=a.conflist"]),
+        Ok(Invocation::Cluster { conf: "a.conflist".into(), command: release })
+    );
+    let gone = ClusterCommand::ReleaseNode { node: "n2".into(), json: true, gone: true };
+    assert_eq!(
+        cluster_parse(&["cluster", "--conf", "a", "release-node", "--gone", "n2", "--json"]),
+        Ok(Invocation::Cluster { conf: "a".into(), command: gone })
+    );
+    assert_eq!(
+        cluster_parse(&["cluster", "reap", "--json", "--conf", "a"]),
+        Ok(Invocation::Cluster { conf: "a".into(), command: ClusterCommand::Reap { json: true } })
+    );
+    assert_eq!(cluster_parse(&["cluster", "--conf", "a", "reap", "n2"]), Err(ErrorKind::UnknownArgument));
+    assert_eq!(cluster_parse(&["cluster", "blocks"]), Err(ErrorKind::MissingRequiredArgument));
+    assert_eq!(cluster_parse(&["cluster", "--conf", "a"]), Err(ErrorKind::MissingSubcommand));
+    assert_eq!(cluster_parse(&["cluster", "--conf", "a", "release-node"]), Err(ErrorKind::MissingRequiredArgument));
+    for bad in ["a/b", "", "n 1", &"n".repeat(254)] {
+        assert_eq!(
+            cluster_parse(&["cluster", "--conf", "a", "release-node", bad]),
+            Err(ErrorKind::ValueValidation),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        cluster_parse(&["--database", "/d", "cluster", "--conf", "a", "blocks"]),
+        Err(ErrorKind::ArgumentConflict)
+    );
+    assert_eq!(
+        cluster_parse(&["cluster", "--conf", "a", "blocks", "--database", "/d"]),
+        Err(ErrorKind::UnknownArgument)
+    );
+}
