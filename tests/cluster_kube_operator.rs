@@ -217,17 +217,7 @@ fn blocks_show_both_nodes_and_release_node_hands_a_nodes_blocks_back_after_its_w
     assert_eq!(object["spec"]["state"], "Released", "n2's ADD after its release took its block back: {object}");
 
     // Once the wait is over, n1 claims the block.
-    let deadline = released_at + WAIT + Duration::from_secs(10);
-    let claimed = loop {
-        let out = add(&n1, "a-wait");
-        if out.status == 0 {
-            break added(&out, "n1's ADD after the wait");
-        }
-        assert_eq!(failure(&out).0, 100, "{}", brief(&out));
-        assert!(Instant::now() < deadline, "n2's block was not claimable {WAIT:?} after its release");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let waited = released_at.elapsed();
+    let (claimed, waited) = claimed_after_wait(&c, &n1, released_at, WAIT);
     assert!(waited >= WAIT - DATE_STEP, "n2's released block was claimed after {waited:.2?}, before its wait");
     assert!(b.contains(claimed), "{claimed} is not in n2's former block {b}");
     assert_eq!(c.blocks_of("n1"), vec![a, b], "n1 owns both blocks: {:?}", c.blocks());

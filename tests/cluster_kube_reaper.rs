@@ -197,17 +197,7 @@ fn a_deleted_node_is_released_after_its_grace_by_the_one_reaper_holding_the_leas
     let again = reap(&c, winner);
     assert_eq!((&again["released_nodes"], &again["waiting_nodes"]), (&json!([]), &json!([])), "{again:#}");
     assert_eq!(lease(&c)["metadata"]["annotations"]["ipam-delegated.io/missing-nodes"], "{}");
-    let deadline = released_at + WAIT + Duration::from_secs(10);
-    let claimed = loop {
-        let out = add(&n1, "a-wait");
-        if out.status == 0 {
-            break added(&out, "n1's ADD after the wait");
-        }
-        assert_eq!(failure(&out).0, 100, "{}", brief(&out));
-        assert!(Instant::now() < deadline, "n2's block was not claimable {WAIT:?} after its release");
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let waited = released_at.elapsed();
+    let (claimed, waited) = claimed_after_wait(&c, &n1, released_at, WAIT);
     assert!(waited >= WAIT - DATE_STEP, "n2's block was claimed after {waited:.2?}, before its grace");
     assert!(b.contains(claimed), "{claimed} is not in n2's former block {b}");
     assert_eq!(c.blocks_of("n1"), vec![a, b], "{:?}", c.blocks());

@@ -501,6 +501,28 @@ impl Drop for Took {
 }
 
 /// The code and message of a failed run (asserting the error object).
+/// ADDs as `config` until one gets an address: a block released at
+/// `released_at` is claimable once its `wait` is over (refused with 100
+/// before), and within 10 s after. The address, and how long after the
+/// release it was claimed.
+pub fn claimed_after_wait<S: Store>(
+    c: &Cluster<S>,
+    config: &Value,
+    released_at: Instant,
+    wait: Duration,
+) -> (IpAddr, Duration) {
+    let deadline = released_at + wait + Duration::from_secs(10);
+    loop {
+        let out = c.run("ADD", "a-wait", config, &[]);
+        if out.status == 0 {
+            return (added(&out, "the ADD after the wait"), released_at.elapsed());
+        }
+        assert_eq!(failure(&out).0, 100, "{}", brief(&out));
+        assert!(Instant::now() < deadline, "the released block was not claimable {wait:?} after its release");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn failure(out: &Outcome) -> (u64, String) {
     let (code, msg, _) = out.error();
     (code, msg)
