@@ -683,3 +683,71 @@ fn a_vm_s_pod_made_again_under_a_new_name_on_another_node_keeps_its_address() {
     node_b.del(&again);
     node_b.del(&other);
 }
+
+/// A pod deleted from the API server without a DEL (a force delete, a node
+/// that crashed, a DEL that failed): no runtime calls CNI GC for Multus's
+/// secondary networks, so the node agent (`ipam-delegated agent`, as the
+/// DaemonSet's second container runs it on the node, with the plugins'
+/// kubeconfig the installer wrote) releases its address once the pod has
+/// been gone for `--grace`; a pod that exists keeps its address.
+#[test]
+#[ignore = "needs root, network namespaces, containernetworking-plugins and Go; run by scripts/test"]
+fn the_node_agent_releases_the_address_of_a_pod_deleted_without_a_del() {
+    let cluster = Cluster::start(&[]);
+    let [node_a, _node_b] = two_nodes(&cluster);
+    let gone = cluster.pod("gone-0", &node_a, "macvlan-cluster");
+    let kept = cluster.pod("kept-0", &node_a, "macvlan-cluster");
+    node_a.add(&gone);
+    node_a.add(&kept);
+    let leased = |node: &Node| -> Vec<String> {
+        let leases = node.leases();
+        let mut pods: Vec<String> = leases
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["container_id"].as_str().map(str::to_string))
+            .collect();
+        pods.sort();
+        pods.dedup();
+        pods
+    };
+    let mut both = vec![gone.container.clone(), kept.container.clone()];
+    both.sort();
+    assert_eq!(leased(&node_a), both, "both pods leased on node-a: {:#}", node_a.leases());
+    cluster.delete_pod(&gone);
+
+    let log = node_a._dir.path().join("agent.log");
+    let agent = path_text(&node_a.cni_bin.join("ipam-delegated"));
+    let (etc, var) = (path_text(&node_a.etc_cni), path_text(&node_a.var_lib_cni));
+    let database = format!("/var/lib/cni/{NODE_DATABASE}");
+    let mounts = r#"mount --bind "$1" /etc/cni && mount --bind "$2" /var/lib/cni && shift 2 && exec "$@""#;
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", &node_a.host.name, "unshare", "--mount", "--propagation", "private", "sh", "-c"])
+        .args([mounts, "node-mounts", &etc, &var, &agent, "agent", "--node", &node_a.name])
+        .args(["--interval", "1", "--grace", "2", "--kubeconfig", PLUGINS_KUBECONFIG, "--database", &database])
+        .env_remove("CNI_COMMAND")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&log).expect("agent.log"))
+        .spawn()
+        .expect("starting the agent on node-a");
+    let only_kept = vec![kept.container.clone()];
+    let started = std::time::Instant::now();
+    while leased(&node_a) != only_kept {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!(
+                "the agent did not release gone-0: {:#}\n{}",
+                node_a.leases(),
+                fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        thread::sleep(Duration::from_millis(500));
+    }
+    // Passes go on; kept-0, whose pod exists, keeps its address.
+    thread::sleep(Duration::from_secs(4));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(leased(&node_a), only_kept, "kept-0 keeps its address: {:#}", node_a.leases());
+    node_a.del(&kept);
+}
