@@ -7,11 +7,12 @@
 //!
 //! Resolved once per call, here, and handed to every delegate as
 //! `args.cni.identity` (which every delegate reads first): ADD and CHECK read
-//! the label with one GET of the pod (only for a `virt-launcher-` pod); DEL
-//! takes the identity the node database bound at ADD, as the pod may be gone.
-//! A pod the API server does not know (or a DEL with nothing bound) is named
-//! by its name without `virt-launcher-` and the random suffix: the label's
-//! value unless KubeVirt shortened an over-long VM name.
+//! the label with one GET of the pod (only for a `virt-launcher-` pod). DEL
+//! asks nothing and never fails on it: the leases carry the identity their
+//! ADD bound, and for what an ADD left unleased (ipam-ds-cluster lets its
+//! identity go) the pod's name tells the VM, as does a pod the API server
+//! does not know at ADD: the name without `virt-launcher-` and the random
+//! suffix, the label's value unless KubeVirt shortened an over-long VM name.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use ipam_ds_cluster::kube::{self, Client, Kubeconfig, Namespaced, Resource};
 use serde_json::{json, Value};
 use shared::sticky::Sticky;
-use shared::{suite_delegate, CniError, Command, NetConf, Request, Result};
+use shared::{CniError, Command, NetConf, Request, Result};
 
 const LAUNCHER_PREFIX: &str = "virt-launcher-";
 const VM_LABEL: &str = "vm.kubevirt.io/name";
@@ -33,6 +34,10 @@ const PODS: Resource = Resource { group: "", version: "v1", plural: "pods" };
 /// The request as the delegates must get it: with `args.cni.identity` set
 /// when `auto` names a VM's pod; `None`: as it came.
 pub fn resolved(req: &Request) -> Result<Option<Request>> {
+    if req.env.command == Command::Del {
+        // A DEL must not fail on settings it does not need.
+        return Ok(resolved_for_del(req).ok().flatten());
+    }
     let Some(sticky) = Sticky::of(&req.config)?.filter(|s| s.auto) else { return Ok(None) };
     // Told at every call, not at the first VM's.
     let kubeconfig = kubeconfig_path(req, &sticky)?;
@@ -46,30 +51,34 @@ pub fn resolved(req: &Request) -> Result<Option<Request>> {
     if namespace.is_empty() || !pod.starts_with(LAUNCHER_PREFIX) {
         return Ok(None);
     }
-    let vm = match req.env.command {
-        Command::Del => bound_at_add(req)?,
-        _ => None,
+    match vm_of_pod(&kubeconfig, namespace, pod)? {
+        Some(vm) => with_identity(req, &format!("{namespace}/{vm}")).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// DEL's: the VM by the pod's name, with no request.
+fn resolved_for_del(req: &Request) -> Result<Option<Request>> {
+    if !Sticky::of(&req.config)?.is_some_and(|s| s.auto) || req.config.args_cni::<String>("identity")?.is_some() {
+        return Ok(None);
+    }
+    let args = &req.env.args;
+    let (Some(namespace), Some(pod)) = (args.get("K8S_POD_NAMESPACE")?, args.get("K8S_POD_NAME")?) else {
+        return Ok(None);
     };
-    let identity = match vm {
-        Some(identity) => identity,
-        None => match vm_of_pod(&kubeconfig, namespace, pod)? {
-            Some(vm) => format!("{namespace}/{vm}"),
-            None => return Ok(None),
-        },
-    };
-    tracing::debug!("pod {namespace}/{pod} is VM {identity:?}'s: its identity");
+    match vm_of_name(pod) {
+        Some(vm) if !namespace.is_empty() => with_identity(req, &format!("{namespace}/{vm}")).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// `req` with `args.cni.identity` set to `identity`.
+fn with_identity(req: &Request, identity: &str) -> Result<Request> {
+    tracing::debug!("the VM's identity: {identity:?}");
     let mut config = req.config.raw.clone();
     config["args"]["cni"]["identity"] = json!(identity);
     let bytes = serde_json::to_vec(&config).map_err(|e| CniError::new(shared::Code::Internal, e.to_string()))?;
-    Ok(Some(Request { env: req.env.clone(), config: NetConf::parse(&bytes)? }))
-}
-
-/// The identity the attachment's leases were bound to at ADD.
-fn bound_at_add(req: &Request) -> Result<Option<String>> {
-    let attachment = req.attachment()?;
-    let mut store = suite_delegate::open_store(req)?;
-    let leases = store.read(|tx| tx.leases_of(&attachment))?;
-    Ok(leases.into_iter().find_map(|l| l.identity))
+    Ok(Request { env: req.env.clone(), config: NetConf::parse(&bytes)? })
 }
 
 /// The VM whose pod `pod` is, by its label; none: not a VM's pod.
