@@ -98,16 +98,7 @@ fn blocks_show_both_nodes_and_release_node_hands_a_nodes_blocks_back_after_its_w
     let args = format!("IgnoreUnknown=1;IP={fixed}");
     added(&c.run("ADD", "b-static", &n2, &[("CNI_ARGS", args.as_str())]), "n2's static ADD in n1's shared block");
     // n1 fills its block: 16 addresses but the network's and the gateway, one of them n2's.
-    let mut n1_pods = vec![first];
-    let full = loop {
-        let out = add(&n1, &format!("a{}", n1_pods.len()));
-        if out.status != 0 {
-            break out;
-        }
-        n1_pods.push(added(&out, "n1's ADD"));
-        assert!(n1_pods.len() <= 13, "n1 got more than its block: {n1_pods:?}");
-    };
-    assert_eq!(failure(&full).0, 100, "n1's ADD once its block is full: {}", brief(&full));
+    let n1_pods = fill_until_100(&c, &n1, vec![first], 13);
     assert_eq!(n1_pods.len(), 13, "n1 filled its block around n2's reservation: {n1_pods:?}");
 
     // blocks, as n1 sees them: both nodes' blocks, n1's with its use.
@@ -260,16 +251,7 @@ fn release_node_gone_makes_a_nodes_blocks_claimable_at_once() {
     let add = |config: &Value, container: &str| c.run("ADD", container, config, &[]);
     let n2_pod = added(&add(&n2, "b0"), "n2's ADD");
     let [b] = c.blocks_of("n2")[..] else { panic!("n2 claimed a block: {:?}", c.blocks()) };
-    let mut n1_pods = Vec::new();
-    let full = loop {
-        let out = add(&n1, &format!("a{}", n1_pods.len()));
-        if out.status != 0 {
-            break out;
-        }
-        n1_pods.push(added(&out, "n1's ADD"));
-        assert!(n1_pods.len() <= 14, "n1 got more than its block: {n1_pods:?}");
-    };
-    assert_eq!(failure(&full).0, 100, "n1's ADD once its block is full: {}", brief(&full));
+    fill_until_100(&c, &n1, Vec::new(), 14);
 
     let document = json_of(&cluster_tool(&c, &c.config("n1"), &["release-node", "--gone", "n2", "--json"]), "--gone");
     assert_eq!(

@@ -97,16 +97,7 @@ fn a_deleted_node_is_released_after_its_grace_by_the_one_reaper_holding_the_leas
     let n2 = sharing(&c, "n2", "never");
     let add = |config: &Value, container: &str| c.run("ADD", container, config, &[]);
     let n2_pods: Vec<_> = (0..2).map(|i| added(&add(&n2, &format!("b{i}")), "n2's ADD")).collect();
-    let mut n1_pods = Vec::new();
-    let full = loop {
-        let out = add(&n1, &format!("a{}", n1_pods.len()));
-        if out.status != 0 {
-            break out;
-        }
-        n1_pods.push(added(&out, "n1's ADD"));
-        assert!(n1_pods.len() <= 14, "n1 got more than its block: {n1_pods:?}");
-    };
-    assert_eq!(failure(&full).0, 100, "n1's ADD once its block is full: {}", brief(&full));
+    fill_until_100(&c, &n1, Vec::new(), 14);
     let ([a], [b]) = (&c.blocks_of("n1")[..], &c.blocks_of("n2")[..]) else { panic!("a block each: {:?}", c.blocks()) };
     let (a, b) = (*a, *b);
     assert!(n2_pods.iter().all(|ip| b.contains(*ip)), "{n2_pods:?} in {b}");

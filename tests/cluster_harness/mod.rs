@@ -500,7 +500,21 @@ impl Drop for Took {
     }
 }
 
-/// The code and message of a failed run (asserting the error object).
+/// ADDs as `config` (containers `a<n>`, after the `got` addresses the node
+/// has) until one fails, which must be 100 (its blocks full, none left to
+/// claim); at most `most` addresses in all. The addresses got.
+pub fn fill_until_100<S: Store>(c: &Cluster<S>, config: &Value, mut got: Vec<IpAddr>, most: usize) -> Vec<IpAddr> {
+    loop {
+        let out = c.run("ADD", &format!("a{}", got.len()), config, &[]);
+        if out.status != 0 {
+            assert_eq!(failure(&out).0, 100, "the ADD once the blocks are full: {}", brief(&out));
+            return got;
+        }
+        got.push(added(&out, "an ADD filling the blocks"));
+        assert!(got.len() <= most, "more than {most} addresses: {got:?}");
+    }
+}
+
 /// ADDs as `config` until one gets an address: a block released at
 /// `released_at` is claimable once its `wait` is over (refused with 100
 /// before), and within 10 s after. The address, and how long after the
@@ -523,6 +537,7 @@ pub fn claimed_after_wait<S: Store>(
     }
 }
 
+/// The code and message of a failed run (asserting the error object).
 pub fn failure(out: &Outcome) -> (u64, String) {
     let (code, msg, _) = out.error();
     (code, msg)
