@@ -71,6 +71,17 @@ fn create_nodes(c: &Cluster<KubeStore>, names: &[&str]) {
     c.store.api.apply_yaml(&yaml.join("---\n"));
 }
 
+/// `node`'s kubelet Lease in kube-node-lease, renewed now (by this
+/// machine's clock, the API server's too), as a running kubelet keeps it.
+fn kubelet_lease(c: &Cluster<KubeStore>, node: &str) {
+    let now = std::process::Command::new("date").args(["-u", "+%Y-%m-%dT%H:%M:%S.000000Z"]).output().expect("date");
+    let now = String::from_utf8_lossy(&now.stdout).trim().to_string();
+    c.store.api.apply_yaml(&format!(
+        "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: {node}\n  namespace: kube-node-lease\n\
+         spec:\n  holderIdentity: {node}\n  leaseDurationSeconds: 40\n  renewTime: \"{now}\"\n"
+    ));
+}
+
 fn delete_node(c: &Cluster<KubeStore>, name: &str) {
     let admin = c.store.api.admin_kubeconfig();
     let (status, body) = c.store.api.request(&admin, "DELETE", &format!("/api/v1/nodes/{name}"), None);
@@ -302,4 +313,43 @@ fn the_node_agent_releases_a_deleted_node_through_its_cluster_duties() {
     assert!(waited >= WAIT - DATE_STEP, "n2 released {waited:?} after the agent started, before its grace");
     assert_eq!(released.0, json!("Released"), "n2's block released by the agent: {released:?}");
     assert_eq!(lease(&c)["spec"]["holderIdentity"], "n1", "the agent held the reaper's Lease");
+}
+
+/// A node with no Node object whose kubelet still renews its Lease in
+/// kube-node-lease runs (its Node deleted by hand, or lost to an etcd
+/// restored from an older backup): its pods use their addresses, and it is
+/// neither noted missing nor released, however long the passes go on. Once
+/// its kubelet stops (the Lease gone), it is released after its grace.
+#[test]
+fn a_node_whose_kubelet_still_beats_is_not_released_without_its_node_object() {
+    let _took = Took::new("a_node_whose_kubelet_still_beats_is_not_released_without_its_node_object");
+    let mut c = Cluster::on_kubernetes(two_blocks(), 1.0);
+    c.call_timeout = 2;
+    added(&c.run("ADD", "b0", &sharing(&c, "n2", "never"), &[]), "n2's ADD");
+    let [b] = c.blocks_of("n2")[..] else { panic!("a block of n2: {:?}", c.blocks()) };
+    create_nodes(&c, &["n1"]);
+    kubelet_lease(&c, "n2");
+    let until = Instant::now() + WAIT + Duration::from_secs(2);
+    while Instant::now() < until {
+        let pass = reap(&c, "n1");
+        assert_eq!((&pass["released_nodes"], &pass["waiting_nodes"]), (&json!([]), &json!([])), "{pass:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(block_state(&c, b), (json!("Owned"), json!("n2")), "n2's kubelet beats: its block stays");
+
+    let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n2";
+    let (status, body) = c.store.api.request(&c.store.api.admin_kubeconfig(), "DELETE", path, None);
+    assert_eq!(status, 200, "DELETE {path}: {body}");
+    let stopped = Instant::now();
+    loop {
+        let pass = reap(&c, "n1");
+        if pass["released_nodes"] != json!([]) {
+            assert_eq!(pass["released_nodes"][0]["node"], "n2", "{pass:#}");
+            break;
+        }
+        assert!(stopped.elapsed() < WAIT + Duration::from_secs(10), "n2 not released after its grace: {pass:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(stopped.elapsed() >= WAIT - DATE_STEP, "n2 released {:?} after its kubelet stopped", stopped.elapsed());
+    assert_eq!(block_state(&c, b).0, json!("Released"));
 }

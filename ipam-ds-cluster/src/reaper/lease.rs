@@ -45,6 +45,20 @@ const LEASES: Namespaced<'static> = Namespaced {
     namespace: NAMESPACE,
 };
 
+/// The kubelets' heartbeats: each node's Lease, named as the node, which a
+/// running kubelet renews every 10 s and makes again when it is deleted.
+const KUBELET_LEASES: Namespaced<'static> = Namespaced { resource: LEASES.resource, namespace: "kube-node-lease" };
+
+/// Whether `node`'s kubelet still renews its Lease, by the API server's
+/// clock: a node whose Node object is gone while its kubelet runs (deleted
+/// by hand, or lost to an etcd restored from a backup older than it) is no
+/// dead node, and its addresses are in use.
+pub fn kubelet_alive(client: &Client, node: &str) -> Result<bool, kube::Error> {
+    let read = client.get(&KUBELET_LEASES, node)?;
+    let now = Time::of(read.date);
+    Ok(read.outcome.is_some_and(|lease| !LeaseSpec::of(&lease.0["spec"]).until().is_past_at(now)))
+}
+
 /// The Lease of the reaper of `network`: `ipam-delegated-reaper.<network>`.
 pub fn lease_name(network: &str) -> String {
     format!("ipam-delegated-reaper.{}", names::text(network))

@@ -81,7 +81,8 @@ of the reaper, as the node agent runs it at each interval, as this node
    answers). While another node holds it, the pass does nothing else: one
    reaper at a time.
 2. Each node that holds a block, an address record or a live identity of
-   the network and is not a Node of the cluster (one LIST of nodes) is
+   the network and is not a Node of the cluster (one LIST of nodes), and
+   whose kubelet renews no Lease in kube-node-lease (one GET each), is
    noted missing in the Lease (annotation ipam-delegated.io/missing-nodes,
    since when by the API server's clock). Once it has been missing for its
    grace (its own offlineGrace + 3 x ipam.timeout, as release-node reads

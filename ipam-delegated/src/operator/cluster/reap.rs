@@ -258,7 +258,21 @@ fn deleted_nodes(conf: &ClusterConf, store: &KubeStore, cluster: &BTreeSet<Strin
             ),
         ));
     }
-    Ok(deleted)
+    // No Node, but a kubelet that still beats: not gone (nor noted missing).
+    let mut gone = Vec::with_capacity(deleted.len());
+    for node in deleted {
+        let kube_failure = |e: ipam_ds_cluster::kube::Error| cluster_failure(conf, e.to_cni("kube-node-lease"));
+        if lease::kubelet_alive(store.client(), &node).map_err(kube_failure)? {
+            tracing::warn!(
+                "operator reap: node {node} holds addresses in network {} and is no Node of the cluster, but its \
+                 kubelet renews its Lease in kube-node-lease: kept",
+                conf.network
+            );
+            continue;
+        }
+        gone.push(node);
+    }
+    Ok(gone)
 }
 
 fn indented(text: &str) -> String {
