@@ -20,6 +20,7 @@ use cluster_harness::kube::{block_name, KubeStore};
 use cluster_harness::*;
 use serde_json::{json, Value};
 use stack::ipv4_of;
+use support::Outcome;
 
 #[test]
 fn idle_owners_of_shared_blocks_strand_no_address() {
@@ -200,4 +201,45 @@ fn a_block_deleted_by_hand_is_claimed_back_by_its_node_with_its_records_and_its_
     }
     let held = held_once(&c, &["n1", "n2", "n3"]);
     assert_covered(&c, &held);
+}
+
+/// The API server's count of `PUT ipdblocks` it refused with 409 (the
+/// block changed since the writer read it), from its `/metrics`.
+fn refused_block_writes(c: &Cluster<KubeStore>) -> u64 {
+    let (status, metrics) = c.store.api.request(&c.store.api.admin_kubeconfig(), "GET", "/metrics", None);
+    assert_eq!(status, 200, "/metrics: {metrics}");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| ["code=\"409\"", "resource=\"ipdblocks\"", "verb=\"PUT\""].iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A node's ADDs at once in its shared block take turns at writing its
+/// `IPDBlock`, each at the version the one before it kept: the API server
+/// refuses none of them (without turns, every one sent at the version
+/// another had just written was refused, read again and sent again).
+#[test]
+fn a_nodes_adds_at_once_in_its_shared_block_write_it_without_a_refusal() {
+    let _took = Took::new("a_nodes_adds_at_once_in_its_shared_block_write_it_without_a_refusal");
+    // Four blocks of 16: shared (shareBlocks auto).
+    let c = Cluster::on_kubernetes(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.74.0.0/26"}], "blockSize": 28}]),
+        30.0,
+    );
+    let first = added(&c.add("n1", "first"), "n1's first ADD");
+    let [block] = c.blocks_of("n1")[..] else { panic!("n1 claimed one block: {:?}", c.blocks()) };
+    let before = refused_block_writes(&c);
+    let outs: Vec<Outcome> = std::thread::scope(|s| {
+        let c = &c;
+        let adds: Vec<_> = (0..8).map(|i| s.spawn(move || c.add("n1", &format!("at-once-{i}")))).collect();
+        adds.into_iter().map(|a| a.join().expect("an ADD thread")).collect()
+    });
+    let mut addresses: BTreeSet<IpAddr> = outs.iter().map(|out| added(out, "an ADD at once")).collect();
+    assert_eq!(addresses.len(), 8, "8 addresses, each once: {addresses:?}");
+    addresses.insert(first);
+    assert!(addresses.iter().all(|a| block.contains(*a)), "all in n1's block {block}: {addresses:?}");
+    assert_eq!(c.blocks_of("n1"), vec![block], "n1 needed no other block");
+    assert_eq!(refused_block_writes(&c) - before, 0, "writes of n1's block refused by the API server");
 }

@@ -58,6 +58,9 @@ use records::RecordWrite;
 const CLAIM_ATTEMPTS: usize = 4;
 /// How many times a call reads the pool's blocks while others claim them.
 const CLAIM_ROUNDS: usize = 3;
+/// How long a pool found with no block left to claim is taken as claimed
+/// out: only the order of the search changes (see [`plan::plan`]).
+const CLAIMED_OUT_FOR: Duration = Duration::from_secs(10);
 /// The identity of this node database, made with it: what etcd's entry of
 /// the node name and the node's block records carry.
 const DB_NOTE: &str = "node-db";
@@ -66,6 +69,12 @@ const DB_NOTE: &str = "node-db";
 /// answer below it means etcd lost history.
 fn revision_note(network: &str) -> String {
     format!("etcd-revision:{network}")
+}
+
+/// The note of when (boot id and boot-time milliseconds) a claim of this
+/// node last found no block of `pool` of `network` left to claim.
+fn claimed_out_note(network: &str, pool: &str) -> String {
+    format!("claimed-out:{network}:{pool}")
 }
 
 /// The note of the offlineGrace (milliseconds) this node last registered in

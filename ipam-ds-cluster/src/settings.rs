@@ -135,6 +135,14 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The longest one request to the cluster's store may take.
+    pub fn request_timeout(&self) -> Duration {
+        match &self.store {
+            Store::Etcd { client, .. } => client.timeout,
+            Store::Kubernetes(kube) => kube.timeout,
+        }
+    }
+
     /// How long a block's confirmation stands for ADD with etcd reachable: a
     /// tenth of offlineGrace, at most [`CONFIRMATION_CACHE_MAX`]. Within it an
     /// ADD allocates in the block without asking etcd, as it would offline

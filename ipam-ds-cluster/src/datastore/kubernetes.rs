@@ -294,31 +294,65 @@ impl Datastore for KubeStore {
     fn forget_marks(&self) {}
 
     fn finish(&self, store: &mut StoreHandle) {
-        let written = self.written.borrow();
-        if !written.is_empty() || self.seen_changed.get() {
-            let blocks = self.blocks.borrow();
-            // One write: the shared blocks written, kept for the next call,
-            // and what this call saw of this node's objects (`history`).
-            let keep = |tx: &Tx| {
-                for name in written.iter() {
-                    let note = format!("{KEPT_BLOCK_NOTE}{name}");
-                    let shared = |o: &&(Object<BlockSpec>, Time)| o.0.spec.state.owner().is_some_and(|o| o.shared);
-                    match blocks.get(name).filter(shared) {
-                        Some((object, at)) => {
-                            let kept = KeptBlock { date: at.0, object: object.clone() };
-                            tx.set_note(&note, &serde_json::to_string(&kept).unwrap_or_default())?;
-                        }
-                        None => tx.drop_note(&note)?,
-                    }
-                }
-                self.keep_seen(tx)
-            };
-            if let Err(e) = store.write(keep) {
-                tracing::warn!("what this call saw and wrote of the cluster's blocks is not kept for the next: {e}");
-            }
-        }
+        self.keep_written(store);
         let counts = self.client.counts();
         tracing::debug!("Kubernetes API requests: {} ({} connection(s))", counts.requests, counts.connections);
+    }
+
+    fn writes_take_turns(&self) -> bool {
+        self.seen.is_some()
+    }
+
+    fn resume_block(&self, store: &mut StoreHandle, pool: &str, block: IpNet) {
+        let name = self.block_name(pool, block);
+        let note = format!("{KEPT_BLOCK_NOTE}{name}");
+        match store.read(|tx| tx.note(&note)) {
+            Ok(Some(text)) => {
+                let kept = serde_json::from_str::<KeptBlock>(&text).ok();
+                // Used as any block known but not read by this very step:
+                // written at its resourceVersion, and read again on a 409.
+                if let Some(KeptBlock { date, object }) = kept.filter(|k| k.object.metadata.name == name) {
+                    self.blocks.borrow_mut().insert(name, (object, Time(date)));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!("block {name} as the last call kept it is not read: {e}"),
+        }
+    }
+
+    fn keep_written(&self, store: &mut StoreHandle) {
+        let mut written = self.written.borrow_mut();
+        if written.is_empty() && !self.seen_changed.get() {
+            return;
+        }
+        let blocks = self.blocks.borrow();
+        // One write: the shared blocks written, kept for the next call,
+        // and what this call saw of this node's objects (`history`).
+        let keep = |tx: &Tx| {
+            for name in written.iter() {
+                let note = format!("{KEPT_BLOCK_NOTE}{name}");
+                let shared = |o: &&(Object<BlockSpec>, Time)| o.0.spec.state.owner().is_some_and(|o| o.shared);
+                match blocks.get(name).filter(shared) {
+                    Some((object, at)) => {
+                        let kept = KeptBlock { date: at.0, object: object.clone() };
+                        tx.set_note(&note, &serde_json::to_string(&kept).unwrap_or_default())?;
+                    }
+                    None => tx.drop_note(&note)?,
+                }
+            }
+            self.keep_seen(tx)
+        };
+        match store.write(keep) {
+            Ok(seen_kept) => {
+                written.clear();
+                if seen_kept {
+                    self.seen_changed.set(false);
+                }
+            }
+            Err(e) => {
+                tracing::warn!("what this call saw and wrote of the cluster's blocks is not kept for the next: {e}")
+            }
+        }
     }
 
     fn reachable(&self) -> Answer<()> {

@@ -325,6 +325,23 @@ pub trait Datastore {
     /// kept in the node database, and what the call cost is logged.
     fn finish(&self, store: &mut StoreHandle);
 
+    /// Whether writes of one block by this node's calls should take turns
+    /// ([`Datastore::resume_block`], [`Datastore::keep_written`]): a store
+    /// that keeps a block as one object (the Kubernetes API) refuses all but
+    /// one of two writes sent at the version both read, and each refused one
+    /// costs a read and another write. etcd's records are keys of their own.
+    fn writes_take_turns(&self) -> bool {
+        false
+    }
+
+    /// At its turn: `block` as the call of this node that wrote it last
+    /// kept it, so that the write goes at its version without a read.
+    fn resume_block(&self, _store: &mut StoreHandle, _pool: &str, _block: IpNet) {}
+
+    /// Before its turn ends: what this call wrote, kept for the next call
+    /// (as [`Datastore::finish`] keeps it).
+    fn keep_written(&self, _store: &mut StoreHandle) {}
+
     /// Whether the store answers (one small read).
     fn reachable(&self) -> Answer<()>;
 

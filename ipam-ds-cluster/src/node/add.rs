@@ -242,7 +242,8 @@ impl Node<'_> {
                 Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
                 None => 0,
             };
-            facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty() }));
+            let claimed_out = free_own == 0 && store.read(|tx| self.claimed_out_lately(tx, &pools[i].name))?;
+            facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty(), claimed_out }));
         }
         let plan = plan::plan(&facts, offline.is_none());
         // Nearly full: claim the next block now. The allocators take their

@@ -75,6 +75,11 @@ impl Node<'_> {
                     .take(CLAIM_ATTEMPTS)
                     .collect();
                 if free.is_empty() {
+                    let clock = self.clock();
+                    tx.set_note(
+                        &claimed_out_note(&network, &g.pool.name),
+                        &format!("{} {}", clock.boot_id, clock.now_ms),
+                    )?;
                     return Ok(Attempt::Done(None));
                 }
                 for block in free {
@@ -102,6 +107,14 @@ impl Node<'_> {
         // The new ones (claimed by this call, or by another call of this
         // node just now): confirmed at their claim.
         Ok(claimed.unwrap_or_default())
+    }
+
+    /// Whether a claim of this node found no block of `pool` left to claim
+    /// within the last [`CLAIMED_OUT_FOR`] (see [`plan::plan`]).
+    pub(super) fn claimed_out_lately(&self, tx: &Tx, pool: &str) -> Result<bool> {
+        let Some(note) = tx.note(&claimed_out_note(&self.network, pool))? else { return Ok(false) };
+        let Some((boot, at)) = note.split_once(' ') else { return Ok(false) };
+        Ok(at.parse().is_ok_and(|at| self.clock().within(Some(boot), at, CLAIMED_OUT_FOR)))
     }
 
     /// Error 11 while the nodes re-claim their blocks after the store lost

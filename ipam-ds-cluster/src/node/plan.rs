@@ -14,6 +14,8 @@ pub struct PoolFacts {
     pub headroom: usize,
     /// The node has shared blocks in the pool.
     pub shared: bool,
+    /// A claim of this node found no block of the pool left moments ago.
+    pub claimed_out: bool,
 }
 
 /// One step of the search, naming the pool by its index among the
@@ -56,7 +58,11 @@ pub struct Plan {
 /// lately). Room in any pool first, so a node with room never claims nor
 /// asks etcd; then, with etcd only, each later kind of step over every
 /// pool in order, so that a pool is used up cluster-wide before the next.
-/// No step: the family has no address (11 offline, else 100).
+/// In a pool found claimed out moments ago, another node's shared block is
+/// tried before a claim: the claim reads the whole pool, and would most
+/// likely find it claimed out again (it is still tried, as a block may have
+/// been given back since). No step: the family has no address (11
+/// offline, else 100).
 pub fn plan(pools: &[(usize, PoolFacts)], online: bool) -> Plan {
     if let Some(&(i, facts)) = pools.iter().find(|(_, f)| f.free_own > 0) {
         let low = online && facts.free_own <= facts.headroom;
@@ -66,8 +72,12 @@ pub fn plan(pools: &[(usize, PoolFacts)], online: bool) -> Plan {
         return Plan { steps: Vec::new(), claim_ahead: None };
     }
     let mut steps: Vec<Step> = pools.iter().filter(|(_, f)| f.shared).map(|&(i, _)| Step::GrantOwn(i)).collect();
-    for make in [Step::Claim, Step::GrantOthers, Step::Borrow] {
-        steps.extend(pools.iter().map(|&(i, _)| make(i)));
+    for make in [Step::Claim as fn(usize) -> Step, Step::GrantOthers, Step::Borrow] {
+        steps.extend(pools.iter().map(|&(i, f)| match (make(i), f.claimed_out) {
+            (Step::Claim(i), true) => Step::GrantOthers(i),
+            (Step::GrantOthers(i), true) => Step::Claim(i),
+            (step, _) => step,
+        }));
     }
     Plan { steps, claim_ahead: None }
 }
@@ -77,7 +87,7 @@ mod tests {
     use super::*;
 
     fn facts(free_own: usize, shared: bool) -> PoolFacts {
-        PoolFacts { free_own, headroom: 16, shared }
+        PoolFacts { free_own, headroom: 16, shared, claimed_out: false }
     }
 
     #[test]
@@ -114,5 +124,23 @@ mod tests {
             ]
         );
         assert_eq!(p.claim_ahead, None);
+    }
+
+    #[test]
+    fn a_pool_claimed_out_moments_ago_tries_others_shared_blocks_before_a_claim() {
+        let out = PoolFacts { claimed_out: true, ..facts(0, true) };
+        let p = plan(&[(0, out), (1, facts(0, false))], true);
+        assert_eq!(
+            p.steps,
+            vec![
+                Step::GrantOwn(0),
+                Step::GrantOthers(0),
+                Step::Claim(1),
+                Step::Claim(0),
+                Step::GrantOthers(1),
+                Step::Borrow(0),
+                Step::Borrow(1),
+            ]
+        );
     }
 }

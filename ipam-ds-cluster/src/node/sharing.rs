@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 use shared::args::Attachment;
-use shared::store::StoreHandle;
+use shared::store::{StoreHandle, Turn};
 use shared::{Code, Result};
 
 use super::{free_addresses, Node, RecordWrite};
@@ -31,6 +31,9 @@ const GRANT_ROUNDS: usize = 4;
 const GRANT_CHOICES: usize = 16;
 /// How many other nodes' shared blocks one call tries.
 const OTHERS_TRIED: usize = 8;
+/// The turn of this node's calls at writing a shared block (see
+/// [`Node::block_turn`]): `<database>.block-writes.lock`.
+const BLOCK_WRITES_TURN: &str = "block-writes";
 
 /// Whom an address is granted to: an attachment, and the workload identity
 /// (ipam-da-sticky) its ADD is for, if any. The record names both, so that
@@ -264,7 +267,12 @@ impl Node<'_> {
             state: RecordState::Writing,
         };
         let grant = || self.datastore.grant(&g.pool.name, block, address, row.value.as_bytes(), version);
-        self.write_record(store, &row, grant).map_err(|mut e| {
+        let turn = self.block_turn(store, &g.pool.name, block)?;
+        let written = self.write_record(store, &row, grant);
+        if turn.is_some() {
+            self.datastore.keep_written(store);
+        }
+        written.map_err(|mut e| {
             if e.code == Code::TryAgainLater {
                 e.msg = format!(
                     "{} (block {block} of pool {} is shared: its addresses are handed out only through the cluster's datastore)",
@@ -273,6 +281,28 @@ impl Node<'_> {
             }
             e
         })
+    }
+}
+
+impl Node<'_> {
+    /// This node's turn at writing `block` where the store keeps a block as
+    /// one object ([`crate::datastore::Datastore::writes_take_turns`]): its
+    /// calls granting in the block at once would otherwise all send their
+    /// writes at the version they read, and all but one be refused and sent
+    /// again. At its turn a call writes at the version the call before it
+    /// kept ([`Node::grant_one`] keeps it before the turn ends). Waited for
+    /// at most a store request's timeout, after which the call goes on
+    /// without: a turn only orders the writes, each is still conditioned.
+    fn block_turn(&self, store: &mut StoreHandle, pool: &str, block: IpNet) -> Result<Option<Turn>> {
+        if !self.datastore.writes_take_turns() {
+            return Ok(None);
+        }
+        let turn = store.take_turn(BLOCK_WRITES_TURN, self.settings.request_timeout())?;
+        if turn.is_none() {
+            tracing::debug!("another call of this node kept its turn at writing a shared block: writing without");
+        }
+        self.datastore.resume_block(store, pool, block);
+        Ok(turn)
     }
 }
 

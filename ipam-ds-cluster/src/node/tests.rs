@@ -227,3 +227,25 @@ fn a_grant_whose_answer_a_kill_lost_is_released_by_the_next_call() {
     assert_eq!(a.add(&memory, &pools, "a2").unwrap(), Some("10.0.0.4".parse().unwrap()));
     assert_eq!(address_records(&memory), [("10.0.0.4".to_string(), "a2".to_string())]);
 }
+
+/// A node whose claim found the pool claimed out notes it, and its ADDs
+/// within the next moments look in others' shared blocks first: they get
+/// the addresses there, and 100 once none is left.
+#[test]
+fn a_pool_found_claimed_out_is_noted_and_others_shared_blocks_serve() {
+    let memory = Memory::default();
+    let pools = one_block_pool();
+    let mut a = TestNode::sharing("node-a", 300, "always");
+    for container in ["a1", "a2"] {
+        assert!(a.add(&memory, &pools, container).unwrap().is_some());
+    }
+    let mut b = TestNode::sharing("node-b", 300, "always");
+    let noted = |b: &mut TestNode| b.store.read(|tx| tx.note("claimed-out:net:blue")).unwrap();
+    assert_eq!(noted(&mut b), None);
+    assert_eq!(b.add(&memory, &pools, "b1").unwrap(), Some("10.0.0.6".parse().unwrap()));
+    assert!(noted(&mut b).is_some(), "node-b's claim found no block left: noted");
+    assert_eq!(b.add(&memory, &pools, "b2").unwrap(), Some("10.0.0.7".parse().unwrap()));
+    assert_eq!(b.add(&memory, &pools, "b3").unwrap_err().code, Code::NoFreeAddress);
+    let records = address_records(&memory);
+    assert_eq!(records.len(), 4, "{records:?}");
+}

@@ -250,3 +250,36 @@ fn stayed_locked(db_path: &Path, timeout: Duration) -> CniError {
         format!("allocation database {} stayed locked for {waited}: try again later", db_path.display()),
     )
 }
+
+/// A turn at work that spans transactions and requests outside the
+/// database, taken on a lock file of its own beside the database's (see
+/// [`super::AllocationStore::take_turn`]); given back when dropped, or by
+/// the kernel when the process dies.
+pub struct Turn {
+    file: File,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let _ = FileExt::unlock(&self.file);
+    }
+}
+
+/// Waits at most `wait` for the turn on `path`: none when another process
+/// kept it that long.
+pub(super) fn take_turn(path: &Path, wait: Duration) -> io::Result<Option<Turn>> {
+    let file = open_lock_file(path)?;
+    match file.try_lock_exclusive() {
+        Ok(()) => return Ok(Some(Turn { file })),
+        Err(e) if !is_contended(&e) => return Err(e),
+        Err(_) => {}
+    }
+    // On timeout `file` is dropped; the waiter thread's clone then gives
+    // the turn back as soon as it gets it.
+    let clone = file.try_clone()?;
+    match wait_in_thread(wait, move || clone.lock_exclusive()) {
+        Ok(()) => Ok(Some(Turn { file })),
+        Err(WaitFailure::TimedOut) => Ok(None),
+        Err(WaitFailure::Io(e) | WaitFailure::NoThread(e)) => Err(e),
+    }
+}

@@ -39,7 +39,7 @@ use crate::error::{CniError, Code, Result};
 
 pub use holds::Share;
 pub use leases::{Lease, LeaseFilter};
-pub use lock::LockWait;
+pub use lock::{LockWait, Turn};
 pub use pods::{AgentRecord, AttachmentPod, Pod};
 pub use pools::{PoolOverlap, RegisteredPool};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
@@ -284,6 +284,18 @@ impl AllocationStore {
     /// [`AgentRecord`]).
     pub fn set_agent_record(&mut self, record: Option<AgentRecord>) {
         self.agent_record = record;
+    }
+
+    /// A turn named `name` among this database's processes, for work that
+    /// must not interleave with the same work of another process but spans
+    /// several transactions and requests elsewhere (each transaction still
+    /// takes the database's lock): the lock file `<database>.<name>.lock`,
+    /// waited for at most `wait`. None when another process kept it that
+    /// long: a turn orders work, it never guards it, so the caller goes on
+    /// without. Another process's transactions never wait for it.
+    pub fn take_turn(&self, name: &str, wait: Duration) -> Result<Option<Turn>> {
+        let path = sibling(&self.path, &format!(".{name}.lock"));
+        lock::take_turn(&path, wait).map_err(|e| unusable(&self.path, format!("lock file {}: {e}", path.display())))
     }
 
     /// Runs `f` in one write transaction while holding the lock: commits if

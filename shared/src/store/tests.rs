@@ -617,3 +617,33 @@ fn every_write_takes_a_ticket_in_the_lock_queue() {
     // A turn is given back: a third write is not kept waiting for itself.
     store.write(|tx| tx.insert_lease(ip("10.0.0.3"), "p", &owner("n", "c", "eth0"))).unwrap();
 }
+
+/// A turn is one process's at a time, beside the database's lock (whose
+/// writers never wait for it), given back when dropped; a taker that waited
+/// its bound gets none and goes on.
+#[test]
+fn a_turn_is_one_holders_and_a_waiter_past_its_bound_goes_on_without() {
+    let (dir, mut store) = temp_store();
+    let held = store.take_turn("block-writes", Duration::from_secs(1)).unwrap().expect("a free turn");
+    assert!(dir.path().join("ipam.db.block-writes.lock").exists());
+    // Another process's wait for it (flock: another open file description).
+    let other = File::options().write(true).open(dir.path().join("ipam.db.block-writes.lock")).unwrap();
+    assert!(other.try_lock_exclusive().is_err(), "the turn is held");
+    let started = Instant::now();
+    assert!(store.take_turn("block-writes", Duration::from_millis(200)).unwrap().is_none());
+    assert!(started.elapsed() >= Duration::from_millis(200), "{:?}", started.elapsed());
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c", "eth0"))).expect("a write during a turn");
+    drop(held);
+    other.try_lock_exclusive().expect("given back when dropped");
+    FileExt::unlock(&other).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let started = Instant::now();
+        let turn = store.take_turn("block-writes", Duration::from_secs(5)).unwrap();
+        (turn.is_some(), started.elapsed())
+    });
+    other.lock_exclusive().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    FileExt::unlock(&other).unwrap();
+    let (got, waited) = waiter.join().unwrap();
+    assert!(got && waited < Duration::from_secs(3), "the waiter got the turn once it was given back ({waited:?})");
+}

@@ -71,11 +71,12 @@ impl KubeStore {
     /// this call saw history lost and did not start the recovery: then the
     /// next call sees it again. Once the recovery started, what the store
     /// shows now is the new baseline.
-    pub(super) fn keep_seen(&self, tx: &Tx) -> shared::Result<()> {
-        let Some(seen) = &self.seen else { return Ok(()) };
+    /// Whether it wrote (what it saw is kept, until it sees more).
+    pub(super) fn keep_seen(&self, tx: &Tx) -> shared::Result<bool> {
+        let Some(seen) = &self.seen else { return Ok(false) };
         let lost = self.lost.borrow().is_some();
         if !self.seen_changed.get() || (lost && !self.recovering.get()) {
-            return Ok(());
+            return Ok(false);
         }
         let mut merged = if lost { Seen::new() } else { seen_before(tx, &self.network)? };
         for (name, (uid, generation)) in seen.borrow().iter() {
@@ -84,6 +85,7 @@ impl KubeStore {
                 _ => drop(merged.insert(name.clone(), (uid.clone(), *generation))),
             }
         }
-        tx.set_note(&seen_note(&self.network), &serde_json::to_string(&merged).unwrap_or_default())
+        tx.set_note(&seen_note(&self.network), &serde_json::to_string(&merged).unwrap_or_default())?;
+        Ok(true)
     }
 }
