@@ -247,3 +247,28 @@ fn a_lender_past_128_lent_addresses_lends_to_the_last_address() {
     let held = held_once(&c, &[lender, borrower, taker.as_str()]);
     assert_covered(&c, &held);
 }
+
+/// ipam-ds-cluster leases a family's address in the node's blocks itself;
+/// when another family then has none (100), the ADD's rollback releases
+/// that lease too: the failed ADD holds nothing.
+#[test]
+fn an_add_refused_for_one_family_holds_no_address_of_the_other() {
+    let _took = Took::new("an_add_refused_for_one_family_holds_no_address_of_the_other");
+    let mut c = Cluster::new(
+        json!([
+            {"name": "blue", "ranges": [{"subnet": "10.57.0.0/24"}], "blockSize": 28},
+            {"name": "blue6", "ranges": [{"subnet": "fd00:57::/120", "rangeStart": "fd00:57::10", "rangeEnd": "fd00:57::11"}], "blockSize": 127}
+        ]),
+        300.0,
+    );
+    c.share_blocks = Some("never");
+    for container in ["dual-0", "dual-1"] {
+        let out = c.add("n1", container);
+        assert_eq!(out.status, 0, "{}", brief(&out));
+    }
+    let (code, msg) = failure(&c.add("n1", "dual-2"));
+    assert_eq!(code, 100, "the IPv6 pool is full: {msg}");
+    let leases = c.leases("n1");
+    assert!(leases.iter().all(|l| l.container_id != "dual-2"), "the refused ADD holds nothing: {leases:?}");
+    assert_eq!(leases.len(), 4, "two of each family for the two placed: {leases:?}");
+}

@@ -54,9 +54,11 @@ fn add(req: &Request) -> Result<Reply> {
                 }
                 let names = pool::names(of_family);
                 Err(match cluster {
-                    // ipam-ds-cluster handed these blocks on with room (it
-                    // answers 100 itself when the cluster has none left):
-                    // other ADDs of this node took it meanwhile.
+                    // ipam-ds-cluster leases the family's address itself
+                    // (it answers 100 when the cluster has none left); a
+                    // view with no room is one it handed on unleased (an
+                    // address an earlier ADD got published): other ADDs of
+                    // this node took it meanwhile.
                     true => CniError::new(
                         Code::TryAgainLater,
                         format!(

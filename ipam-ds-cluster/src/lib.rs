@@ -109,6 +109,12 @@ impl Plugin for ClusterSelector {
                 })?;
             }
         }
+        // Rolling back an ADD that this delegate failed: the address it
+        // leased in the node's blocks for a family before another found
+        // none (the allocators after it did not run, so no DEL of theirs).
+        if let (Some(add_id), None) = (rollback_of, sticky_release(req)) {
+            store.write(|tx| tx.release_added_by(&attachment, add_id))?;
+        }
         suite_delegate::pass_through(req)
     }
 

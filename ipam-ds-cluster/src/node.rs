@@ -352,6 +352,39 @@ impl<'s> Node<'s> {
         })
     }
 
+    /// An address for `who` in this node's blocks of its own with room: an
+    /// identity's the lowest free ([`Node::lease_in_own`]), any other
+    /// attachment's the next free ([`Node::lease_next_in_own`]).
+    fn lease_in_blocks(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        blocks: &[NodeBlock],
+        who: &Attachment,
+        sticking: Option<&Sticking>,
+    ) -> Result<Option<IpAddr>> {
+        match sticking {
+            Some(_) => self.lease_in_own(store, g, blocks, who, sticking),
+            None => self.lease_next_in_own(store, g, blocks, who),
+        }
+    }
+
+    /// An address for `who` in this node's blocks of its own with room, as
+    /// ipam-da-sequential picks one (the first free after the last handed
+    /// out), leased under the node database's lock: so concurrent ADDs of
+    /// the node never count on the same room. None: other ADDs of this node
+    /// took the last addresses.
+    fn lease_next_in_own(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        blocks: &[NodeBlock],
+        who: &Attachment,
+    ) -> Result<Option<IpAddr>> {
+        let Some(v) = view(g, blocks, &[]) else { return Ok(None) };
+        store.write(|tx| lease_next(tx, &v, who))
+    }
+
     /// Forgets block `b`, with the addresses held in it for lending (nobody
     /// borrows from a block that is not ours).
     fn drop_block(&self, tx: &Tx, b: &NodeBlock) -> Result<()> {
@@ -568,6 +601,19 @@ fn new_db_id() -> Result<String> {
         CniError::new(Code::TryAgainLater, format!("cannot read /dev/urandom for the node database's identity: {e}"))
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// In a write transaction: the next free address of `view` (the first free
+/// after the last handed out, as ipam-da-sequential picks it) leased for
+/// `who`. None: `view` is full.
+fn lease_next(tx: &Tx, view: &Pool, who: &Attachment) -> Result<Option<IpAddr>> {
+    suite_delegate::begin_allocating(tx)?;
+    let cursor = suite_delegate::register(tx, &who.network, view)?;
+    let Some(address) = view.find_free(cursor, tx)? else { return Ok(None) };
+    tx.insert_lease(address, &view.name, who)?;
+    tx.set_cursor(&who.network, &view.name, address)?;
+    tracing::info!("allocated {address} of pool {} in this node's blocks", view.name);
+    Ok(Some(address))
 }
 
 /// Files blocks just claimed: shared ones apart from those handed whole to

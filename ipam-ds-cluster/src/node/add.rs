@@ -235,84 +235,97 @@ impl Node<'_> {
                 && r.state == RecordState::Held
                 && of_family.iter().any(|&i| pools[i].name == r.pool)
         });
-        let mut facts = Vec::with_capacity(of_family.len());
-        for &i in &of_family {
-            let headroom = headroom(&geometries[i]);
-            let free_own = match view(&geometries[i], &snap.blocks[i], &[]) {
-                Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
-                None => 0,
-            };
-            let claimed_out = free_own == 0 && store.read(|tx| self.claimed_out_lately(tx, &pools[i].name))?;
-            facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty(), claimed_out }));
-        }
-        let plan = plan::plan(&facts, offline.is_none());
-        // Nearly full: claim the next block now. The allocators take their
-        // address after this call, so concurrent ADDs of this node that all
-        // saw its last free address would otherwise all but one fail with
-        // 100 while blocks are left. (A shared block needs none: each ADD's
-        // address is granted before it returns.)
-        if let (Some(i), false) = (plan.claim_ahead, found) {
-            match self.claim(store, &geometries[i], &snap.owned[i]) {
-                Ok(new) => file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]),
-                Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
-            }
-        }
         // Blocks claimed in this call filled up before it got an address.
         let mut filled_under_us = false;
-        for step in plan.steps {
+        // Room of its own that other ADDs of this node took first: the
+        // search is planned again without it (at most once).
+        for _ in 0..2 {
             if found {
                 break;
             }
-            let address = match step {
-                // An identity's address is picked here, so that its key can
-                // list it (a node sharing it must know it).
-                Step::Room(i) if sticking.is_some() => {
-                    self.lease_in_own(store, &geometries[i], &snap.blocks[i], who, sticking)?
+            let mut facts = Vec::with_capacity(of_family.len());
+            for &i in &of_family {
+                let headroom = headroom(&geometries[i]);
+                let free_own = match view(&geometries[i], &snap.blocks[i], &[]) {
+                    Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
+                    None => 0,
+                };
+                let claimed_out = free_own == 0 && store.read(|tx| self.claimed_out_lately(tx, &pools[i].name))?;
+                facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty(), claimed_out }));
+            }
+            let plan = plan::plan(&facts, offline.is_none());
+            // Nearly full: claim the next block now, so that the node's
+            // next ADDs find room without waiting for a claim. (A shared
+            // block needs none: each ADD's address is granted before it
+            // returns.)
+            if let Some(i) = plan.claim_ahead {
+                match self.claim(store, &geometries[i], &snap.owned[i]) {
+                    Ok(new) => file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]),
+                    Err(e) => tracing::warn!("pool {}: claiming a block ahead of need failed: {e}", pools[i].name),
                 }
-                Step::Room(_) => {
-                    found = true;
-                    None
+            }
+            let mut room_taken = false;
+            for step in plan.steps {
+                if found {
+                    break;
                 }
-                Step::GrantOwn(i) => {
-                    self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
-                }
-                Step::Claim(i) => {
-                    // A block just claimed (by this call, or by another of
-                    // this node that all of a burst then share) may fill up
-                    // before this call's address is taken in it: the next
-                    // block is claimed then, as a later ADD would.
-                    let mut address = None;
-                    for _ in 0..CLAIMS_PER_ADD {
-                        let new = self.claim(store, &geometries[i], &snap.owned[i])?;
-                        if new.is_empty() {
-                            break;
-                        }
-                        snap.owned[i].extend(new.iter().cloned());
-                        let own = new.iter().any(|b| !b.shared);
-                        file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
-                        if own && sticking.is_none() {
-                            found = true;
-                            break;
-                        }
-                        address = match own {
-                            true => self.lease_in_own(store, &geometries[i], &snap.blocks[i], who, sticking)?,
-                            false => {
-                                self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
-                            }
-                        };
-                        if address.is_some() {
-                            break;
-                        }
-                        filled_under_us = true;
+                let address = match step {
+                    // Leased here, under the node database's lock, so that
+                    // concurrent ADDs of this node never count on one free
+                    // address (an identity's is picked here too, so that
+                    // its key can list it: a node sharing it must know it).
+                    Step::Room(i) => {
+                        let leased = self.lease_in_blocks(store, &geometries[i], &snap.blocks[i], who, sticking)?;
+                        room_taken = leased.is_none();
+                        leased
                     }
-                    address
+                    Step::GrantOwn(i) => {
+                        self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
+                    }
+                    Step::Claim(i) => {
+                        // A block just claimed (by this call, or by another of
+                        // this node that all of a burst then share) may fill up
+                        // before this call's address is taken in it: the next
+                        // block is claimed then, as a later ADD would.
+                        let mut address = None;
+                        for _ in 0..CLAIMS_PER_ADD {
+                            // An identity's address is leased with its binding, after.
+                            let lease_for = sticking.is_none().then_some(who);
+                            let (new, leased) = self.claim_leasing(store, &geometries[i], &snap.owned[i], lease_for)?;
+                            if new.is_empty() {
+                                break;
+                            }
+                            snap.owned[i].extend(new.iter().cloned());
+                            let own = new.iter().any(|b| !b.shared);
+                            file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
+                            address = match own {
+                                _ if leased.is_some() => leased,
+                                true => self.lease_in_blocks(store, &geometries[i], &snap.blocks[i], who, sticking)?,
+                                false => {
+                                    self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
+                                }
+                            };
+                            if address.is_some() {
+                                break;
+                            }
+                            filled_under_us = true;
+                        }
+                        address
+                    }
+                    Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
+                    Step::Borrow(i) => self.borrow(store, &geometries[i], &snap.owned[i], who)?,
+                };
+                if let Some(address) = address {
+                    granted.push((pools[step.pool()].name.clone(), address));
+                    found = true;
                 }
-                Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
-                Step::Borrow(i) => self.borrow(store, &geometries[i], &snap.owned[i], who)?,
-            };
-            if let Some(address) = address {
-                granted.push((pools[step.pool()].name.clone(), address));
-                found = true;
+            }
+            if !room_taken {
+                break;
+            }
+            // Blocks that had room for this ADD when it looked: full now.
+            for &i in &of_family {
+                snap.blocks[i] = store.read(|tx| blocks_with_room(tx, &geometries[i], &snap.blocks[i]))?;
             }
         }
         if found {

@@ -11,9 +11,24 @@ impl Node<'_> {
     /// one each. The blocks the node has that `known` lacks (none: no block
     /// is left to claim).
     pub(super) fn claim(&self, store: &mut StoreHandle, g: &Geometry, known: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
+        self.claim_leasing(store, g, known, None).map(|(blocks, _)| blocks)
+    }
+
+    /// [`Node::claim`], and for `lease_for` the next free address of the
+    /// blocks it returns that are this node's own, leased in the same
+    /// transaction: in a burst, the other ADDs of the node waiting for the
+    /// lock would otherwise take the block's every address before this
+    /// one's next transaction.
+    pub(super) fn claim_leasing(
+        &self,
+        store: &mut StoreHandle,
+        g: &Geometry,
+        known: &[NodeBlock],
+        lease_for: Option<&Attachment>,
+    ) -> Result<(Vec<NodeBlock>, Option<IpAddr>)> {
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
         let network = self.network.clone();
-        let claimed = holding_lock_over_etcd(store, |tx| {
+        let decide = |tx: &Tx| -> Result<Option<Vec<NodeBlock>>> {
             let now_mine: Vec<NodeBlock> =
                 tx.node_blocks(&network, &g.pool.name)?.into_iter().filter(|b| b.state == BlockState::Owned).collect();
             let new: Vec<NodeBlock> =
@@ -103,10 +118,19 @@ impl Node<'_> {
                     ),
                 )
             })
+        };
+        let (claimed, leased) = holding_lock_over_etcd(store, |tx| {
+            let claimed = decide(tx)?;
+            let own: Vec<NodeBlock> = claimed.iter().flatten().filter(|b| !b.shared).cloned().collect();
+            let leased = match (lease_for, view(g, &own, &[])) {
+                (Some(who), Some(v)) => lease_next(tx, &v, who)?,
+                _ => None,
+            };
+            Ok((claimed, leased))
         })?;
         // The new ones (claimed by this call, or by another call of this
         // node just now): confirmed at their claim.
-        Ok(claimed.unwrap_or_default())
+        Ok((claimed.unwrap_or_default(), leased))
     }
 
     /// Whether a claim of this node found no block of `pool` left to claim

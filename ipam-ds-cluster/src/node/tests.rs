@@ -59,7 +59,8 @@ impl TestNode {
     }
 
     /// An ADD of `container` as the stack makes it: this delegate's view,
-    /// then the allocator's lease of the view's first free address.
+    /// then the allocator's answer: the address the node leased for it,
+    /// else its lease of the view's first free address.
     fn add(&mut self, memory: &Memory, pools: &[Pool], container: &str) -> Result<Option<IpAddr>> {
         let who = Attachment { network: NET.into(), container_id: container.into(), ifname: "eth0".into() };
         let datastore =
@@ -70,6 +71,10 @@ impl TestNode {
             call.node.add(call.store, pools, &who, None, &[], &IpamResult::default())?
         };
         self.store.write(|tx| {
+            // What the node leased for it already (as ipam-da-sequential answers).
+            if let Some(held) = tx.leases_of(&who)?.first() {
+                return Ok(Some(held.address));
+            }
             for view in &views {
                 if let Some(&address) = free_addresses(tx, view, 1)?.first() {
                     tx.insert_lease(address, &view.name, &who)?;
