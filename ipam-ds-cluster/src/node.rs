@@ -327,34 +327,12 @@ impl<'s> Node<'s> {
         Ok(held)
     }
 
-    /// The first free address of this node's own blocks of a pool, leased
-    /// to `who` (and its identity) now.
-    fn lease_in_own(
-        &self,
-        store: &mut StoreHandle,
-        g: &Geometry,
-        blocks: &[NodeBlock],
-        who: &Attachment,
-        sticking: Option<&Sticking>,
-    ) -> Result<Option<IpAddr>> {
-        let Some(v) = view(g, blocks, &[]) else { return Ok(None) };
-        store.write(|tx| {
-            suite_delegate::begin_allocating(tx)?;
-            let Some(&address) = free_addresses(tx, &v, 1)?.first() else { return Ok(None) };
-            tx.insert_lease(address, &g.pool.name, who)?;
-            suite_delegate::bind_identity(tx, who, sticking.map(Sticking::bound).as_ref())?;
-            tracing::info!(
-                "allocated {address} of pool {} for identity {:?}",
-                g.pool.name,
-                sticking.map(|s| s.identity)
-            );
-            Ok(Some(address))
-        })
-    }
-
-    /// An address for `who` in this node's blocks of its own with room: an
-    /// identity's the lowest free ([`Node::lease_in_own`]), any other
-    /// attachment's the next free ([`Node::lease_next_in_own`]).
+    /// An address for `who` in this node's blocks of its own with room,
+    /// leased under the node database's lock, so that concurrent ADDs of
+    /// the node never count on the same room: an identity's the lowest free
+    /// (bound to it in the same transaction), any other attachment's the
+    /// next free, as ipam-da-sequential picks it ([`lease_next`]). None:
+    /// other ADDs of this node took the last addresses.
     fn lease_in_blocks(
         &self,
         store: &mut StoreHandle,
@@ -363,26 +341,16 @@ impl<'s> Node<'s> {
         who: &Attachment,
         sticking: Option<&Sticking>,
     ) -> Result<Option<IpAddr>> {
-        match sticking {
-            Some(_) => self.lease_in_own(store, g, blocks, who, sticking),
-            None => self.lease_next_in_own(store, g, blocks, who),
-        }
-    }
-
-    /// An address for `who` in this node's blocks of its own with room, as
-    /// ipam-da-sequential picks one (the first free after the last handed
-    /// out), leased under the node database's lock: so concurrent ADDs of
-    /// the node never count on the same room. None: other ADDs of this node
-    /// took the last addresses.
-    fn lease_next_in_own(
-        &self,
-        store: &mut StoreHandle,
-        g: &Geometry,
-        blocks: &[NodeBlock],
-        who: &Attachment,
-    ) -> Result<Option<IpAddr>> {
         let Some(v) = view(g, blocks, &[]) else { return Ok(None) };
-        store.write(|tx| lease_next(tx, &v, who))
+        let Some(s) = sticking else { return store.write(|tx| lease_next(tx, &v, who)) };
+        store.write(|tx| {
+            suite_delegate::begin_allocating(tx)?;
+            let Some(&address) = free_addresses(tx, &v, 1)?.first() else { return Ok(None) };
+            tx.insert_lease(address, &g.pool.name, who)?;
+            suite_delegate::bind_identity(tx, who, Some(&s.bound()))?;
+            tracing::info!("allocated {address} of pool {} for identity {:?}", g.pool.name, s.identity);
+            Ok(Some(address))
+        })
     }
 
     /// Forgets block `b`, with the addresses held in it for lending (nobody
