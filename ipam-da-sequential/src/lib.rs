@@ -37,17 +37,7 @@ fn add(req: &Request) -> Result<Reply> {
                     return Ok(found);
                 }
                 for &pool in &of_family {
-                    let cursor = suite_delegate::register(tx, &attachment.network, pool)?;
-                    if let Some(address) = pool.find_free(cursor, tx)? {
-                        tx.insert_lease(address, &pool.name, &attachment)?;
-                        tx.set_cursor(&attachment.network, &pool.name, address)?;
-                        match cursor {
-                            Some(last) => tracing::info!(
-                                "allocated {address} from pool {}: the first free address after {last}, the last one handed out",
-                                pool.name
-                            ),
-                            None => tracing::info!("allocated {address} from pool {}: the first free address", pool.name),
-                        }
+                    if let Some(address) = suite_delegate::lease_next(tx, pool, &attachment)? {
                         return Ok((address, pool));
                     }
                     tracing::debug!("pool {} is full", pool.name);

@@ -571,17 +571,12 @@ fn new_db_id() -> Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// In a write transaction: the next free address of `view` (the first free
-/// after the last handed out, as ipam-da-sequential picks it) leased for
-/// `who`. None: `view` is full.
+/// In a write transaction: the next free address of `view`, leased for
+/// `who` as ipam-da-sequential leases ([`suite_delegate::lease_next`]).
+/// None: `view` is full.
 fn lease_next(tx: &Tx, view: &Pool, who: &Attachment) -> Result<Option<IpAddr>> {
     suite_delegate::begin_allocating(tx)?;
-    let cursor = suite_delegate::register(tx, &who.network, view)?;
-    let Some(address) = view.find_free(cursor, tx)? else { return Ok(None) };
-    tx.insert_lease(address, &view.name, who)?;
-    tx.set_cursor(&who.network, &view.name, address)?;
-    tracing::info!("allocated {address} of pool {} in this node's blocks", view.name);
-    Ok(Some(address))
+    suite_delegate::lease_next(tx, view, who)
 }
 
 /// Files blocks just claimed: shared ones apart from those handed whole to

@@ -159,6 +159,25 @@ pub fn register(tx: &Tx, network: &str, pool: &Pool) -> Result<Option<IpAddr>> {
         .map_err(|overlap| CniError::config(&format!("pool {}", pool.name), overlap))
 }
 
+/// Round robin, in an allocator's write transaction: the first free
+/// address of `pool` after the last one handed out there, leased for
+/// `attachment`, and the cursor moved to it. None: the pool is full.
+/// ipam-da-sequential's policy, and ipam-ds-cluster's in the node's blocks.
+pub fn lease_next(tx: &Tx, pool: &Pool, attachment: &Attachment) -> Result<Option<IpAddr>> {
+    let cursor = register(tx, &attachment.network, pool)?;
+    let Some(address) = pool.find_free(cursor, tx)? else { return Ok(None) };
+    tx.insert_lease(address, &pool.name, attachment)?;
+    tx.set_cursor(&attachment.network, &pool.name, address)?;
+    match cursor {
+        Some(last) => tracing::info!(
+            "allocated {address} from pool {}: the first free address after {last}, the last one handed out",
+            pool.name
+        ),
+        None => tracing::info!("allocated {address} from pool {}: the first free address", pool.name),
+    }
+    Ok(Some(address))
+}
+
 /// Whether the pool of `network` is recorded exactly as it is: then
 /// [`register`] would write nothing, and a reader need not take the lock.
 pub fn is_registered(tx: &Tx, network: &str, pool: &Pool) -> Result<bool> {

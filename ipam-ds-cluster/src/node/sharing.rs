@@ -267,7 +267,7 @@ impl Node<'_> {
             state: RecordState::Writing,
         };
         let grant = || self.datastore.grant(&g.pool.name, block, address, row.value.as_bytes(), version);
-        let turn = self.block_turn(store, &g.pool.name, block)?;
+        let turn = self.block_turn(store, &g.pool.name, block);
         let written = self.write_record(store, &row, grant);
         if turn.is_some() {
             self.datastore.keep_written(store);
@@ -282,9 +282,7 @@ impl Node<'_> {
             e
         })
     }
-}
 
-impl Node<'_> {
     /// This node's turn at writing `block` where the store keeps a block as
     /// one object ([`crate::datastore::Datastore::writes_take_turns`]): its
     /// calls granting in the block at once would otherwise all send their
@@ -293,16 +291,24 @@ impl Node<'_> {
     /// kept ([`Node::grant_one`] keeps it before the turn ends). Waited for
     /// at most a store request's timeout, after which the call goes on
     /// without: a turn only orders the writes, each is still conditioned.
-    fn block_turn(&self, store: &mut StoreHandle, pool: &str, block: IpNet) -> Result<Option<Turn>> {
+    fn block_turn(&self, store: &mut StoreHandle, pool: &str, block: IpNet) -> Option<Turn> {
         if !self.datastore.writes_take_turns() {
-            return Ok(None);
+            return None;
         }
-        let turn = store.take_turn(BLOCK_WRITES_TURN, self.settings.request_timeout())?;
-        if turn.is_none() {
-            tracing::debug!("another call of this node kept its turn at writing a shared block: writing without");
-        }
+        let turn = match store.take_turn(BLOCK_WRITES_TURN, self.settings.request_timeout()) {
+            Ok(Some(turn)) => Some(turn),
+            Ok(None) => {
+                tracing::debug!("another call of this node kept its turn at writing a shared block: writing without");
+                None
+            }
+            // A turn only orders the writes: without one, the write is sent all the same.
+            Err(e) => {
+                tracing::warn!("no turn at writing a shared block ({e}): writing without");
+                None
+            }
+        };
         self.datastore.resume_block(store, pool, block);
-        Ok(turn)
+        turn
     }
 }
 
