@@ -243,3 +243,25 @@ fn a_nodes_adds_at_once_in_its_shared_block_write_it_without_a_refusal() {
     assert_eq!(c.blocks_of("n1"), vec![block], "n1 needed no other block");
     assert_eq!(refused_block_writes(&c) - before, 0, "writes of n1's block refused by the API server");
 }
+
+/// A shared block's `IPDBlock` holds its records and no list of who wrote
+/// each field: the API server would otherwise keep every record's fields
+/// again in `metadata.managedFields` (about doubling the object, which
+/// every grant sends, stores and sends back) and work them out at every
+/// write.
+#[test]
+fn a_shared_blocks_object_keeps_no_field_owners_beside_its_records() {
+    let _took = Took::new("a_shared_blocks_object_keeps_no_field_owners_beside_its_records");
+    let c = Cluster::on_kubernetes(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.75.0.0/26"}], "blockSize": 28}]),
+        30.0,
+    );
+    for i in 0..3 {
+        added(&c.add("n1", &format!("pod-{i}")), "an ADD in n1's shared block");
+    }
+    let [block] = c.blocks_of("n1")[..] else { panic!("n1 claimed one block: {:?}", c.blocks()) };
+    let object = c.store.object("ipdblocks", &block_name(block)).unwrap_or_else(|| panic!("no IPDBlock for {block}"));
+    assert_eq!(object["spec"]["owner"]["shared"], json!(true), "{object}");
+    assert_eq!(object["spec"]["records"].as_object().map(|r| r.len()), Some(3), "{object}");
+    assert_eq!(object["metadata"]["managedFields"], Value::Null, "{object}");
+}

@@ -31,7 +31,7 @@ impl KubeStore {
 
     /// Creates `object`; none: one of its name exists.
     pub(super) fn create<K: ObjectKind>(&self, object: &Object<K>) -> Answer<Option<Object<K>>> {
-        let body = serde_json::to_value(object).map_err(|e| bug(&object.metadata.name, e))?;
+        let body = written(object)?;
         let created = self.client.create(&resource::<K>(), &body).map_err(failure)?;
         match self.answered(created) {
             kube::Created::Created(o) => typed::<K>(o.0).map(Some),
@@ -44,7 +44,7 @@ impl KubeStore {
     pub(super) fn replace<K: ObjectKind>(&self, object: &Object<K>) -> Answer<Option<Object<K>>> {
         let name = &object.metadata.name;
         let version = object.metadata.resource_version.as_deref().unwrap_or_default();
-        let body = serde_json::to_value(object).map_err(|e| bug(name, e))?;
+        let body = written(object)?;
         let replaced = self.client.replace(&resource::<K>(), name, version, &body).map_err(failure)?;
         match self.answered(replaced) {
             kube::Replaced::Replaced(o) => typed::<K>(o.0).map(Some),
@@ -61,6 +61,18 @@ impl KubeStore {
         let deleted = self.client.delete(&resource::<K>(), &object.metadata.name, &preconditions).map_err(failure)?;
         Ok(matches!(self.answered(deleted), kube::Deleted::Deleted))
     }
+}
+
+/// `object` as a create or update sends it. Without the fields' owners:
+/// the API server would otherwise keep, in the object, every field of every
+/// record again under the manager that wrote it (a shared block's
+/// `managedFields` weigh about as much as its records), and work them out
+/// again at every write. The objects are this plugin's alone, and a list
+/// of one empty entry is how a write asks for none.
+fn written<K: ObjectKind>(object: &Object<K>) -> Answer<serde_json::Value> {
+    let mut body = serde_json::to_value(object).map_err(|e| bug(&object.metadata.name, e))?;
+    body["metadata"]["managedFields"] = serde_json::json!([{}]);
+    Ok(body)
 }
 
 pub(super) fn resource<K: ObjectKind>() -> Resource {
