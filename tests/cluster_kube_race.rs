@@ -208,3 +208,17 @@ fn kill_storm_over_shared_blocks() {
 fn kill_storm_over_blocks_of_a_nodes_own() {
     storm("kill_storm_over_blocks_of_a_nodes_own", Some("never"), Cluster::on_kubernetes);
 }
+
+/// A burst of one node's ADDs into shared blocks, each address granted in
+/// its block's `IPDBlock`: every pod placed at its first ADD, each at its
+/// own address (the same on etcd: tests/cluster_race.rs).
+#[test]
+fn a_burst_on_one_node_into_shared_blocks_places_every_pod_at_its_first_add() {
+    let _took = Took::new("a_burst_on_one_node_into_shared_blocks_places_every_pod_at_its_first_add");
+    // 16 blocks of 16: shared (shareBlocks auto).
+    let c = Cluster::on_kubernetes(
+        json!([{"name": "blue", "ranges": [{"subnet": "10.53.0.0/24"}], "blockSize": 28}]),
+        300.0,
+    );
+    burst_places_every_pod_at_its_first_add(&c, 48);
+}

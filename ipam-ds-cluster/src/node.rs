@@ -288,6 +288,35 @@ impl<'s> Node<'s> {
         self.datastore.record_key(pool, *block, address)
     }
 
+    /// Up to `limit` free addresses of `view` (of `g`'s pool) that no other
+    /// call of this node is being granted (no record row at them), first
+    /// those reserved for `to` (a row of its being written: see
+    /// [`Node::claim_leasing`]). In a burst, the node's calls pass over the
+    /// addresses the others are being granted in a shared block, rather than
+    /// count them as room.
+    fn free_to_grant(
+        &self,
+        tx: &Tx,
+        g: &Geometry,
+        view: &Pool,
+        limit: usize,
+        to: Option<&Attachment>,
+    ) -> Result<Vec<IpAddr>> {
+        let mut reserved = Vec::new();
+        let free = free_addresses_where(tx, view, limit, |address| {
+            match tx.node_record(&self.record_key(&g.pool.name, &g.block_of(address), address))? {
+                None => Ok(true),
+                Some(row) if Some(&row.owner) == to && row.state == RecordState::Writing => {
+                    reserved.push(address);
+                    Ok(false)
+                }
+                Some(_) => Ok(false),
+            }
+        })?;
+        reserved.extend(free);
+        Ok(reserved)
+    }
+
     /// CHECK: the attachment's records in the datastore must still be as
     /// this node wrote them (error 104 naming the first that is not).
     pub fn check_records(&self, records: &[NodeRecord]) -> Result<()> {
@@ -613,12 +642,24 @@ fn needed_families(
 
 /// Up to `limit` free addresses of `view`, in address order.
 fn free_addresses(tx: &Tx, view: &Pool, limit: usize) -> Result<Vec<IpAddr>> {
+    free_addresses_where(tx, view, limit, |_| Ok(true))
+}
+
+/// As [`free_addresses`], of those for which `keep` holds.
+fn free_addresses_where(
+    tx: &Tx,
+    view: &Pool,
+    limit: usize,
+    mut keep: impl FnMut(IpAddr) -> Result<bool>,
+) -> Result<Vec<IpAddr>> {
     let mut free = Vec::new();
     for (lo, hi) in view.allocatable() {
         let mut from = lo;
         while free.len() < limit {
             let Some(address) = tx.first_unleased(from, hi)? else { break };
-            free.push(address);
+            if keep(address)? {
+                free.push(address);
+            }
             if address == hi {
                 break;
             }

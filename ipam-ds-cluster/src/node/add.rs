@@ -291,7 +291,8 @@ impl Node<'_> {
                         for _ in 0..CLAIMS_PER_ADD {
                             // An identity's address is leased with its binding, after.
                             let lease_for = sticking.is_none().then_some(who);
-                            let (new, leased) = self.claim_leasing(store, &geometries[i], &snap.owned[i], lease_for)?;
+                            let (new, leased) =
+                                self.claim_leasing(store, &geometries[i], &snap.owned[i], lease_for, Some(grantee))?;
                             if new.is_empty() {
                                 break;
                             }

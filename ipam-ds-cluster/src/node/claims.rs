@@ -11,20 +11,23 @@ impl Node<'_> {
     /// one each. The blocks the node has that `known` lacks (none: no block
     /// is left to claim).
     pub(super) fn claim(&self, store: &mut StoreHandle, g: &Geometry, known: &[NodeBlock]) -> Result<Vec<NodeBlock>> {
-        self.claim_leasing(store, g, known, None).map(|(blocks, _)| blocks)
+        self.claim_leasing(store, g, known, None, None).map(|(blocks, _)| blocks)
     }
 
-    /// [`Node::claim`], and for `lease_for` the next free address of the
-    /// blocks it returns that are this node's own, leased in the same
-    /// transaction: in a burst, the other ADDs of the node waiting for the
-    /// lock would otherwise take the block's every address before this
-    /// one's next transaction.
+    /// [`Node::claim`], and in the same transaction, for `lease_for` the
+    /// next free address of the blocks it returns that are this node's own
+    /// (leased), for `reserve_for` the next of those that are shared (a row
+    /// of its grant, `writing`, which its grant then tries first and the
+    /// node's other calls pass over): in a burst, the other ADDs of the node
+    /// waiting for the lock would otherwise take the block's every address
+    /// before this one's next transaction.
     pub(super) fn claim_leasing(
         &self,
         store: &mut StoreHandle,
         g: &Geometry,
         known: &[NodeBlock],
         lease_for: Option<&Attachment>,
+        reserve_for: Option<sharing::Grantee>,
     ) -> Result<(Vec<NodeBlock>, Option<IpAddr>)> {
         let definition = to_bytes(&PoolRecord::of(g.pool, g.block_size));
         let network = self.network.clone();
@@ -37,7 +40,7 @@ impl Node<'_> {
                 let blocks: Vec<IpNet> = new.iter().map(|b| b.block).collect();
                 let taken: Vec<IpAddr> = new.iter().flat_map(|b| b.taken.iter().copied()).collect();
                 if let Some(view) = g.node_view(&blocks, &[], &taken) {
-                    if !free_addresses(tx, &view, 1)?.is_empty() {
+                    if !self.free_to_grant(tx, g, &view, 1, None)?.is_empty() {
                         tracing::debug!("another call of this node claimed a block of pool {} meanwhile", g.pool.name);
                         return Ok(Some(new));
                     }
@@ -126,6 +129,14 @@ impl Node<'_> {
                 (Some(who), Some(v)) => lease_next(tx, &v, who)?,
                 _ => None,
             };
+            let shared: Vec<NodeBlock> = claimed.iter().flatten().filter(|b| b.shared).cloned().collect();
+            // With a block of its own, the ADD leases there and grants nothing.
+            let reserving = reserve_for.filter(|_| own.is_empty());
+            if let (Some(to), Some(v)) = (reserving, view(g, &shared, &[])) {
+                if let Some(&address) = self.free_to_grant(tx, g, &v, 1, None)?.first() {
+                    tx.put_node_record(&self.grant_row(g, address, to))?;
+                }
+            }
             Ok((claimed, leased))
         })?;
         // The new ones (claimed by this call, or by another call of this

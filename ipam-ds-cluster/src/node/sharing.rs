@@ -18,7 +18,7 @@ use shared::args::Attachment;
 use shared::store::{StoreHandle, Turn};
 use shared::{Code, Result};
 
-use super::{free_addresses, Node, RecordWrite};
+use super::{Node, RecordWrite};
 use crate::blocks::{fnv1a, Geometry};
 use crate::datastore::{retry, AddressEntry, Attempt, GrantRefusal, Version, Versioned};
 use crate::records::{to_text, AddressRecord, BlockRecord, Kind};
@@ -170,17 +170,8 @@ impl Node<'_> {
         let mut taken = taken.to_vec();
         let granted = retry(GRANT_ROUNDS, || {
             let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Attempt::Done(Grant::Full)) };
-            // Free in the node database too (its own leases), and no row of
-            // another call of this node at the address.
-            let free = store.read(|tx| {
-                let mut free = Vec::new();
-                for address in free_addresses(tx, &view, GRANT_CHOICES)? {
-                    if tx.node_record(&self.record_key(&g.pool.name, &block, address))?.is_none() {
-                        free.push(address);
-                    }
-                }
-                Ok(free)
-            })?;
+            // Free in the node database too (its own leases).
+            let free = store.read(|tx| self.free_to_grant(tx, g, &view, GRANT_CHOICES, Some(who.who)))?;
             if free.is_empty() {
                 return Ok(Attempt::Done(Grant::Full));
             }
@@ -246,26 +237,7 @@ impl Node<'_> {
         address: IpAddr,
         to: Grantee,
     ) -> Result<RecordWrite<GrantRefusal>> {
-        let key = self.record_key(&g.pool.name, &block, address);
-        let who = to.who;
-        let value = to_text(&AddressRecord {
-            kind: Kind::Allocated,
-            node: self.settings.node.clone(),
-            container: who.container_id.clone(),
-            ifname: who.ifname.clone(),
-            lender: String::new(),
-            identity: to.identity.unwrap_or_default().to_string(),
-        });
-        let row = NodeRecord {
-            key,
-            value,
-            pool: g.pool.name.clone(),
-            address,
-            kind: Kind::Allocated,
-            owner: who.clone(),
-            added_by: None,
-            state: RecordState::Writing,
-        };
+        let row = self.grant_row(g, address, to);
         let grant = || self.datastore.grant(&g.pool.name, block, address, row.value.as_bytes(), version);
         let turn = self.block_turn(store, &g.pool.name, block);
         let written = self.write_record(store, &row, grant);
@@ -281,6 +253,30 @@ impl Node<'_> {
             }
             e
         })
+    }
+
+    /// The row of a grant of `address` to `to`, `writing` until the store
+    /// has its record.
+    pub(super) fn grant_row(&self, g: &Geometry, address: IpAddr, to: Grantee) -> NodeRecord {
+        let who = to.who;
+        let value = to_text(&AddressRecord {
+            kind: Kind::Allocated,
+            node: self.settings.node.clone(),
+            container: who.container_id.clone(),
+            ifname: who.ifname.clone(),
+            lender: String::new(),
+            identity: to.identity.unwrap_or_default().to_string(),
+        });
+        NodeRecord {
+            key: self.record_key(&g.pool.name, &g.block_of(address), address),
+            value,
+            pool: g.pool.name.clone(),
+            address,
+            kind: Kind::Allocated,
+            owner: who.clone(),
+            added_by: None,
+            state: RecordState::Writing,
+        }
     }
 
     /// This node's turn at writing `block` where the store keeps a block as
