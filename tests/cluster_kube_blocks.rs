@@ -203,19 +203,6 @@ fn a_block_deleted_by_hand_is_claimed_back_by_its_node_with_its_records_and_its_
     assert_covered(&c, &held);
 }
 
-/// The API server's count of `PUT ipdblocks` it refused with 409 (the
-/// block changed since the writer read it), from its `/metrics`.
-fn refused_block_writes(c: &Cluster<KubeStore>) -> u64 {
-    let (status, metrics) = c.store.api.request(&c.store.api.admin_kubeconfig(), "GET", "/metrics", None);
-    assert_eq!(status, 200, "/metrics: {metrics}");
-    metrics
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter(|l| ["code=\"409\"", "resource=\"ipdblocks\"", "verb=\"PUT\""].iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// A node's ADDs at once in its shared block take turns at writing its
 /// `IPDBlock`, each at the version the one before it kept: the API server
 /// refuses none of them (without turns, every one sent at the version
@@ -230,7 +217,7 @@ fn a_nodes_adds_at_once_in_its_shared_block_write_it_without_a_refusal() {
     );
     let first = added(&c.add("n1", "first"), "n1's first ADD");
     let [block] = c.blocks_of("n1")[..] else { panic!("n1 claimed one block: {:?}", c.blocks()) };
-    let before = refused_block_writes(&c);
+    let before = c.store.refused_block_writes();
     let outs: Vec<Outcome> = std::thread::scope(|s| {
         let c = &c;
         let adds: Vec<_> = (0..8).map(|i| s.spawn(move || c.add("n1", &format!("at-once-{i}")))).collect();
@@ -241,7 +228,7 @@ fn a_nodes_adds_at_once_in_its_shared_block_write_it_without_a_refusal() {
     addresses.insert(first);
     assert!(addresses.iter().all(|a| block.contains(*a)), "all in n1's block {block}: {addresses:?}");
     assert_eq!(c.blocks_of("n1"), vec![block], "n1 needed no other block");
-    assert_eq!(refused_block_writes(&c) - before, 0, "writes of n1's block refused by the API server");
+    assert_eq!(c.store.refused_block_writes() - before, 0, "writes of n1's block refused by the API server");
 }
 
 /// A shared block's `IPDBlock` holds its records and no list of who wrote

@@ -40,6 +40,21 @@ pub struct KubeStore {
 }
 
 impl KubeStore {
+    /// The API server's count of `PUT ipdblocks` it refused with 409 (the
+    /// block changed since the writer read it), from its `/metrics`.
+    pub fn refused_block_writes(&self) -> u64 {
+        let (status, metrics) = self.api.request(&self.api.admin_kubeconfig(), "GET", "/metrics", None);
+        assert_eq!(status, 200, "/metrics: {metrics}");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("apiserver_request_total{"))
+            .filter(|l| {
+                ["code=\"409\"", "resource=\"ipdblocks\"", "verb=\"PUT\""].iter().all(|label| l.contains(label))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// Starts an API server, applies namespace.yaml, crds.yaml and
     /// rbac.yaml, and takes a token of the installer DaemonSet's
     /// ServiceAccount.

@@ -735,3 +735,30 @@ pub fn burst_places_every_pod_at_its_first_add<S: Store + Sync>(c: &Cluster<S>, 
     let blocks = c.blocks_of("n1");
     assert!(blocks.len() <= at_once.div_ceil(16) + 2, "n1 claimed {} blocks: {blocks:?}", blocks.len());
 }
+
+/// The DELs of `burst_places_every_pod_at_its_first_add`'s pods at once:
+/// each succeeds, and the cluster's store keeps no record of them.
+pub fn burst_of_dels_releases_every_address<S: Store + Sync>(c: &Cluster<S>, at_once: usize) {
+    let barrier = std::sync::Barrier::new(at_once);
+    let outs: Vec<Outcome> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..at_once)
+            .map(|j| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    c.del("n1", &format!("burst-{j}"))
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let failed: Vec<String> = outs
+        .iter()
+        .enumerate()
+        .filter(|(_, out)| out.status != 0)
+        .map(|(j, out)| format!("burst-{j}: {}", brief(out)))
+        .collect();
+    assert!(failed.is_empty(), "{} of {at_once} DELs at once failed:\n  {}", failed.len(), failed.join("\n  "));
+    let left: Vec<AddrRec> = c.addrs().into_iter().filter(|r| r.container.starts_with("burst-")).collect();
+    assert!(left.is_empty(), "records of the burst's pods left in the cluster's store: {left:?}");
+}

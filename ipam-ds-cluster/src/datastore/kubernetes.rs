@@ -303,20 +303,28 @@ impl Datastore for KubeStore {
         self.seen.is_some()
     }
 
-    fn resume_block(&self, store: &mut StoreHandle, pool: &str, block: IpNet) {
-        let name = self.block_name(pool, block);
-        let note = format!("{KEPT_BLOCK_NOTE}{name}");
-        match store.read(|tx| tx.note(&note)) {
-            Ok(Some(text)) => {
-                let kept = serde_json::from_str::<KeptBlock>(&text).ok();
-                // Used as any block known but not read by this very step:
-                // written at its resourceVersion, and read again on a 409.
-                if let Some(KeptBlock { date, object }) = kept.filter(|k| k.object.metadata.name == name) {
-                    self.blocks.borrow_mut().insert(name, (object, Time(date)));
+    fn resume_blocks_of(&self, store: &mut StoreHandle, keys: &[&str]) {
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|key| parse_record_key(key).ok())
+            .map(|(pool, block, _)| self.block_name(&pool, block))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            let note = format!("{KEPT_BLOCK_NOTE}{name}");
+            match store.read(|tx| tx.note(&note)) {
+                Ok(Some(text)) => {
+                    let kept = serde_json::from_str::<KeptBlock>(&text).ok();
+                    // Used as any block known but not read by this very step:
+                    // written at its resourceVersion, and read again on a 409.
+                    if let Some(KeptBlock { date, object }) = kept.filter(|k| k.object.metadata.name == name) {
+                        self.blocks.borrow_mut().insert(name, (object, Time(date)));
+                    }
                 }
+                Ok(None) => {}
+                Err(e) => tracing::debug!("block {name} as the last call kept it is not read: {e}"),
             }
-            Ok(None) => {}
-            Err(e) => tracing::debug!("block {name} as the last call kept it is not read: {e}"),
         }
     }
 

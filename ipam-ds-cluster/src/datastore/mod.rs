@@ -326,7 +326,7 @@ pub trait Datastore {
     fn finish(&self, store: &mut StoreHandle);
 
     /// Whether writes of one block by this node's calls should take turns
-    /// ([`Datastore::resume_block`], [`Datastore::keep_written`]): a store
+    /// ([`Datastore::resume_blocks_of`], [`Datastore::keep_written`]): a store
     /// that keeps a block as one object (the Kubernetes API) refuses all but
     /// one of two writes sent at the version both read, and each refused one
     /// costs a read and another write. etcd's records are keys of their own.
@@ -334,9 +334,10 @@ pub trait Datastore {
         false
     }
 
-    /// At its turn: `block` as the call of this node that wrote it last
-    /// kept it, so that the write goes at its version without a read.
-    fn resume_block(&self, _store: &mut StoreHandle, _pool: &str, _block: IpNet) {}
+    /// At its turn: the blocks of the records of `keys` as the call of this
+    /// node that wrote each last kept it, so that the writes go at their
+    /// versions without a read.
+    fn resume_blocks_of(&self, _store: &mut StoreHandle, _keys: &[&str]) {}
 
     /// Before its turn ends: what this call wrote, kept for the next call
     /// (as [`Datastore::finish`] keeps it).

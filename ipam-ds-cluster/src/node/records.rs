@@ -427,9 +427,13 @@ impl Node<'_> {
             Ok(current)
         })?;
         let releases: Vec<RecordRelease> = records.iter().map(record_release).collect();
+        let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
+        let turn = self.block_turn(store, &keys);
+        let outcomes = self.datastore.release(&releases);
+        self.end_turn(store, turn);
         let mut done: Vec<&NodeRecord> = Vec::new();
         let mut left: Vec<Unreleased> = Vec::new();
-        for (r, outcome) in records.iter().zip(self.datastore.release(&releases)) {
+        for (r, outcome) in records.iter().zip(outcomes) {
             match outcome {
                 Ok(released) => {
                     if !released {

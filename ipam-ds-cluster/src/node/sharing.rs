@@ -239,11 +239,9 @@ impl Node<'_> {
     ) -> Result<RecordWrite<GrantRefusal>> {
         let row = self.grant_row(g, address, to);
         let grant = || self.datastore.grant(&g.pool.name, block, address, row.value.as_bytes(), version);
-        let turn = self.block_turn(store, &g.pool.name, block);
+        let turn = self.block_turn(store, &[&row.key]);
         let written = self.write_record(store, &row, grant);
-        if turn.is_some() {
-            self.datastore.keep_written(store);
-        }
+        self.end_turn(store, turn);
         written.map_err(|mut e| {
             if e.code == Code::TryAgainLater {
                 e.msg = format!(
@@ -279,15 +277,16 @@ impl Node<'_> {
         }
     }
 
-    /// This node's turn at writing `block` where the store keeps a block as
-    /// one object ([`crate::datastore::Datastore::writes_take_turns`]): its
-    /// calls granting in the block at once would otherwise all send their
-    /// writes at the version they read, and all but one be refused and sent
-    /// again. At its turn a call writes at the version the call before it
-    /// kept ([`Node::grant_one`] keeps it before the turn ends). Waited for
-    /// at most a store request's timeout, after which the call goes on
-    /// without: a turn only orders the writes, each is still conditioned.
-    fn block_turn(&self, store: &mut StoreHandle, pool: &str, block: IpNet) -> Option<Turn> {
+    /// This node's turn at writing the blocks of the records of `keys`, where
+    /// the store keeps a block as one object
+    /// ([`crate::datastore::Datastore::writes_take_turns`]): its calls
+    /// granting or releasing in a block at once would otherwise all send
+    /// their writes at the version they read, and all but one be refused and
+    /// sent again. At its turn a call writes at the version the call before
+    /// it kept ([`Node::end_turn`] keeps what it wrote). Waited for at most a
+    /// store request's timeout, after which the call goes on without: a turn
+    /// only orders the writes, each is still conditioned.
+    pub(super) fn block_turn(&self, store: &mut StoreHandle, keys: &[&str]) -> Option<Turn> {
         if !self.datastore.writes_take_turns() {
             return None;
         }
@@ -303,8 +302,17 @@ impl Node<'_> {
                 None
             }
         };
-        self.datastore.resume_block(store, pool, block);
+        self.datastore.resume_blocks_of(store, keys);
         turn
+    }
+
+    /// The end of a turn (none: the call had none): the blocks written are
+    /// kept for the next call before the turn passes on.
+    pub(super) fn end_turn(&self, store: &mut StoreHandle, turn: Option<Turn>) {
+        if turn.is_some() {
+            self.datastore.keep_written(store);
+        }
+        drop(turn);
     }
 }
 
