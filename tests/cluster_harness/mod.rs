@@ -706,27 +706,7 @@ pub fn cluster_tool<S: Store>(c: &Cluster<S>, config: &Value, args: &[&str]) -> 
 /// `at_once` ADDs of node n1 started together, in blocks of 16: each places
 /// its pod, each at its own address, in few blocks.
 pub fn burst_places_every_pod_at_its_first_add<S: Store + Sync>(c: &Cluster<S>, at_once: usize) {
-    let barrier = std::sync::Barrier::new(at_once);
-    let id = |j: usize| format!("burst-{j}");
-    let outs: Vec<Outcome> = std::thread::scope(|s| {
-        let runs: Vec<_> = (0..at_once)
-            .map(|j| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    barrier.wait();
-                    c.add("n1", &id(j))
-                })
-            })
-            .collect();
-        runs.into_iter().map(|r| r.join().unwrap()).collect()
-    });
-    let failed: Vec<String> = outs
-        .iter()
-        .enumerate()
-        .filter(|(_, out)| out.status != 0)
-        .map(|(j, out)| format!("{}: {}", id(j), brief(out)))
-        .collect();
-    assert!(failed.is_empty(), "{} of {at_once} ADDs at once failed:\n  {}", failed.len(), failed.join("\n  "));
+    let outs = burst(c, "ADD", at_once);
     let placed: BTreeSet<IpAddr> = outs.iter().map(|out| stack::ipv4_of(out.result())).collect();
     assert_eq!(placed.len(), at_once, "each pod its own address");
     held_once(c, &["n1"]);
@@ -739,14 +719,23 @@ pub fn burst_places_every_pod_at_its_first_add<S: Store + Sync>(c: &Cluster<S>, 
 /// The DELs of `burst_places_every_pod_at_its_first_add`'s pods at once:
 /// each succeeds, and the cluster's store keeps no record of them.
 pub fn burst_of_dels_releases_every_address<S: Store + Sync>(c: &Cluster<S>, at_once: usize) {
+    burst(c, "DEL", at_once);
+    let left: Vec<AddrRec> = c.addrs().into_iter().filter(|r| r.container.starts_with("burst-")).collect();
+    assert!(left.is_empty(), "records of the burst's pods left in the cluster's store: {left:?}");
+}
+
+/// `command` of node n1 for `at_once` pods (burst-0, burst-1, …), all
+/// started together: each must succeed at once.
+fn burst<S: Store + Sync>(c: &Cluster<S>, command: &str, at_once: usize) -> Vec<Outcome> {
     let barrier = std::sync::Barrier::new(at_once);
+    let config = c.config("n1");
     let outs: Vec<Outcome> = std::thread::scope(|s| {
         let runs: Vec<_> = (0..at_once)
             .map(|j| {
-                let barrier = &barrier;
+                let (barrier, config) = (&barrier, &config);
                 s.spawn(move || {
                     barrier.wait();
-                    c.del("n1", &format!("burst-{j}"))
+                    c.run(command, &format!("burst-{j}"), config, &[])
                 })
             })
             .collect();
@@ -758,7 +747,6 @@ pub fn burst_of_dels_releases_every_address<S: Store + Sync>(c: &Cluster<S>, at_
         .filter(|(_, out)| out.status != 0)
         .map(|(j, out)| format!("burst-{j}: {}", brief(out)))
         .collect();
-    assert!(failed.is_empty(), "{} of {at_once} DELs at once failed:\n  {}", failed.len(), failed.join("\n  "));
-    let left: Vec<AddrRec> = c.addrs().into_iter().filter(|r| r.container.starts_with("burst-")).collect();
-    assert!(left.is_empty(), "records of the burst's pods left in the cluster's store: {left:?}");
+    assert!(failed.is_empty(), "{} of {at_once} {command}s at once failed:\n  {}", failed.len(), failed.join("\n  "));
+    outs
 }
