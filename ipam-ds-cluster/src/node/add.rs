@@ -243,16 +243,7 @@ impl Node<'_> {
             if found {
                 break;
             }
-            let mut facts = Vec::with_capacity(of_family.len());
-            for &i in &of_family {
-                let headroom = headroom(&geometries[i]);
-                let free_own = match view(&geometries[i], &snap.blocks[i], &[]) {
-                    Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
-                    None => 0,
-                };
-                let claimed_out = free_own == 0 && store.read(|tx| self.claimed_out_lately(tx, &pools[i].name))?;
-                facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty(), claimed_out }));
-            }
+            let facts = self.pool_facts(store, call, snap, &of_family)?;
             let plan = plan::plan(&facts, offline.is_none());
             // Nearly full: claim the next block now, so that the node's
             // next ADDs find room without waiting for a claim. (A shared
@@ -283,34 +274,8 @@ impl Node<'_> {
                         self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
                     }
                     Step::Claim(i) => {
-                        // A block just claimed (by this call, or by another of
-                        // this node that all of a burst then share) may fill up
-                        // before this call's address is taken in it: the next
-                        // block is claimed then, as a later ADD would.
-                        let mut address = None;
-                        for _ in 0..CLAIMS_PER_ADD {
-                            // An identity's address is leased with its binding, after.
-                            let lease_for = sticking.is_none().then_some(who);
-                            let (new, leased) =
-                                self.claim_leasing(store, &geometries[i], &snap.owned[i], lease_for, Some(grantee))?;
-                            if new.is_empty() {
-                                break;
-                            }
-                            snap.owned[i].extend(new.iter().cloned());
-                            let own = new.iter().any(|b| !b.shared);
-                            file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
-                            address = match own {
-                                _ if leased.is_some() => leased,
-                                true => self.lease_in_blocks(store, &geometries[i], &snap.blocks[i], who, sticking)?,
-                                false => {
-                                    self.grant_in_own(store, &geometries[i], &mut snap.shared[i], grantee, &history)?
-                                }
-                            };
-                            if address.is_some() {
-                                break;
-                            }
-                            filled_under_us = true;
-                        }
+                        let (address, filled) = self.claim_room(store, call, snap, i, grantee, &history)?;
+                        filled_under_us |= filled;
                         address
                     }
                     Step::GrantOthers(i) => self.grant_in_others(store, &geometries[i], grantee, &history)?,
@@ -329,36 +294,73 @@ impl Node<'_> {
                 snap.blocks[i] = store.read(|tx| blocks_with_room(tx, &geometries[i], &snap.blocks[i]))?;
             }
         }
-        if found {
-            return Ok(());
+        match found {
+            true => Ok(()),
+            false => Err(no_room(pools, family, filled_under_us, offline)),
         }
-        let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
-        if filled_under_us {
-            return Err(CniError::new(
-                Code::TryAgainLater,
-                format!(
-                    "the {family} blocks this node claimed in the cluster pools ({names}) filled up while this ADD \
-                     ran (other ADDs of this node took their addresses): try again, the next ADD claims another block"
-                ),
-            ));
+    }
+
+    /// What the plan is made from, for each of the family's pools
+    /// (`of_family`, indices of the candidate pools).
+    fn pool_facts(
+        &self,
+        store: &mut StoreHandle,
+        call: &AddCall,
+        snap: &Snapshot,
+        of_family: &[usize],
+    ) -> Result<Vec<(usize, PoolFacts)>> {
+        let mut facts = Vec::with_capacity(of_family.len());
+        for &i in of_family {
+            let g = &call.geometries[i];
+            let headroom = headroom(g);
+            let free_own = match view(g, &snap.blocks[i], &[]) {
+                Some(v) => store.read(|tx| count_free(tx, &v, headroom + 1))?,
+                None => 0,
+            };
+            let claimed_out = free_own == 0 && store.read(|tx| self.claimed_out_lately(tx, &g.pool.name))?;
+            facts.push((i, PoolFacts { free_own, headroom, shared: !snap.shared[i].is_empty(), claimed_out }));
         }
-        Err(match offline {
-            Some(why) => CniError::new(
-                Code::TryAgainLater,
-                format!(
-                    "no {family} block of this node confirmed within offlineGrace has a free address (cluster pools \
-                     {names}; shared blocks are used only with the cluster's datastore), and {why}"
-                ),
-            ),
-            None => CniError::new(
-                Code::NoFreeAddress,
-                format!(
-                    "no free {family} address in the cluster pools ({names}): this node's blocks are full, no block \
-                     is left to claim, no shared block has room and no node has an address lent out; nodes with room \
-                     of their own lend some at their next ADD"
-                ),
-            ),
-        })
+        Ok(facts)
+    }
+
+    /// The plan's claim in pool `i`: a new block, and the ADD's address in
+    /// it (leased in a block of its own, granted in a shared one). A block
+    /// just claimed (by this call, or by another of this node that all of a
+    /// burst then share) may fill up before this call's address is taken in
+    /// it: the next block is claimed then, as a later ADD would, at most
+    /// [`CLAIMS_PER_ADD`]. Also whether that happened.
+    fn claim_room(
+        &self,
+        store: &mut StoreHandle,
+        call: &AddCall,
+        snap: &mut Snapshot,
+        i: usize,
+        grantee: sharing::Grantee,
+        history: &dyn Fn(&mut StoreHandle) -> Result<()>,
+    ) -> Result<(Option<IpAddr>, bool)> {
+        let g = &call.geometries[i];
+        let mut filled_under_us = false;
+        for _ in 0..CLAIMS_PER_ADD {
+            // An identity's address is leased with its binding, after.
+            let lease_for = call.sticking.is_none().then_some(call.who);
+            let (new, leased) = self.claim_leasing(store, g, &snap.owned[i], lease_for, Some(grantee))?;
+            if new.is_empty() {
+                break;
+            }
+            snap.owned[i].extend(new.iter().cloned());
+            let own = new.iter().any(|b| !b.shared);
+            file_new_blocks(new, &mut snap.blocks[i], &mut snap.shared[i]);
+            let address = match own {
+                _ if leased.is_some() => leased,
+                true => self.lease_in_blocks(store, g, &snap.blocks[i], call.who, call.sticking)?,
+                false => self.grant_in_own(store, g, &mut snap.shared[i], grantee, history)?,
+            };
+            if address.is_some() {
+                return Ok((address, filled_under_us));
+            }
+            filled_under_us = true;
+        }
+        Ok((None, filled_under_us))
     }
 
     /// Pool `i` as the allocators see it: the node's blocks with room, and
@@ -378,5 +380,38 @@ impl Node<'_> {
         singles.extend(snap.held.iter().filter(|l| l.pool == pool.name).map(|l| l.address));
         singles.extend(call.requests.iter().filter(|a| pool.range_for_subnet_member(**a).is_some()));
         view(&call.geometries[i], &snap.blocks[i], &singles)
+    }
+}
+
+/// ADD's error when no step of the plan found an address of `family`:
+/// 11 when blocks it claimed filled up under it or the store did not
+/// answer (`offline`: why), else 100.
+fn no_room(pools: &[Pool], family: Family, filled_under_us: bool, offline: Option<&str>) -> CniError {
+    let names = shared::pool::names(pools.iter().filter(|p| p.family() == family));
+    if filled_under_us {
+        return CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "the {family} blocks this node claimed in the cluster pools ({names}) filled up while this ADD \
+                 ran (other ADDs of this node took their addresses): try again, the next ADD claims another block"
+            ),
+        );
+    }
+    match offline {
+        Some(why) => CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "no {family} block of this node confirmed within offlineGrace has a free address (cluster pools \
+                 {names}; shared blocks are used only with the cluster's datastore), and {why}"
+            ),
+        ),
+        None => CniError::new(
+            Code::NoFreeAddress,
+            format!(
+                "no free {family} address in the cluster pools ({names}): this node's blocks are full, no block \
+                 is left to claim, no shared block has room and no node has an address lent out; nodes with room \
+                 of their own lend some at their next ADD"
+            ),
+        ),
     }
 }
