@@ -222,6 +222,8 @@ fn the_agent_releases_the_attachments_of_pods_gone_from_its_node_and_nothing_els
     // What `ipam-delegated metrics` says of the database, served beside.
     let scraped = agent.try_scrape().expect("metrics");
     assert!(scraped.contains("ipam_delegated_pool_used_addresses{network=\"blue\",pool=\"p\"} 2"), "{scraped}");
+    let read = format!("ipam_delegated_database_ok{{database=\"{}\"}} 1", db.display());
+    assert!(scraped.lines().any(|l| l == read), "{read} in {scraped}");
 
     // The API server down: passes fail, count, and release nothing, even
     // of a pod that no longer exists.

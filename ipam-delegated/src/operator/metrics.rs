@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ipam_ds_cluster::node::lent_network;
 use ipam_ds_cluster::rows::{BlockState, ClusterRows, RecordKind};
@@ -133,21 +133,21 @@ fn cluster_survey(store: &mut AllocationStore, pools: &[PoolSurvey]) -> Result<C
 }
 
 /// Every state for a pool with blocks, every kind for a pool with records.
-fn render_cluster(out: &mut String, survey: &ClusterSurvey) {
+fn render_cluster(out: &mut String, surveys: &[&ClusterSurvey]) {
     let labels = |(network, pool): &(String, String)| {
         format!("network=\"{}\",pool=\"{}\"", label_value(network), label_value(pool))
     };
-    if !survey.blocks.is_empty() {
+    if surveys.iter().any(|s| !s.blocks.is_empty()) {
         family_header(out, CLUSTER_BLOCKS, CLUSTER_BLOCKS_HELP);
-        for (key, counts) in &survey.blocks {
+        for (key, counts) in surveys.iter().flat_map(|s| &s.blocks) {
             for (state, n) in BLOCK_STATES.iter().zip(counts) {
                 let _ = writeln!(out, "{CLUSTER_BLOCKS}{{{},state=\"{}\"}} {n}", labels(key), state.as_str());
             }
         }
     }
-    if !survey.records.is_empty() {
+    if surveys.iter().any(|s| !s.records.is_empty()) {
         family_header(out, CLUSTER_RECORDS, CLUSTER_RECORDS_HELP);
-        for (key, counts) in &survey.records {
+        for (key, counts) in surveys.iter().flat_map(|s| &s.records) {
             for (kind, n) in RECORD_KINDS.iter().zip(counts) {
                 let _ = writeln!(out, "{CLUSTER_RECORDS}{{{},kind=\"{}\"}} {n}", labels(key), kind.as_str());
             }
@@ -188,36 +188,66 @@ pub fn run(database: &Path, output: Option<&Path>) -> Result<Report, Failure> {
     }
 }
 
+/// What one database holds, as the exposition shows it.
+struct Surveyed {
+    pools: Vec<PoolSurvey>,
+    cluster: ClusterSurvey,
+}
+
+fn survey_database(database: &Path) -> Result<Surveyed, Failure> {
+    open_for_reading(database).and_then(|mut store| {
+        let pools = survey(&mut store)?;
+        let cluster = cluster_survey(&mut store, &pools)?;
+        Ok(Surveyed { pools, cluster })
+    })
+}
+
 /// The exposition of `database`, and why it could not be read, if it
 /// could not (then it says so: `ipam_delegated_database_ok 0`).
 pub fn of_database(database: &Path) -> (String, Option<Failure>) {
-    let surveyed = open_for_reading(database).and_then(|mut store| {
-        let pools = survey(&mut store)?;
-        let cluster = cluster_survey(&mut store, &pools)?;
-        Ok((pools, cluster))
-    });
-    let mut text = exposition(surveyed.as_ref().ok().map(|(pools, _)| pools.as_slice()));
-    if let Ok((_, cluster)) = &surveyed {
-        render_cluster(&mut text, cluster);
-    }
-    (text, surveyed.err())
+    let surveyed = survey_database(database);
+    (exposition(&[(None, surveyed.as_ref().ok())]), surveyed.err())
 }
 
-/// The whole exposition; `None` when the database could not be read.
-fn exposition(pools: Option<&[PoolSurvey]>) -> String {
+/// The agent's: every database's figures in one exposition, each family
+/// once. A network's pools are in the database its configuration names,
+/// so their labels tell the databases' samples apart; only
+/// `ipam_delegated_database_ok` is labelled by `database`, its path.
+pub fn of_databases(databases: &[PathBuf]) -> String {
+    let surveyed: Vec<Result<Surveyed, Failure>> = databases.iter().map(|d| survey_database(d)).collect();
+    let each: Vec<(Option<&Path>, Option<&Surveyed>)> =
+        databases.iter().zip(&surveyed).map(|(d, s)| (Some(d.as_path()), s.as_ref().ok())).collect();
+    exposition(&each)
+}
+
+/// The whole exposition of `databases`: each named (`None`: one database,
+/// unlabelled) with what it holds, `None` when it could not be read.
+fn exposition(databases: &[(Option<&Path>, Option<&Surveyed>)]) -> String {
     let mut out = String::new();
     family_header(&mut out, DATABASE_OK, DATABASE_OK_HELP);
-    let _ = writeln!(out, "{DATABASE_OK} {}", u8::from(pools.is_some()));
-    for family in POOL_FAMILIES {
-        render(&mut out, family, pools.unwrap_or_default());
+    for (path, surveyed) in databases {
+        let ok = u8::from(surveyed.is_some());
+        let _ = match path {
+            Some(path) => {
+                writeln!(out, "{DATABASE_OK}{{database=\"{}\"}} {ok}", label_value(&path.to_string_lossy()))
+            }
+            None => writeln!(out, "{DATABASE_OK} {ok}"),
+        };
     }
+    let read: Vec<&Surveyed> = databases.iter().filter_map(|(_, s)| *s).collect();
+    let pools: Vec<&PoolSurvey> = read.iter().flat_map(|s| &s.pools).collect();
+    for family in POOL_FAMILIES {
+        render(&mut out, family, &pools);
+    }
+    let clusters: Vec<&ClusterSurvey> = read.iter().map(|s| &s.cluster).collect();
+    render_cluster(&mut out, &clusters);
     out
 }
 
 /// A family with no sample (no pool registered, or no database) is left out.
-fn render(out: &mut String, family: &Family, pools: &[PoolSurvey]) {
+fn render(out: &mut String, family: &Family, pools: &[&PoolSurvey]) {
     let samples: Vec<(&PoolSurvey, u128)> =
-        pools.iter().filter_map(|pool| (family.value)(pool).map(|value| (pool, value))).collect();
+        pools.iter().filter_map(|pool| (family.value)(pool).map(|value| (*pool, value))).collect();
     if samples.is_empty() {
         return;
     }
@@ -270,11 +300,11 @@ mod tests {
 
     #[test]
     fn families_are_grouped_and_an_unreadable_pool_has_only_its_leases() {
-        let pools = [
+        let pools = vec![
             pool("n", "big", Ok(Figures { size: u128::MAX, used: 3, next: None }), 4),
             pool("n", "bad\"", Err("no ranges".into()), 1),
         ];
-        let text = exposition(Some(&pools));
+        let text = exposition(&[(None, Some(&holding(pools)))]);
         assert!(text.starts_with(
             "# HELP ipam_delegated_database_ok 1 if the allocation database could be read, 0 if not \
              (no integrity check: see ipam-delegated check).\n# TYPE ipam_delegated_database_ok gauge\n\
@@ -348,7 +378,7 @@ mod tests {
             .expect("cluster rows");
         let survey = cluster_survey(&mut store, &[]).unwrap_or_else(|failure| panic!("{failure}"));
         let mut text = String::new();
-        render_cluster(&mut text, &survey);
+        render_cluster(&mut text, &[&survey]);
         let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             samples,
@@ -364,16 +394,42 @@ mod tests {
         );
         assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" gauge")).count(), 2);
         let mut nothing = String::new();
-        render_cluster(&mut nothing, &ClusterSurvey::default());
+        render_cluster(&mut nothing, &[&ClusterSurvey::default()]);
         assert_eq!(nothing, "", "a node without cluster rows has no cluster family");
     }
 
     #[test]
     fn no_database_is_said_and_no_pool_family_is_printed() {
         assert_eq!(
-            exposition(None).lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>(),
+            exposition(&[(None, None)]).lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>(),
             ["ipam_delegated_database_ok 0"]
         );
-        assert_eq!(exposition(Some(&[])).lines().count(), 3);
+        assert_eq!(exposition(&[(None, Some(&holding(vec![])))]).lines().count(), 3);
+    }
+
+    #[test]
+    fn several_databases_share_each_family_and_each_says_whether_it_was_read() {
+        let blue = holding(vec![pool("blue-net", "blue", Ok(Figures { size: 8, used: 2, next: None }), 2)]);
+        let red = holding(vec![pool("red-net", "red", Ok(Figures { size: 4, used: 1, next: None }), 1)]);
+        let (a, b, gone) = (Path::new("/a/db.sqlite"), Path::new("/b/db.sqlite"), Path::new("/c\"x.sqlite"));
+        let text = exposition(&[(Some(a), Some(&blue)), (Some(gone), None), (Some(b), Some(&red))]);
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            samples[..5],
+            [
+                "ipam_delegated_database_ok{database=\"/a/db.sqlite\"} 1",
+                "ipam_delegated_database_ok{database=\"/c\\\"x.sqlite\"} 0",
+                "ipam_delegated_database_ok{database=\"/b/db.sqlite\"} 1",
+                "ipam_delegated_pool_size_addresses{network=\"blue-net\",pool=\"blue\"} 8",
+                "ipam_delegated_pool_size_addresses{network=\"red-net\",pool=\"red\"} 4",
+            ]
+        );
+        // Each family once, before all of its samples.
+        assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE ")).count(), 6, "{text}");
+        assert!(text.contains("ipam_delegated_pool_used_addresses{network=\"red-net\",pool=\"red\"} 1"), "{text}");
+    }
+
+    fn holding(pools: Vec<PoolSurvey>) -> Surveyed {
+        Surveyed { pools, cluster: ClusterSurvey::default() }
     }
 }

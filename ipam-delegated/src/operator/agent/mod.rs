@@ -97,7 +97,7 @@ impl Agent {
         let own_delegates = OwnDelegates::make().map_err(|e| format!("cannot make the delegates' directory: {e}"))?;
         let counters = Arc::new(Counters::default());
         if let Some(address) = &options.metrics_address {
-            serve::start(address, options.databases.first().cloned(), Arc::clone(&counters))
+            serve::start(address, options.databases.clone(), Arc::clone(&counters))
                 .map_err(|e| format!("cannot serve metrics on {address}: {e}"))?;
         }
         Ok(Agent { node, own_delegates, counters })

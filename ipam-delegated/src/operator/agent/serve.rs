@@ -1,6 +1,6 @@
 //! `GET /metrics` on `--metrics-address`: what `ipam-delegated metrics`
-//! prints for the first database watched, and the agent's own counters, in
-//! Prometheus' text format. A plain std server in a thread of its own: one
+//! prints, of every database watched (`ipam_delegated_database_ok` labelled
+//! by `database`), and the agent's own counters, in Prometheus' text format. A plain std server in a thread of its own: one
 //! scrape at a time is all a Prometheus asks of it.
 
 use std::fmt::Write as _;
@@ -51,8 +51,11 @@ fn own_families(counters: &Counters) -> [(&'static str, &'static str, &'static s
 }
 
 /// The whole exposition.
-pub fn exposition(database: Option<&PathBuf>, counters: &Counters) -> String {
-    let mut text = database.map(|d| metrics::of_database(d).0).unwrap_or_default();
+pub fn exposition(databases: &[PathBuf], counters: &Counters) -> String {
+    let mut text = match databases {
+        [] => String::new(),
+        databases => metrics::of_databases(databases),
+    };
     for (name, kind, help, value) in own_families(counters) {
         let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
     }
@@ -60,11 +63,11 @@ pub fn exposition(database: Option<&PathBuf>, counters: &Counters) -> String {
 }
 
 /// Binds `address` (so that a bad one fails the start) and serves from a thread.
-pub fn start(address: &str, database: Option<PathBuf>, counters: Arc<Counters>) -> std::io::Result<()> {
+pub fn start(address: &str, databases: Vec<PathBuf>, counters: Arc<Counters>) -> std::io::Result<()> {
     let listener = TcpListener::bind(address)?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
         for stream in listener.incoming().flatten() {
-            if let Err(e) = answer(stream, database.as_ref(), &counters) {
+            if let Err(e) = answer(stream, &databases, &counters) {
                 tracing::debug!("a metrics request was not answered: {e}");
             }
         }
@@ -72,7 +75,7 @@ pub fn start(address: &str, database: Option<PathBuf>, counters: Arc<Counters>) 
     Ok(())
 }
 
-fn answer(stream: TcpStream, database: Option<&PathBuf>, counters: &Counters) -> std::io::Result<()> {
+fn answer(stream: TcpStream, databases: &[PathBuf], counters: &Counters) -> std::io::Result<()> {
     // A client that connects and says nothing must not hold the thread.
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
@@ -86,7 +89,7 @@ fn answer(stream: TcpStream, database: Option<&PathBuf>, counters: &Counters) ->
     }
     let mut parts = request_line.split_whitespace();
     let (status, body) = match (parts.next(), parts.next().map(|p| p.split('?').next().unwrap_or(p))) {
-        (Some("GET"), Some("/metrics")) => ("200 OK", exposition(database, counters)),
+        (Some("GET"), Some("/metrics")) => ("200 OK", exposition(databases, counters)),
         (Some("GET"), _) => ("404 Not Found", "only /metrics is served\n".to_string()),
         _ => ("405 Method Not Allowed", "only GET /metrics is served\n".to_string()),
     };
@@ -113,7 +116,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         drop(listener);
-        start(&address.to_string(), None, Arc::clone(&counters)).unwrap();
+        start(&address.to_string(), Vec::new(), Arc::clone(&counters)).unwrap();
         let get = |path: &str| {
             let mut stream = TcpStream::connect(address).unwrap();
             write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();

@@ -123,7 +123,8 @@ the addresses of pods deleted without a DEL would stay taken. Each pass:
 A pass that cannot list the pods (the API server unreachable, refused)
 releases nothing and counts an error. Attachments whose ADD named no pod are
 never touched. GET /metrics on --metrics-address answers what the metrics
-command prints for the first --database, and the agent's counters
+command prints, of every --database (ipam_delegated_database_ok labelled by
+database, the path), and the agent's counters
 (ipam_delegated_agent_passes_total, _released_total, _errors_total,
 _last_success_timestamp_seconds). SIGTERM or SIGINT ends it.
 
