@@ -27,9 +27,9 @@ mod testing;
 use std::cell::Cell;
 use std::fmt;
 use std::fs::{DirBuilder, File, OpenOptions, Permissions};
-use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
@@ -186,16 +186,14 @@ impl AllocationStore {
         let lock_path = sibling(&path, ".lock");
         let mut lock = LockFile::open(&lock_path)
             .map_err(|e| unusable(&path, format!("lock file {}: {e}", lock_path.display())))?;
-        let file = match open_database_file(&path)? {
-            Some(file) => file,
-            None => {
-                let held = lock.acquire(&lock_wait, &path)?;
-                create::create(&path)?;
-                drop(held);
-                open_database_file(&path)?
-                    .ok_or_else(|| unusable(&path, "it was removed or emptied while it was being created"))?
+        if !open_database_file(&path)? {
+            let held = lock.acquire(&lock_wait, &path)?;
+            create::create(&path)?;
+            drop(held);
+            if !open_database_file(&path)? {
+                return Err(unusable(&path, "it was removed or emptied while it was being created"));
             }
-        };
+        }
 
         use_program_allocator();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -241,7 +239,6 @@ impl AllocationStore {
             conn.wal_hook(Some(record_wal_frames));
             schema::identify(conn, path)
         })?;
-        make_private(&file, &store.path)?;
         if !matches!(found, schema::Found::Ours(SCHEMA_VERSION)) {
             let _held = store.lock.acquire(&store.lock_wait, &store.path)?;
             schema::migrate(&mut store.conn, &store.path, store.lock_wait.timeout)?;
@@ -501,19 +498,42 @@ fn dangling_target(path: &Path) -> std::io::Result<PathBuf> {
 /// SQLite's file header; a non-empty file without it is not a database.
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-/// Opens the database file; `None` when there is none yet (no file, or an
-/// empty one), which [`create`] builds. An existing non-empty file without
-/// SQLite's header is error 103 before SQLite ever opens it for writing.
-fn open_database_file(path: &Path) -> Result<Option<File>> {
-    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+/// Checks the database file and makes it private; false when there is none
+/// yet (no file, or an empty one), which [`create`] builds. An existing
+/// non-empty file without SQLite's header is error 103 before SQLite ever
+/// opens it for writing.
+///
+/// The descriptor this reads through stays open until the process ends, one
+/// per file ([`DATABASE_FILES`]): closing any descriptor of a file drops
+/// every POSIX lock the process holds on it, SQLite's shared lock with them,
+/// and a sqlite3 shell closing next would take itself for the file's last
+/// connection and delete the WAL this process goes on committing to (its
+/// commits lost at its exit).
+fn open_database_file(path: &Path) -> Result<bool> {
+    let mut files = DATABASE_FILES.lock().unwrap_or_else(PoisonError::into_inner);
+    let same = |f: &File, on_disk: &std::fs::Metadata| {
+        f.metadata().is_ok_and(|m| m.dev() == on_disk.dev() && m.ino() == on_disk.ino())
+    };
+    let known = match std::fs::metadata(path) {
+        Ok(on_disk) => files.iter().position(|f| same(f, &on_disk)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(unusable(path, e)),
     };
+    let file = match known {
+        Some(i) => &files[i],
+        None => match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(file) => {
+                files.push(file);
+                &files[files.len() - 1]
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(unusable(path, e)),
+        },
+    };
     let mut header = [0u8; 16];
-    match file.read(&mut header) {
-        Ok(0) => Ok(None),
-        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => Ok(Some(file)),
+    match file.read_at(&mut header, 0) {
+        Ok(0) => Ok(false),
+        Ok(n) if n == header.len() && &header == SQLITE_MAGIC => make_private(file, path).map(|()| true),
         Ok(_) => Err(unusable(
             path,
             "it is not a database (a file without the SQLite header); nothing was changed: point \
@@ -522,6 +542,10 @@ fn open_database_file(path: &Path) -> Result<Option<File>> {
         Err(e) => Err(unusable(path, e)),
     }
 }
+
+/// The database files this process opened, never closed (see
+/// [`open_database_file`]).
+static DATABASE_FILES: Mutex<Vec<File>> = Mutex::new(Vec::new());
 
 /// Ours, so nobody else may read it: a database file created wider (by hand,
 /// or by an older build) becomes 0600, and so do its -wal and -shm, which

@@ -647,3 +647,41 @@ fn a_turn_is_one_holders_and_a_waiter_past_its_bound_goes_on_without() {
     let (got, waited) = waiter.join().unwrap();
     assert!(got && waited < Duration::from_secs(3), "the waiter got the turn once it was given back ({waited:?})");
 }
+
+/// The sqlite3 shell of an administrator reading the database (the README's
+/// way) while a process has it open, and the commits that process makes
+/// after: SQLite's last connection to close checkpoints and deletes the
+/// WAL, and it tells it is the last by the locks on the database file. A
+/// descriptor of that file the process closed would have dropped them all
+/// (POSIX locks are the process's), and its later commits gone into a WAL
+/// no longer there: lost at its exit. Also after the process opened and
+/// dropped a second store of the same file (an agent's request, a delegate
+/// run).
+#[test]
+fn a_sqlite3_shell_closing_beside_an_open_store_loses_none_of_its_commits() {
+    let (dir, mut store) = temp_store();
+    let path = dir.path().join("ipam.db");
+    store.write(|tx| tx.insert_lease(ip("10.0.0.1"), "p", &owner("n", "c1", "eth0"))).unwrap();
+    let mut second = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    assert!(second.read(|tx| tx.holder(ip("10.0.0.1"))).unwrap().is_some());
+    drop(second);
+    for args in [&["-readonly"][..], &[]] {
+        let shell = std::process::Command::new("sqlite3")
+            .args(args)
+            .arg(&path)
+            .arg("SELECT count(*) FROM leases")
+            .output()
+            .expect("the sqlite3 shell (Debian's sqlite3, which scripts/test-packages installs)");
+        assert!(shell.status.success(), "sqlite3: {}", String::from_utf8_lossy(&shell.stderr));
+        assert!(
+            fs::metadata(dir.path().join("ipam.db-wal")).is_ok(),
+            "sqlite3 {args:?} deleted the WAL under the open store"
+        );
+    }
+    store.write(|tx| tx.insert_lease(ip("10.0.0.2"), "p", &owner("n", "c2", "eth0"))).unwrap();
+    drop(store);
+    let mut store = AllocationStore::open(&path, DEFAULT_LOCK_TIMEOUT).unwrap();
+    for a in ["10.0.0.1", "10.0.0.2"] {
+        assert!(store.read(|tx| tx.holder(ip(a))).unwrap().is_some(), "the lease of {a} was lost");
+    }
+}
