@@ -108,6 +108,11 @@ fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks() {
 }
 
 #[test]
+fn a_take_over_waits_for_a_grant_of_its_address_in_flight() {
+    cluster_harness::sticky::a_take_over_waits_for_a_grant_of_its_address_in_flight(&kube(shared_blocks_pools()));
+}
+
+#[test]
 fn two_nodes_adding_one_identity_at_once_give_it_to_one() {
     cluster_harness::sticky::two_nodes_adding_one_identity_at_once_give_it_to_one(&blue());
 }

@@ -383,6 +383,15 @@ impl<S: Store> Cluster<S> {
         rows.map(|r| r.expect("a row")).collect()
     }
 
+    /// Runs the statement `sql` with `params` on `node`'s database: the
+    /// state a call of that node leaves at a given step (a kill, a write in
+    /// flight), for the real calls that meet it. The rows it changed.
+    pub fn execute(&self, node: &str, sql: &str, params: impl rusqlite::Params) -> usize {
+        let conn = rusqlite::Connection::open(self.existing_db(node)).expect("open a node database");
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        conn.execute(sql, params).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     /// The blocks `node`'s database holds (any state), with their state.
     pub fn node_blocks(&self, node: &str) -> Vec<(Net4, String)> {
         self.table(node, "SELECT block, state FROM cluster_blocks WHERE network = 'cnet' AND pool = 'blue'")

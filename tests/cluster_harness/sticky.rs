@@ -71,6 +71,54 @@ pub fn a_pod_re_created_on_another_node_gets_its_address_in_shared_blocks<S: Sto
     assert_no_address_twice(c, &["n1", "n2"]);
 }
 
+/// db-0's address, held for it on n1, has a row of another call of n1 at
+/// its take-over: the row of a grant in a shared block (the state of a call
+/// whose grant request is in flight), picked from a view of the block read
+/// before the hold. The store, which holds the address for db-0, refuses
+/// that grant within a request, and the call then drops its row: the
+/// take-over waits for that rather than fail. A row that stays (its ADD
+/// was killed in flight) is 11 naming its container, until the runtime's
+/// DEL of that container; then db-0 gets its address.
+pub fn a_take_over_waits_for_a_grant_of_its_address_in_flight<S: Store + Sync>(c: &Cluster<S>) {
+    let sticky = json!({});
+    let first = ok(&add(c, "n1", "c1", "db-0", &sticky));
+    let x = ip(&first[0]);
+    let rows = c.node_records("n1");
+    let key =
+        rows.iter().find(|r| r[1] == x.to_string()).unwrap_or_else(|| panic!("no row of {x}: {rows:?}"))[0].clone();
+    let grant_row = |container: &str| {
+        let value = json!({"kind": "allocated", "node": "n1", "container": container, "ifname": "eth0"}).to_string();
+        let sql = "INSERT INTO cluster_records (key, value, network, pool, address, kind, container_id, ifname, \
+                   added_by, state) VALUES (?1, ?2, 'cnet', 'blue', ?3, 'allocated', ?4, 'eth0', NULL, 'writing')";
+        assert_eq!(c.execute("n1", sql, (&key, &value, x.to_string(), container)), 1);
+    };
+    del(c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    // A grant in flight, refused after 300 ms.
+    grant_row("g1");
+    let started = std::time::Instant::now();
+    let refused = std::thread::scope(|s| {
+        let refusal = s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            c.execute("n1", "DELETE FROM cluster_records WHERE key = ?1 AND container_id = 'g1'", [&key])
+        });
+        let taken = ok(&add(c, "n1", "c2", "db-0", &sticky));
+        assert_eq!(taken, first, "db-0 did not get its address back");
+        refusal.join().unwrap()
+    });
+    assert_eq!(refused, 1, "the take-over wrote over the grant's row");
+    assert!(started.elapsed() >= Duration::from_millis(300), "the take-over did not wait for the grant");
+    // A grant whose ADD was killed in flight: its row stays.
+    del(c, "n1", "c2", "db-0", &sticky).assert_quiet_success();
+    grant_row("g2");
+    let out = add(c, "n1", "c3", "db-0", &sticky);
+    assert_error(&out, 11, &[&format!("{x} of identity \"prod/db-0\" is being granted to container g2")]);
+    del(c, "n1", "c3", "db-0", &sticky).assert_quiet_success();
+    // The runtime's DEL of the killed ADD.
+    del(c, "n1", "g2", "other-0", &sticky).assert_quiet_success();
+    assert_eq!(ok(&add(c, "n1", "c4", "db-0", &sticky)), first);
+    assert_no_address_twice(c, &["n1"]);
+}
+
 /// Two nodes add one identity at once, four times: one wins, the other is
 /// 101 naming the winner.
 pub fn two_nodes_adding_one_identity_at_once_give_it_to_one<S: Store + Sync>(c: &Cluster<S>) {

@@ -393,10 +393,13 @@ pub fn storm<S: Store + Sync>(name: &'static str, c: Cluster<S>, tag: &str) {
             }
         });
         let unexpected: Vec<String> = pods.iter().flat_map(|p| p.unexpected.iter().cloned()).collect();
+        let stories: Vec<String> =
+            pods.iter().filter(|p| !p.unexpected.is_empty()).map(|p| format!("{}: {:?}", p.name, p.history)).collect();
         assert!(
             unexpected.is_empty(),
-            "round {round}: calls that failed by themselves:\n  {}",
-            unexpected.join("\n  ")
+            "round {round}: calls that failed by themselves:\n  {}\ntheir pods' calls:\n  {}",
+            unexpected.join("\n  "),
+            stories.join("\n  ")
         );
         check_round(&c, tag, &pods, round);
     }

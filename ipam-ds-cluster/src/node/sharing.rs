@@ -169,9 +169,18 @@ impl Node<'_> {
     ) -> Result<Grant> {
         let mut taken = taken.to_vec();
         let granted = retry(GRANT_ROUNDS, || {
-            let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Attempt::Done(Grant::Full)) };
-            // Free in the node database too (its own leases).
-            let free = store.read(|tx| self.free_to_grant(tx, g, &view, GRANT_CHOICES, Some(who.who)))?;
+            // Free in the node database too: its own leases, and in a block
+            // of its own what it counted taken since `taken` was read (an
+            // identity's address a DEL of this node held meanwhile).
+            let free = store.read(|tx| {
+                let mut taken = taken.clone();
+                if own {
+                    let counted = tx.node_blocks(&self.network, &g.pool.name)?.into_iter().find(|b| b.block == block);
+                    taken.extend(counted.into_iter().flat_map(|b| b.taken));
+                }
+                let Some(view) = g.node_view(&[block], &[], &taken) else { return Ok(Vec::new()) };
+                self.free_to_grant(tx, g, &view, GRANT_CHOICES, Some(who.who))
+            })?;
             if free.is_empty() {
                 return Ok(Attempt::Done(Grant::Full));
             }

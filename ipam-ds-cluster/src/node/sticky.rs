@@ -59,6 +59,10 @@ const PENDING_PREFIX: &str = "sticky-pending:";
 /// store (see [`Node::hold_identities`]).
 const IN_FLIGHT_WRITE: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How often a take-over looks again at a row another call of this node is
+/// writing (see [`Node::take_over`]).
+const ROW_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// An identity key as read: its record (`None` when it does not read: it is
 /// overwritten) and its version.
 pub(super) struct Found {
@@ -264,24 +268,49 @@ impl Node<'_> {
             .collect();
         // What each address was here before: its lease is undone to that.
         let mut before: Vec<Option<Lease>> = Vec::new();
-        let busy = store.write(|tx| {
-            for row in &rows {
-                match tx.node_record(&row.key)? {
-                    Some(r) if r.owner != row.owner => return Ok(Some(r)),
-                    _ => tx.put_node_record(row)?,
+        let waiting_since = std::time::Instant::now();
+        let busy = loop {
+            let busy = store.write(|tx| {
+                for row in &rows {
+                    match tx.node_record(&row.key)? {
+                        Some(r) if r.owner != row.owner => return Ok(Some(r)),
+                        _ => tx.put_node_record(row)?,
+                    }
                 }
+                for row in &rows {
+                    before.push(tx.holder(row.address)?);
+                    lease_here(tx, row.address, &row.pool, who, s.identity)?;
+                }
+                Ok(None)
+            })?;
+            match busy {
+                // Another call of this node is being granted the address in
+                // a shared block, picked from a view read before this
+                // identity's hold counted there: the store, which holds it
+                // for the identity, refuses that grant within a request.
+                Some(r)
+                    if r.state == RecordState::Writing && waiting_since.elapsed() < self.settings.request_timeout() =>
+                {
+                    std::thread::sleep(ROW_POLL);
+                }
+                busy => break busy,
             }
-            for row in &rows {
-                before.push(tx.holder(row.address)?);
-                lease_here(tx, row.address, &row.pool, who, s.identity)?;
-            }
-            Ok(None)
-        })?;
+        };
         if let Some(r) = busy {
             store.write(|tx| rows.iter().try_for_each(|row| tx.drop_node_record_if(&row.key, &row.value)))?;
+            let doing = match r.state {
+                RecordState::Writing => "being granted to",
+                RecordState::Releasing => "being released by",
+                RecordState::Held => "recorded here for",
+            };
             return Err(CniError::new(
                 Code::TryAgainLater,
-                format!("{} of identity {:?} is being released on this node: try again", r.address, s.identity),
+                format!(
+                    "{} of identity {:?} is {doing} container {} on this node: try again",
+                    r.address,
+                    s.identity,
+                    shown(&r.owner.container_id)
+                ),
             ));
         }
         let live = IdentityRecord {
