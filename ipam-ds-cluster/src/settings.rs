@@ -19,7 +19,12 @@ use crate::{etcd, kube};
 pub const FIELD: &str = "ipam.cluster";
 pub const DEFAULT_PREFIX: &str = "/ipam-delegated";
 pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(2);
-pub const DEFAULT_KUBERNETES_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longer than etcd's: an API server's first write of a kind after it
+/// started takes it about 2 s on a small control plane (it builds the
+/// kind's validation then), which a first ADD then must not fail on. An
+/// API server that does not answer costs an ADD this once (the rest of the
+/// call is offline).
+pub const DEFAULT_KUBERNETES_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_OFFLINE_GRACE: Duration = Duration::from_secs(300);
 pub const DEFAULT_EMPTY_BLOCK_HOLD: Duration = Duration::from_secs(600);
 /// The longest a confirmation stands while etcd answers: how late a node
