@@ -283,15 +283,21 @@ impl Node<'_> {
                 }
                 Ok(None)
             })?;
+            let waited_out = || waiting_since.elapsed() >= self.settings.request_timeout();
             match busy {
                 // Another call of this node is being granted the address in
                 // a shared block, picked from a view read before this
                 // identity's hold counted there: the store, which holds it
                 // for the identity, refuses that grant within a request.
-                Some(r)
-                    if r.state == RecordState::Writing && waiting_since.elapsed() < self.settings.request_timeout() =>
-                {
-                    std::thread::sleep(ROW_POLL);
+                // Watched with reads, which take no lock.
+                Some(r) if r.state == RecordState::Writing && !waited_out() => {
+                    let still = |tx: &Tx| {
+                        let now = tx.node_record(&r.key)?;
+                        Ok(now.is_some_and(|now| now.owner == r.owner && now.state == RecordState::Writing))
+                    };
+                    while !waited_out() && store.read(still)? {
+                        std::thread::sleep(ROW_POLL);
+                    }
                 }
                 busy => break busy,
             }
