@@ -75,6 +75,11 @@ fn a_take_over_waits_for_a_grant_of_its_address_in_flight() {
 }
 
 #[test]
+fn a_refused_add_leaves_its_identity_to_the_next() {
+    cluster_harness::sticky::a_refused_add_leaves_its_identity_to_the_next(&Cluster::new(dual_stack_pools(), 30.0));
+}
+
+#[test]
 fn two_nodes_adding_one_identity_at_once_give_it_to_one() {
     cluster_harness::sticky::two_nodes_adding_one_identity_at_once_give_it_to_one(&Cluster::blue(30.0));
 }

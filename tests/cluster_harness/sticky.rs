@@ -119,6 +119,45 @@ pub fn a_take_over_waits_for_a_grant_of_its_address_in_flight<S: Store + Sync>(c
     assert_no_address_twice(c, &["n1"]);
 }
 
+/// An ADD of db-0 refused for want of an IPv6 address (pool blue6 of
+/// [`dual_stack_pools`], filled by two pods without identity): its rollback
+/// leaves db-0 to its next ADD, never live on the refused container (every
+/// later ADD of it would be 101 naming that container), and the container
+/// holds nothing. Once an IPv6 address is free, db-0's next ADD succeeds.
+pub fn a_refused_add_leaves_its_identity_to_the_next<S: Store>(c: &Cluster<S>) {
+    let sticky = json!({});
+    for filler in ["f0", "f1"] {
+        let out = c.add("n1", filler);
+        assert_eq!(out.status, 0, "{}", brief(&out));
+    }
+    assert_error(&add(c, "n1", "c1", "db-0", &sticky), 100, &[]);
+    let key = c.store.identities().into_iter().find(|(k, _)| k == "eth0/prod/db-0");
+    if let Some((_, record)) = &key {
+        assert!(
+            record["until"].as_i64().unwrap_or(0) > 0 || record["container"] != "c1",
+            "db-0 is left live on the refused container: {record}"
+        );
+    }
+    let leases = c.leases("n1");
+    assert!(leases.iter().all(|l| l.container_id != "c1"), "the refused ADD holds addresses: {leases:?}");
+    // The runtime's DEL of the refused ADD, then an IPv6 address frees up.
+    del(c, "n1", "c1", "db-0", &sticky).assert_quiet_success();
+    c.del("n1", "f0").assert_quiet_success();
+    let got = ok(&add(c, "n1", "c2", "db-0", &sticky));
+    assert_eq!(got.len(), 2, "db-0 has an address of each family: {got:?}");
+    assert_eq!(identity_of(c, "db-0")["container"], "c2");
+    assert_no_address_twice(c, &["n1"]);
+}
+
+/// Pools blue (IPv4, room) and blue6 (IPv6, two addresses) of the refused
+/// ADD scenario.
+pub fn dual_stack_pools() -> Value {
+    json!([
+        {"name": "blue", "ranges": [{"subnet": "10.76.0.0/24"}], "blockSize": 28},
+        {"name": "blue6", "ranges": [{"subnet": "fd00:76::/120", "rangeStart": "fd00:76::10", "rangeEnd": "fd00:76::11"}], "blockSize": 127}
+    ])
+}
+
 /// Two nodes add one identity at once, four times: one wins, the other is
 /// 101 naming the winner.
 pub fn two_nodes_adding_one_identity_at_once_give_it_to_one<S: Store + Sync>(c: &Cluster<S>) {
