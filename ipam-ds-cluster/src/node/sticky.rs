@@ -268,34 +268,34 @@ impl Node<'_> {
             .collect();
         // What each address was here before: its lease is undone to that.
         let mut before: Vec<Option<Lease>> = Vec::new();
-        let waiting_since = std::time::Instant::now();
+        let deadline = std::time::Instant::now() + self.settings.request_timeout();
         let busy = loop {
+            // Another attachment's row at one of the keys: nothing is written.
             let busy = store.write(|tx| {
                 for row in &rows {
-                    match tx.node_record(&row.key)? {
-                        Some(r) if r.owner != row.owner => return Ok(Some(r)),
-                        _ => tx.put_node_record(row)?,
+                    if let Some(r) = tx.node_record(&row.key)?.filter(|r| r.owner != row.owner) {
+                        return Ok(Some(r));
                     }
                 }
                 for row in &rows {
+                    tx.put_node_record(row)?;
                     before.push(tx.holder(row.address)?);
                     lease_here(tx, row.address, &row.pool, who, s.identity)?;
                 }
                 Ok(None)
             })?;
-            let waited_out = || waiting_since.elapsed() >= self.settings.request_timeout();
             match busy {
                 // Another call of this node is being granted the address in
                 // a shared block, picked from a view read before this
                 // identity's hold counted there: the store, which holds it
                 // for the identity, refuses that grant within a request.
                 // Watched with reads, which take no lock.
-                Some(r) if r.state == RecordState::Writing && !waited_out() => {
+                Some(r) if r.state == RecordState::Writing && std::time::Instant::now() < deadline => {
                     let still = |tx: &Tx| {
                         let now = tx.node_record(&r.key)?;
                         Ok(now.is_some_and(|now| now.owner == r.owner && now.state == RecordState::Writing))
                     };
-                    while !waited_out() && store.read(still)? {
+                    while std::time::Instant::now() < deadline && store.read(still)? {
                         std::thread::sleep(ROW_POLL);
                     }
                 }
@@ -303,7 +303,6 @@ impl Node<'_> {
             }
         };
         if let Some(r) = busy {
-            store.write(|tx| rows.iter().try_for_each(|row| tx.drop_node_record_if(&row.key, &row.value)))?;
             let doing = match r.state {
                 RecordState::Writing => "being granted to",
                 RecordState::Releasing => "being released by",
